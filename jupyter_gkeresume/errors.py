@@ -1,0 +1,62 @@
+"""The exceptions of jupyter-gkeresume: one root, one subclass per kind of failure.
+
+Callers catch ``GkeResumeError`` to handle every domain error; the REST handlers map the
+subclasses onto HTTP statuses, the magics print their message without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class GkeResumeError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class InvalidInputError(GkeResumeError, ValueError):
+    """A caller gave a value that can never work (bad id, bad name, bad option)."""
+
+
+class SnapshotNotFoundError(GkeResumeError, LookupError):
+    """No committed snapshot matches the reference; ``known`` lists what exists."""
+
+    def __init__(self, reference: str, known: list[str]):
+        self.reference = reference
+        self.known = known
+        listed = ", ".join(known[-10:]) if known else "none"
+        super().__init__(f"no snapshot {reference!r} in this workspace (known: {listed})")
+
+
+class ManifestError(GkeResumeError):
+    """A manifest is malformed, of an unknown format version, or inconsistent."""
+
+
+class IntegrityError(GkeResumeError):
+    """Stored bytes do not match what the manifest promises (digest, size, signature)."""
+
+
+class StoreError(GkeResumeError):
+    """The snapshot store failed (permission, network, quota) after any retries."""
+
+
+class CommitConflictError(StoreError):
+    """Another writer committed the same snapshot id first (create-only precondition)."""
+
+
+class InvalidTransitionError(GkeResumeError):
+    """A pause/resume state change that the transition table does not allow."""
+
+
+class LeaseHeldError(GkeResumeError):
+    """Another restore holds the single-flight lease; ``holder`` says who."""
+
+    def __init__(self, holder: str, expires_at: float):
+        self.holder = holder
+        self.expires_at = expires_at
+        super().__init__(f"a restore is already running (held by {holder})")
+
+
+class ReleaseError(GkeResumeError):
+    """The release backend could not give the pod back to the cluster."""
+
+
+class KernelCallError(GkeResumeError):
+    """A kernel did not answer a kernel_hooks call, or answered with an error."""

@@ -1,0 +1,265 @@
+"""Snapshot format v1: the manifest dataclasses and their strict JSON (de)serialization.
+
+A snapshot is a manifest (this module) plus content-addressed blobs (``blobfile``). The manifest is
+written last; its presence in the store is the commit. ``Manifest.from_json`` accepts only what
+``Manifest.to_json`` can produce: anything else raises ``ManifestError`` with the offending field,
+never a ``KeyError`` or ``TypeError`` from deep inside.
+
+Layout of the graph: the kernel pickles each saved object in ``objects`` order with one pickler
+(one memo, so identity survives across names), then one final record holding the session state
+(RNG, cwd, sys.path, env, history). Storages that left the pickle are named ``s0, s1, ...`` in
+``storages``; each says which blob entry holds its bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import InvalidInputError, ManifestError
+
+FORMAT_NAME = "gkeresume.snapshot"
+FORMAT_VERSION = 1
+
+SNAPSHOT_ID_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
+DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+OBJECT_STATUSES = ("saved", "skipped")
+
+
+def validate_snapshot_id(value: object) -> str:
+    """Return ``value`` if it is a well-formed snapshot id, else raise ``InvalidInputError``.
+
+    Ids double as object names in the store, so this is also the path-traversal guard.
+    """
+    if not isinstance(value, str) or not SNAPSHOT_ID_RE.match(value):
+        raise InvalidInputError(f"not a snapshot id: {value!r} (expected like 20261130T101500Z-a1b2c3)")
+    return value
+
+
+def validate_snapshot_name(value: object) -> str:
+    """Return ``value`` if it is a usable snapshot name (letters, digits, ``._-``, max 100)."""
+    if not isinstance(value, str) or not NAME_RE.match(value) or SNAPSHOT_ID_RE.match(value):
+        raise InvalidInputError(
+            f"not a usable snapshot name: {value!r} (letters, digits, '.', '_', '-'; up to 100; "
+            "not shaped like an id)"
+        )
+    if value == "latest":
+        raise InvalidInputError("'latest' is reserved: it always means the newest snapshot")
+    return value
+
+
+def validate_digest(value: object) -> str:
+    """Return ``value`` if it is a lowercase hex sha256 digest, else raise ``InvalidInputError``."""
+    if not isinstance(value, str) or not DIGEST_RE.match(value):
+        raise InvalidInputError(f"not a sha256 digest: {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class StorageRef:
+    """Where the bytes of one out-of-pickle storage live: entry ``entry`` of blob ``blob``."""
+
+    blob: str
+    entry: int
+    nbytes: int
+    dtype: str
+    device: str
+    kind: str  # "torch" | "numpy" | "cuda_array"
+
+
+@dataclass(frozen=True)
+class ObjectRecord:
+    """One name of the user namespace: saved, or skipped with the reason why."""
+
+    name: str
+    type: str
+    status: str
+    reason: str | None = None
+    bytes: int = 0
+    dtype: str | None = None
+    shape: list[int] | None = None
+    device: str | None = None
+    modules: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Manifest:
+    """Everything needed to restore (and to judge, list, verify and gc) one snapshot."""
+
+    snapshot_id: str
+    workspace: str
+    created: str
+    graph_blob: str
+    objects: list[ObjectRecord]
+    storages: dict[str, StorageRef]
+    blobs: dict[str, int]
+    name: str | None = None
+    notebook: str | None = None
+    execution_count: int = 0
+    totals: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)
+    signature: dict[str, str] | None = None
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def saved_names(self) -> list[str]:
+        """Names pickled in the graph, in record order."""
+        return [o.name for o in self.objects if o.status == "saved"]
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of every blob this snapshot references (graph included)."""
+        return sum(self.blobs.values())
+
+    def to_dict(self, *, signed: bool = True) -> dict[str, Any]:
+        """The manifest as plain JSON data; ``signed=False`` leaves the signature out."""
+        data = {
+            "format": FORMAT_NAME,
+            "format_version": self.format_version,
+            "id": self.snapshot_id,
+            "workspace": self.workspace,
+            "name": self.name,
+            "created": self.created,
+            "notebook": self.notebook,
+            "execution_count": self.execution_count,
+            "graph_blob": self.graph_blob,
+            "objects": [asdict(o) for o in self.objects],
+            "storages": {k: asdict(v) for k, v in self.storages.items()},
+            "blobs": dict(self.blobs),
+            "totals": dict(self.totals),
+            "timings": dict(self.timings),
+            "fingerprint": self.fingerprint,
+            "history": list(self.history),
+        }
+        if signed and self.signature is not None:
+            data["signature"] = dict(self.signature)
+        return data
+
+    def signing_payload(self) -> bytes:
+        """Canonical bytes the HMAC signature covers (everything but the signature)."""
+        return canonical_json(self.to_dict(signed=False))
+
+    def to_json(self) -> bytes:
+        """Serialized manifest, ready to commit."""
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Manifest:
+        """Parse and validate a manifest; raise ``ManifestError`` naming what is wrong."""
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise ManifestError(f"manifest is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Manifest:
+        """Validate JSON data produced by ``to_dict``; raise ``ManifestError`` otherwise."""
+        r = _Reader(data, "manifest")
+        if r.get("format", str) != FORMAT_NAME:
+            raise ManifestError("manifest: 'format' is not gkeresume.snapshot")
+        version = r.get("format_version", int)
+        if version != FORMAT_VERSION:
+            raise ManifestError(
+                f"manifest: format_version {version} is not supported (this build reads "
+                f"{FORMAT_VERSION}); upgrade jupyter-gkeresume to read it"
+            )
+        blobs = r.mapping("blobs", int)
+        for digest, size in blobs.items():
+            _check(DIGEST_RE.match(digest) is not None, f"manifest: blob {digest!r} is not a digest")
+            _check(size >= 0, f"manifest: blob {digest} has a negative size")
+        storages = {}
+        for key, raw_ref in r.mapping("storages", dict).items():
+            s = _Reader(raw_ref, f"storage {key}")
+            ref = StorageRef(
+                blob=s.get("blob", str), entry=s.get("entry", int), nbytes=s.get("nbytes", int),
+                dtype=s.get("dtype", str), device=s.get("device", str), kind=s.get("kind", str),
+            )
+            _check(ref.blob in blobs, f"manifest: storage {key} names unlisted blob {ref.blob!r}")
+            _check(ref.entry >= 0 and ref.nbytes >= 0, f"manifest: storage {key} has bad sizes")
+            storages[key] = ref
+        objects = []
+        for i, raw_obj in enumerate(r.get("objects", list)):
+            o = _Reader(raw_obj, f"object #{i}")
+            rec = ObjectRecord(
+                name=o.get("name", str), type=o.get("type", str), status=o.get("status", str),
+                reason=o.get("reason", str, optional=True), bytes=o.get("bytes", int),
+                dtype=o.get("dtype", str, optional=True),
+                shape=o.get("shape", list, optional=True),
+                device=o.get("device", str, optional=True),
+                modules=o.get("modules", list, optional=True) or [],
+            )
+            _check(all(isinstance(m, str) for m in rec.modules),
+                   f"manifest: object {rec.name!r} bad modules")
+            _check(rec.status in OBJECT_STATUSES, f"manifest: object {rec.name!r} bad status")
+            _check(rec.shape is None or all(isinstance(d, int) for d in rec.shape),
+                   f"manifest: object {rec.name!r} bad shape")
+            objects.append(rec)
+        graph_blob = r.get("graph_blob", str)
+        _check(graph_blob in blobs, "manifest: graph_blob is not among its blobs")
+        snapshot_id = r.get("id", str)
+        _check(SNAPSHOT_ID_RE.match(snapshot_id) is not None, "manifest: malformed id")
+        signature = r.get("signature", dict, optional=True)
+        if signature is not None:
+            _check(all(isinstance(v, str) for v in signature.values()),
+                   "manifest: signature fields must be strings")
+        history = r.get("history", list)
+        _check(all(isinstance(h, str) for h in history), "manifest: history must hold strings")
+        return cls(
+            snapshot_id=snapshot_id,
+            workspace=r.get("workspace", str),
+            created=r.get("created", str),
+            graph_blob=graph_blob,
+            objects=objects,
+            storages=storages,
+            blobs=blobs,
+            name=r.get("name", str, optional=True),
+            notebook=r.get("notebook", str, optional=True),
+            execution_count=r.get("execution_count", int),
+            totals=r.mapping("totals", int),
+            timings=r.mapping("timings", (int, float)),
+            fingerprint=r.get("fingerprint", dict),
+            history=history,
+            signature=signature,
+            format_version=version,
+        )
+
+
+def canonical_json(data: Any) -> bytes:
+    """Deterministic JSON encoding used for signatures."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ManifestError(message)
+
+
+class _Reader:
+    """Typed field access on untrusted JSON with ``ManifestError`` on every mismatch."""
+
+    def __init__(self, data: Any, where: str):
+        _check(isinstance(data, dict), f"{where}: expected an object")
+        self.data = data
+        self.where = where
+
+    def get(self, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+        if key not in self.data or (optional and self.data[key] is None):
+            _check(optional, f"{self.where}: missing field {key!r}")
+            return None
+        value = self.data[key]
+        bad_bool = isinstance(value, bool) and kind is not bool
+        _check(isinstance(value, kind) and not bad_bool, f"{self.where}: field {key!r} has a wrong type")
+        return value
+
+    def mapping(self, key: str, kind: type | tuple[type, ...]) -> dict[str, Any]:
+        value = self.get(key, dict)
+        for k, v in value.items():
+            _check(isinstance(v, kind) and not isinstance(v, bool),
+                   f"{self.where}: {key}[{k!r}] has a wrong type")
+        return dict(value)

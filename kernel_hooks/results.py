@@ -1,0 +1,67 @@
+"""Result objects of the kernel_hooks API: what the magics print and what the server receives.
+
+Each has ``to_dict()`` (plain JSON data) so the server can carry it over the wire unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Skipped:
+    """An object that was not captured or not restored, and why."""
+
+    name: str
+    type: str
+    reason: str
+
+
+@dataclass
+class CheckpointResult:
+    snapshot_id: str
+    name: str | None
+    bytes_total: int
+    bytes_new: int
+    bytes_reused: int
+    seconds: float
+    saved: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ResumeResult:
+    snapshot_id: str
+    restored: list[str] = field(default_factory=list)
+    not_restored: list[Skipped] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    bytes_read: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Progress:
+    """One progress report: ``phase`` is one of hashing, writing, committing, verifying, reading,
+    restoring, done."""
+
+    phase: str
+    done_bytes: int
+    total_bytes: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Bytes per second so far."""
+        return self.done_bytes / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "rate": self.rate}
