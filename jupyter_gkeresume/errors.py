@@ -60,3 +60,7 @@ class ReleaseError(GkeResumeError):
 
 class KernelCallError(GkeResumeError):
     """A kernel did not answer a kernel_hooks call, or answered with an error."""
+
+
+class CudaError(GkeResumeError):
+    """The CUDA driver refused a transfer (bad pointer, device lost, out of pinned memory)."""

@@ -1,0 +1,399 @@
+"""The CUDA transfer engine: device <-> host copies through a bounded ring of pinned host buffers.
+
+Built on cuda-python's driver API (no torch needed). One engine per process (``get_engine()``),
+None when there is no usable GPU (see ``jupyter_gkeresume.snapshot.fingerprint.cuda_driver``):
+importing this module never fails and never touches the driver.
+
+Call order for a pause::
+
+    engine = get_engine()            # None: no GPU, take the CPU path
+    engine.synchronize_all()         # once, before capture: no kernel still writing a tensor
+    for chunk in engine.device_to_host_chunks(ptr, nbytes, device_index):
+        hasher.update(chunk); f.write(chunk)   # ``chunk`` is valid until the next iteration
+
+and for a resume: ``engine.host_to_device(src, ptr, device_index)`` into memory freshly allocated
+on the device (call ``synchronize_all()`` first if that memory may still be in use by another
+library's stream).
+
+Invariants. Host memory is ``buffers * chunk_bytes`` of pinned memory (traits below), allocated
+on first use, whatever the transfer size. Copies run on the engine's own non-blocking stream of
+each device's primary context (the one torch, CuPy and Numba use), ordered by one event per
+buffer: a buffer is handed to the consumer only after its copy finished, and refilled only after
+the consumer handed it back, so copying the next chunks overlaps with the consumer's hashing and
+writing. One transfer runs at a time per engine; a second one from another thread waits, a
+second one nested in the same thread is refused (``CudaError``). Driver failures raise
+``CudaError``, bad arguments ``InvalidInputError``, both before any byte moves where possible.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from traitlets import Int
+from traitlets.config import Configurable
+
+from jupyter_gkeresume.errors import CudaError, InvalidInputError
+from jupyter_gkeresume.snapshot.fingerprint import cuda_driver
+
+from .cuda_plan import d2h_schedule, h2d_schedule, plan_chunks
+
+_UNSET = object()
+_engine: Any = _UNSET
+_engine_lock = threading.Lock()
+
+
+def get_engine() -> CudaEngine | None:
+    """The process-wide engine, or None when no GPU is usable here (decided once).
+
+    Inside IPython the engine takes its traits from the shell's config
+    (``c.CudaEngine.chunk_bytes = ...`` in ``ipython_kernel_config.py``).
+    """
+    global _engine
+    with _engine_lock:
+        if _engine is _UNSET:
+            driver = cuda_driver()
+            _engine = None if driver is None else CudaEngine(driver, parent=_ipython_shell())
+        return _engine
+
+
+def _ipython_shell() -> Any:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+class DeviceRange(NamedTuple):
+    """``nbytes`` of device memory at ``device_ptr`` on device ``device_index``."""
+
+    device_ptr: int
+    nbytes: int
+    device_index: int
+
+
+@dataclass
+class _Device:
+    """What the engine holds on one device: its primary context, stream and one event per buffer."""
+
+    handle: Any
+    context: Any
+    stream: Any
+    events: list[Any]
+
+
+class CudaEngine(Configurable):
+    """Pinned-ring transfers between host and the GPUs of this process (see module docstring)."""
+
+    chunk_bytes = Int(
+        64 << 20, config=True,
+        help="Size of one pinned host buffer, the unit of one DMA copy (bytes).",
+    )
+    buffers = Int(
+        4, config=True,
+        help="Pinned buffers in the ring: host memory used is buffers * chunk_bytes.",
+    )
+
+    def __init__(self, driver: Any, **kwargs: Any):
+        """``driver`` is an initialised ``cuda.bindings.driver`` (``cuda_driver()``)."""
+        super().__init__(**kwargs)
+        if self.chunk_bytes < 4096 or self.buffers < 2:
+            raise InvalidInputError(
+                f"CudaEngine needs chunk_bytes >= 4096 and buffers >= 2 "
+                f"(got {self.chunk_bytes}, {self.buffers})"
+            )
+        self._drv = driver
+        self._devices: dict[int, _Device] = {}
+        self._ring: list[int] = []
+        self._views: list[memoryview] = []
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self.device_count: int = self._call("cuDeviceGetCount")
+
+    @property
+    def host_bytes(self) -> int:
+        """Pinned host memory this engine uses (once the ring exists): the bound of every copy."""
+        return self.chunk_bytes * self.buffers
+
+    # -- public API ------------------------------------------------------------------------------
+    def synchronize_all(self) -> None:
+        """Wait for all work on every active primary context (all its streams) to finish.
+
+        Contexts that are not active (no library used that GPU) have nothing in flight and are
+        not created. Contexts made with ``cuCtxCreate`` by other libraries are not seen.
+        """
+        for index in range(self.device_count):
+            handle = self._call("cuDeviceGet", index)
+            _, active = self._call("cuDevicePrimaryCtxGetState", handle)
+            if active:
+                with self._current(self._device(index)):
+                    self._call("cuCtxSynchronize")
+
+    def device_to_host_chunks(
+        self, device_ptr: int, nbytes: int, device_index: int
+    ) -> Iterator[memoryview]:
+        """Yield the ``nbytes`` at ``device_ptr`` on ``device_index`` as consecutive chunks.
+
+        Each chunk is a read-only view of a pinned buffer, valid until the next iteration (copy
+        it with ``bytes(chunk)`` to keep it); at most ``buffers * chunk_bytes`` host bytes are
+        used. Arguments are checked now; copying starts at the first ``next()``. Stopping early
+        (``break``, ``close()``) waits for the copies in flight.
+        """
+        ranges = [DeviceRange(device_ptr, nbytes, device_index)]
+        self._check_ranges(ranges)
+        return (chunk for _, chunk in self._d2h(ranges))
+
+    def device_to_host_ranges(
+        self, ranges: Sequence[DeviceRange]
+    ) -> Iterator[tuple[int, memoryview]]:
+        """Like ``device_to_host_chunks`` for several ranges in one pipeline: yields
+        ``(range position, chunk)``, ranges in order, so the copies of the next range overlap
+        the consumer of this one (many small tensors stream as fast as one big one)."""
+        ranges = list(ranges)
+        self._check_ranges(ranges)
+        return self._d2h(ranges)
+
+    def host_to_device(self, src: Any, device_ptr: int, device_index: int) -> None:
+        """Copy the bytes of ``src`` (any C-contiguous buffer) to ``device_ptr`` on
+        ``device_index``, staged through the ring; returns when the device holds them."""
+        try:
+            view = memoryview(src).cast("B")
+        except TypeError:
+            raise InvalidInputError("host_to_device needs a C-contiguous buffer") from None
+        self._check_ranges([DeviceRange(device_ptr, len(view), device_index)])
+        chunks = plan_chunks([len(view)], self.chunk_bytes, self.buffers)
+        with self._exclusive():
+            dev = self._device(device_index)
+            with self._draining([dev]):
+                for step, c in h2d_schedule(chunks, self.buffers):
+                    with self._current(dev):
+                        if step == "wait":
+                            self._call("cuEventSynchronize", dev.events[c.buffer])
+                            continue
+                        self._views[c.buffer][: c.size] = view[c.offset : c.offset + c.size]
+                        self._call(
+                            "cuMemcpyHtoDAsync", device_ptr + c.offset, self._ring[c.buffer],
+                            c.size, dev.stream,
+                        )
+                        self._call("cuEventRecord", dev.events[c.buffer], dev.stream)
+
+    def pointer_device(self, device_ptr: int) -> int:
+        """The device index that owns ``device_ptr`` (``InvalidInputError`` if none does)."""
+        attr = self._drv.CUpointer_attribute
+        try:
+            return int(self._call(
+                "cuPointerGetAttribute", attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, device_ptr
+            ))
+        except CudaError as exc:
+            raise InvalidInputError(f"0x{device_ptr:x} is not CUDA device memory: {exc}") from None
+
+    def memory_info(self, device_index: int) -> tuple[int, int]:
+        """``(free, total)`` bytes of ``device_index`` (creates its primary context if needed)."""
+        self._check_index(device_index)
+        with self._current(self._device(device_index)):
+            free, total = self._call("cuMemGetInfo")
+        return int(free), int(total)
+
+    def allocate(self, nbytes: int, device_index: int) -> DeviceAllocation:
+        """``nbytes`` of device memory on ``device_index``, freed when the result is collected."""
+        self._check_index(device_index)
+        dev = self._device(device_index)
+        with self._current(dev):
+            ptr = self._call("cuMemAlloc", max(1, nbytes))
+        return DeviceAllocation(self, int(ptr), nbytes, device_index)
+
+    def close(self) -> None:
+        """Free the pinned ring, streams and events, and release the primary contexts."""
+        with self._exclusive():
+            for dev in self._devices.values():
+                with self._current(dev):
+                    self._call("cuStreamSynchronize", dev.stream)
+                    for event in dev.events:
+                        self._call("cuEventDestroy", event)
+                    self._call("cuStreamDestroy", dev.stream)
+                self._call("cuDevicePrimaryCtxRelease", dev.handle)
+            self._devices.clear()
+            for view in self._views:
+                view.release()
+            for ptr in self._ring:
+                self._call("cuMemFreeHost", ptr)
+            self._ring, self._views = [], []
+
+    # -- the ring ----------------------------------------------------------------------------------
+    def _d2h(self, ranges: list[DeviceRange]) -> Iterator[tuple[int, memoryview]]:
+        chunks = plan_chunks([r.nbytes for r in ranges], self.chunk_bytes, self.buffers)
+        with self._exclusive():
+            devs = [self._device(r.device_index) for r in ranges]
+            with self._draining(devs):
+                for step, c in d2h_schedule(chunks, self.buffers):
+                    dev = devs[c.part]
+                    with self._current(dev):
+                        if step == "copy":
+                            self._call(
+                                "cuMemcpyDtoHAsync", self._ring[c.buffer],
+                                ranges[c.part].device_ptr + c.offset, c.size, dev.stream,
+                            )
+                            self._call("cuEventRecord", dev.events[c.buffer], dev.stream)
+                            continue
+                        self._call("cuEventSynchronize", dev.events[c.buffer])
+                    chunk = self._views[c.buffer][: c.size].toreadonly()
+                    try:
+                        yield c.part, chunk
+                    finally:
+                        _release(chunk)
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """One transfer at a time; allocates the pinned ring on first use."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise CudaError(
+                "a CUDA transfer is already running in this thread: finish or close the "
+                "previous device_to_host_chunks iterator first"
+            )
+        with self._lock:
+            self._owner = me
+            try:
+                if not self._ring:
+                    self._allocate_ring()
+                yield
+            finally:
+                self._owner = None
+
+    def _allocate_ring(self) -> None:
+        flags = self._drv.CU_MEMHOSTALLOC_PORTABLE
+        with self._current(self._device(0)):
+            try:
+                for _ in range(self.buffers):
+                    ptr = int(self._call("cuMemHostAlloc", self.chunk_bytes, flags))
+                    self._ring.append(ptr)
+                    raw = (ctypes.c_char * self.chunk_bytes).from_address(ptr)
+                    self._views.append(memoryview(raw).cast("B"))
+            except CudaError as exc:
+                for view in self._views:
+                    view.release()
+                for ptr in self._ring:
+                    self._call("cuMemFreeHost", ptr)
+                self._ring, self._views = [], []
+                raise CudaError(
+                    f"cannot pin {self.host_bytes >> 20} MiB of host memory ({exc}); lower "
+                    "CudaEngine.chunk_bytes or CudaEngine.buffers"
+                ) from None
+
+    @contextmanager
+    def _draining(self, devs: Sequence[_Device]) -> Iterator[None]:
+        """Leave no copy in flight into the ring, also when the transfer stops early or fails."""
+        try:
+            yield
+        except BaseException:
+            for dev in {id(d): d for d in devs}.values():
+                try:
+                    with self._current(dev):
+                        self._call("cuStreamSynchronize", dev.stream)
+                except CudaError:
+                    pass  # the original error says more; that stream is dead either way
+            raise
+        for dev in {id(d): d for d in devs}.values():
+            with self._current(dev):
+                self._call("cuStreamSynchronize", dev.stream)
+
+    # -- devices and contexts ------------------------------------------------------------------
+    def _device(self, index: int) -> _Device:
+        dev = self._devices.get(index)
+        if dev is None:
+            handle = self._call("cuDeviceGet", index)
+            context = self._call("cuDevicePrimaryCtxRetain", handle)
+            self._call("cuCtxPushCurrent", context)
+            try:
+                stream = self._call(
+                    "cuStreamCreate", self._drv.CUstream_flags.CU_STREAM_NON_BLOCKING
+                )
+                flag = self._drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+                events = [self._call("cuEventCreate", flag) for _ in range(self.buffers)]
+            finally:
+                self._call("cuCtxPopCurrent")
+            dev = self._devices[index] = _Device(handle, context, stream, events)
+        return dev
+
+    @contextmanager
+    def _current(self, dev: _Device) -> Iterator[None]:
+        """Make ``dev``'s context current for a few calls, then restore the caller's (torch's)."""
+        self._call("cuCtxPushCurrent", dev.context)
+        try:
+            yield
+        finally:
+            self._call("cuCtxPopCurrent")
+
+    def _check_index(self, device_index: int) -> None:
+        if not isinstance(device_index, int) or not 0 <= device_index < self.device_count:
+            raise InvalidInputError(
+                f"no CUDA device {device_index!r} here ({self.device_count} device(s))"
+            )
+
+    def _check_ranges(self, ranges: Sequence[DeviceRange]) -> None:
+        """Refuse, before any copy, a range whose first or last byte is not device memory of its
+        device: a bad pointer handed to an async copy can poison the whole context (every
+        tensor of the session lost), so the driver is asked first."""
+        for r in ranges:
+            self._check_index(r.device_index)
+            if not isinstance(r.nbytes, int) or r.nbytes < 0 or not isinstance(r.device_ptr, int):
+                raise InvalidInputError(f"bad device range: {r}")
+            for ptr in (r.device_ptr, r.device_ptr + r.nbytes - 1) if r.nbytes else ():
+                owner = self.pointer_device(ptr)
+                if owner != r.device_index:
+                    raise InvalidInputError(
+                        f"0x{ptr:x} is memory of cuda:{owner}, not of cuda:{r.device_index}"
+                    )
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """Call driver function ``name``; its value (None, one, or a tuple), or ``CudaError``."""
+        try:
+            out = getattr(self._drv, name)(*args)
+        except RuntimeError as exc:
+            raise CudaError(f"{name}: {exc}") from None
+        err = out[0]
+        if int(err) != 0:
+            raise CudaError(f"{name} failed: {self._describe(err)}")
+        return out[1] if len(out) == 2 else (out[1:] or None)
+
+    def _describe(self, err: Any) -> str:
+        try:
+            code, text = self._drv.cuGetErrorString(err)
+            if int(code) == 0 and text:
+                return f"{getattr(err, 'name', err)} ({bytes(text).decode(errors='replace')})"
+        except RuntimeError:
+            pass
+        return str(getattr(err, "name", err))
+
+
+class DeviceAllocation:
+    """Device memory owned by Python: ``nbytes`` at ``ptr`` on ``device_index``, freed when
+    collected."""
+
+    def __init__(self, engine: CudaEngine, ptr: int, nbytes: int, device_index: int):
+        self.engine, self.ptr, self.nbytes, self.device_index = engine, ptr, nbytes, device_index
+
+    def __del__(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None and engine._devices:
+            try:
+                with engine._current(engine._device(self.device_index)):
+                    engine._call("cuMemFree", self.ptr)
+            except CudaError:
+                pass  # interpreter shutdown or a dead context: the driver frees it anyway
+
+
+def _release(chunk: memoryview) -> None:
+    """End a delivered chunk's life so that a stale reference fails instead of reading new data."""
+    try:
+        chunk.release()
+    except BufferError:
+        raise CudaError(
+            "a chunk from device_to_host_chunks is still exported (e.g. numpy.frombuffer) after "
+            "the next iteration; copy it with bytes(chunk) to keep it"
+        ) from None
