@@ -1,19 +1,35 @@
 """Can this snapshot come back here? ``check_compatible`` answers with a verdict and reasons.
 
 Levels, best first: ``exact`` (same environment), ``portable`` (tensors are remapped: another GPU
-type, count or driver, or no GPU), ``partial`` (some named objects will not load here, e.g. their
-library is missing), ``incompatible`` (nothing can be loaded: unknown format, other Python major).
+type, count, memory, compute capability or driver, no GPU, another image or machine type, other
+package versions), ``partial`` (some named objects will not load here: a module their pickle needs
+is not importable, a library they use changed major version, or their CUDA tensors do not fit),
+``incompatible`` (nothing can be loaded: unknown format, another Python major version or
+implementation).
+
+Compared field by field (``fingerprint.environment_fingerprint`` writes them): ``format_version``,
+``python`` (patch: note only; minor: partial; major: incompatible), ``implementation``,
+``platform`` and ``machine`` (portable), ``packages``, ``cuda.driver_version`` and per GPU
+``name``, ``memory``, ``compute_capability`` (count too), ``machine_type`` and ``image``. GPU
+``uuid``/``index`` and ``node`` are ignored on purpose: a new pod almost always gets another
+physical GPU of the same type on another node, and that is still ``exact``.
+
+Module checks run in *this* process: the server, the CLI and the kernel share one environment on a
+notebook pod, so "importable here" means importable by the kernel that will restore.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 from .format import FORMAT_VERSION, Manifest
 
 LEVELS = ("exact", "portable", "partial", "incompatible")
+GIB = 1 << 30
 
 
 @dataclass
@@ -25,12 +41,22 @@ class Verdict:
     objects_at_risk: dict[str, str] = field(default_factory=dict)
 
     def worsen(self, level: str, reason: str) -> None:
+        """Add ``reason``; the level becomes ``level`` if that is worse (``exact`` = a note)."""
         if LEVELS.index(level) > LEVELS.index(self.level):
             self.level = level
         self.reasons.append(reason)
 
+    def at_risk(self, name: str, why: str) -> None:
+        """Name one object that will not load here (the level becomes at least ``partial``)."""
+        self.objects_at_risk[name] = (
+            f"{self.objects_at_risk[name]}; {why}" if name in self.objects_at_risk else why
+        )
+        self.worsen("partial", f"{name}: {why}")
+
     def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "reasons": self.reasons, "objects_at_risk": self.objects_at_risk}
+        return {
+            "level": self.level, "reasons": self.reasons, "objects_at_risk": self.objects_at_risk
+        }
 
 
 def _module_available(module: str) -> bool:
@@ -44,48 +70,114 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
     """Compare ``manifest.fingerprint`` with ``here`` (an ``environment_fingerprint()``)."""
     there = manifest.fingerprint
     verdict = Verdict("exact")
-    if manifest.format_version != FORMAT_VERSION:
-        verdict.worsen("incompatible", f"snapshot format {manifest.format_version} is unknown here")
+    written = there.get("format_version", manifest.format_version)
+    if manifest.format_version != FORMAT_VERSION or written != FORMAT_VERSION:
+        verdict.worsen("incompatible", f"snapshot format {written} is unknown here")
         return verdict
-    py_there, py_here = str(there.get("python", "")), str(here.get("python", ""))
-    if py_there.split(".")[:2] != py_here.split(".")[:2]:
-        level = "incompatible" if py_there.split(".")[:1] != py_here.split(".")[:1] else "partial"
-        verdict.worsen(level, f"Python {py_there} wrote it, this is Python {py_here}")
-    _compare_gpus(verdict, there.get("cuda") or {}, here.get("cuda") or {}, manifest)
-    for key in ("machine_type", "image"):
+    _compare_python(verdict, there, here)
+    if verdict.level == "incompatible":
+        return verdict
+    for key in ("platform", "machine", "machine_type", "image"):
         if there.get(key) and here.get(key) and there[key] != here[key]:
             verdict.worsen("portable", f"{key} differs: {there[key]} -> {here[key]}")
-    pk_there, pk_here = there.get("packages") or {}, here.get("packages") or {}
-    for name, version in sorted(pk_there.items()):
-        if name in pk_here and pk_here[name] != version:
-            verdict.worsen("portable", f"{name} {version} -> {pk_here[name]}: objects are re-created")
+    _compare_gpus(verdict, there.get("cuda") or {}, here.get("cuda") or {}, manifest)
+    _compare_packages(verdict, there.get("packages") or {}, here.get("packages") or {}, manifest)
     for obj in manifest.objects:
         if obj.status != "saved":
             continue
         missing = sorted(m for m in obj.modules if not _module_available(m))
         if missing:
-            why = f"needs {', '.join(missing)}, not importable here"
-            verdict.objects_at_risk[obj.name] = why
-            verdict.worsen("partial", f"{obj.name}: {why}")
+            verdict.at_risk(obj.name, f"needs {', '.join(missing)}, not importable here")
     return verdict
+
+
+def _compare_python(verdict: Verdict, there: dict, here: dict) -> None:
+    impl_there, impl_here = there.get("implementation"), here.get("implementation")
+    if impl_there and impl_here and impl_there != impl_here:
+        verdict.worsen("incompatible", f"{impl_there} wrote it, this is {impl_here}")
+        return
+    py_there, py_here = str(there.get("python", "")), str(here.get("python", ""))
+    if py_there == py_here:
+        return
+    v_there, v_here = py_there.split("."), py_here.split(".")
+    if v_there[:1] != v_here[:1]:
+        verdict.worsen("incompatible", f"Python {py_there} wrote it, this is Python {py_here}")
+    elif v_there[:2] != v_here[:2]:
+        verdict.worsen(
+            "partial", f"Python {py_there} wrote it, this is Python {py_here}: notebook-defined "
+            "functions and classes (pickled as bytecode) may not load"
+        )
+    else:
+        verdict.worsen("exact", f"Python {py_there} -> {py_here} (patch release)")
 
 
 def _compare_gpus(verdict: Verdict, there: dict, here: dict, manifest: Manifest) -> None:
     gpus_there, gpus_here = there.get("gpus") or [], here.get("gpus") or []
-    uses_cuda = any(s.device.startswith("cuda") for s in manifest.storages.values())
+    cuda_bytes = sum(s.nbytes for s in manifest.storages.values() if s.device.startswith("cuda"))
     if not gpus_there:
         return
     if not gpus_here:
-        if uses_cuda:
+        if cuda_bytes:
             verdict.worsen("portable", "no GPU here: CUDA tensors come back on the CPU")
         return
-    names_there = [g.get("name") for g in gpus_there]
-    names_here = [g.get("name") for g in gpus_here]
     if len(gpus_here) < len(gpus_there):
         verdict.worsen("portable", f"{len(gpus_there)} GPUs there, {len(gpus_here)} here: remapped")
-    if names_there[: len(names_here)] != names_here[: len(names_there)]:
-        verdict.worsen("portable", f"GPU {names_there[0]} there, {names_here[0]} here")
+    for key, what in (("name", "GPU"), ("compute_capability", "compute capability")):
+        values_there = [g.get(key) for g in gpus_there][: len(gpus_here)]
+        values_here = [g.get(key) for g in gpus_here][: len(gpus_there)]
+        if values_there != values_here:
+            verdict.worsen("portable", f"{what} {values_there[0]} there, {values_here[0]} here")
+    mem_there = sum(int(g.get("memory") or 0) for g in gpus_there)
+    mem_here = sum(int(g.get("memory") or 0) for g in gpus_here)
+    if mem_here < mem_there:
+        verdict.worsen(
+            "portable", f"{mem_there / GIB:.1f} GiB of GPU memory there, {mem_here / GIB:.1f} here"
+        )
+    if cuda_bytes > mem_here:
+        why = (f"{cuda_bytes / GIB:.1f} GiB of CUDA tensors do not fit in {mem_here / GIB:.1f} GiB "
+               "of GPU memory here")
+        on_gpu = [o.name for o in manifest.objects
+                  if o.status == "saved" and (o.device or "").startswith("cuda")]
+        for name in on_gpu:
+            verdict.at_risk(name, why)
+        if not on_gpu:
+            verdict.worsen("partial", why)
     if there.get("driver_version") != here.get("driver_version"):
         verdict.worsen(
             "portable", f"CUDA driver {there.get('driver_version')} -> {here.get('driver_version')}"
         )
+
+
+def _compare_packages(verdict: Verdict, there: dict, here: dict, manifest: Manifest) -> None:
+    """Version changes are ``portable``; a major change names the objects that use the package."""
+    majors = {}
+    for name, version in sorted(there.items()):
+        if name not in here:
+            verdict.worsen("portable", f"{name} {version} was installed there, not here")
+        elif here[name] != version:
+            major = _major(version) != _major(here[name])
+            verdict.worsen(
+                "portable", f"{name} {version} -> {here[name]}" + (" (major)" if major else "")
+            )
+            if major:
+                majors[_normalize(name)] = f"{name} {version} -> {here[name]} (major change)"
+    if not majors:
+        return
+    owners = metadata.packages_distributions()
+    for obj in manifest.objects:
+        if obj.status != "saved":
+            continue
+        for module in obj.modules:
+            for dist in owners.get(module, [module]):
+                if _normalize(dist) in majors:
+                    verdict.at_risk(obj.name, f"pickled with {majors[_normalize(dist)]}")
+
+
+def _major(version: str) -> tuple[int, ...]:
+    """The compatibility-breaking prefix: ``2.1.0`` -> (2,), ``0.4.1`` -> (0, 4)."""
+    numbers = [int(n) for n in re.findall(r"\d+", version.split("+")[0])[:2]] or [0]
+    return tuple(numbers[:2]) if numbers[0] == 0 else (numbers[0],)
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -1,0 +1,154 @@
+"""Deleting snapshots by a retention plan, and freeing blobs that no manifest references.
+
+Call order: ``apply_retention`` (optional: deletes the manifests a ``RetentionPlan`` drops), then
+``collect_garbage`` (mark and sweep). Both take ``dry_run``: then nothing is deleted and the
+report says what would go and how many bytes that frees.
+
+Mark and sweep, in this order, so that a checkpoint running at the same time never loses a blob:
+
+1. list the blobs (with sizes and modification times);
+2. mark every blob named by any committed manifest (signed or not: gc protects more, never less);
+   a manifest that cannot be parsed stops gc before anything is deleted (its blobs are unknown);
+3. candidates: unmarked blobs older than ``grace_seconds``. A checkpoint in flight writes its
+   blobs before its manifest, so its new blobs are younger than the grace period;
+4. list the manifests again and mark those committed meanwhile (a checkpoint that reused an old
+   blob and committed during steps 1-3 keeps it);
+5. list the blobs again and drop candidates whose modification time moved into the grace period
+   (a writer that reuses an existing blob refreshes it first, see docs/lifecycle.md);
+6. delete the candidates.
+
+The grace period must exceed the longest checkpoint. What remains racy is a writer that decides to
+reuse a blob during step 6 without refreshing it: the documented writer contract closes that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ..errors import ManifestError
+from .format import Manifest
+from .retention import RetentionPlan, RetentionPolicy, SnapshotFacts, paused_snapshot_ids, plan
+from .store import BlobInfo, SnapshotStore
+
+DEFAULT_GRACE_SECONDS = 6 * 3600
+
+#: ``progress(phase, done, total)``; phases: listing, marking, sweeping.
+GcProgress = Callable[[str, int, int], None]
+
+
+@dataclass
+class GcReport:
+    """What gc deleted (or, in a dry run, would delete) and what it left alone."""
+
+    dry_run: bool
+    snapshots_deleted: list[str] = field(default_factory=list)
+    blobs_total: int = 0
+    blobs_referenced: int = 0
+    swept: dict[str, int] = field(default_factory=dict)
+    young: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(self.swept.values())
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "dry_run": self.dry_run, "snapshots_deleted": self.snapshots_deleted,
+            "blobs_total": self.blobs_total, "blobs_referenced": self.blobs_referenced,
+            "swept": self.swept, "young": self.young, "bytes_freed": self.bytes_freed,
+        }
+
+
+def read_manifest(store: SnapshotStore, snapshot_id: str) -> Manifest:
+    """Parse one manifest without checking its signature (gc and retention only need facts)."""
+    return Manifest.from_json(store.read_manifest_bytes(snapshot_id))
+
+
+def retention_plan(
+    store: SnapshotStore, policy: RetentionPolicy, *, now: datetime | None = None
+) -> RetentionPlan:
+    """The plan for this store's snapshots and paused record (reads only)."""
+    facts = []
+    for snapshot_id in store.list_snapshot_ids():
+        try:
+            facts.append(SnapshotFacts(snapshot_id, read_manifest(store, snapshot_id).name))
+        except ManifestError:
+            facts.append(SnapshotFacts(snapshot_id, readable=False))
+    protected = paused_snapshot_ids(store.read_record("paused"))
+    return plan(facts, policy, now=now or datetime.now(timezone.utc), protected=protected)
+
+
+def apply_retention(store: SnapshotStore, retention: RetentionPlan, *, dry_run: bool) -> list[str]:
+    """Delete the manifests ``retention`` drops (none in a dry run); returns their ids."""
+    if not dry_run:
+        for snapshot_id in retention.delete:
+            store.delete_manifest(snapshot_id)
+    return list(retention.delete)
+
+
+def collect_garbage(
+    store: SnapshotStore,
+    *,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    dry_run: bool = False,
+    ignore: frozenset[str] | set[str] = frozenset(),
+    now: float | None = None,
+    progress: GcProgress | None = None,
+) -> GcReport:
+    """Mark and sweep (see the module docstring). ``ignore``: manifest ids to treat as deleted
+    (a dry run of ``apply_retention`` passes the ids it would delete)."""
+    report = GcReport(dry_run=dry_run)
+    notify = progress or (lambda phase, done, total: None)
+    notify("listing", 0, 0)
+    blobs = store.list_blobs()
+    report.blobs_total = len(blobs)
+    marked_ids = [i for i in store.list_snapshot_ids() if i not in ignore]
+    referenced = _mark(store, marked_ids, notify)
+    report.blobs_referenced = len({b.digest for b in blobs} & referenced)
+    clock = time.time() if now is None else now
+    candidates = {}
+    for blob in blobs:
+        if blob.digest in referenced:
+            continue
+        if _young(blob, clock, grace_seconds):
+            report.young[blob.digest] = blob.size
+        else:
+            candidates[blob.digest] = blob.size
+    seen = set(marked_ids) | set(ignore)
+    late_ids = [i for i in store.list_snapshot_ids() if i not in seen]
+    for digest in _mark(store, late_ids, notify) & candidates.keys():
+        del candidates[digest]
+    if candidates:
+        for blob in store.list_blobs():
+            if blob.digest in candidates and _young(blob, clock, grace_seconds):
+                report.young[blob.digest] = candidates.pop(blob.digest)
+    for done, (digest, size) in enumerate(sorted(candidates.items()), 1):
+        if not dry_run:
+            store.delete_blob(digest)
+        report.swept[digest] = size
+        notify("sweeping", done, len(candidates))
+    return report
+
+
+def _mark(store: SnapshotStore, snapshot_ids: list[str], notify: GcProgress) -> set[str]:
+    referenced: set[str] = set()
+    for done, snapshot_id in enumerate(snapshot_ids, 1):
+        try:
+            referenced.update(read_manifest(store, snapshot_id).blobs)
+        except FileNotFoundError:
+            continue  # deleted meanwhile: its blobs are garbage like any other
+        except ManifestError as exc:
+            raise ManifestError(
+                f"gc stopped before deleting any blob: snapshot {snapshot_id} cannot be read "
+                f"({exc}); remove it with `jupyter gkeresume rm {snapshot_id}` or restore it"
+            ) from None
+        notify("marking", done, len(snapshot_ids))
+    return referenced
+
+
+def _young(blob: BlobInfo, now: float, grace_seconds: float) -> bool:
+    """Within the grace period, or of unknown age (then never deleted)."""
+    return blob.mtime is None or now - blob.mtime < grace_seconds

@@ -1,0 +1,134 @@
+"""Retention policies as pure functions: which committed snapshots to keep, and why.
+
+Nothing here touches a store. Callers read manifests and the paused record, call ``plan``, and
+delete what ``RetentionPlan.delete`` lists (``gc.apply_retention`` does exactly that, then
+``gc.collect_garbage`` frees the blobs no remaining manifest references).
+
+Rules (a snapshot is kept when any rule keeps it; with no rule set nothing is deleted):
+
+- ``keep_last=N``: the N newest snapshots (N >= 1: a policy never deletes the newest one);
+- ``keep_days=D``: snapshots created less than D days before ``now``;
+- named snapshots (``%checkpoint -n NAME``) are always kept: a name says "I want this one";
+- snapshots named by the paused record (``records/paused.json``, ``kernels[].snapshot_id`` as
+  docs/api.md defines it: what a paused workspace will resume from) are always kept;
+- a snapshot whose manifest cannot be read is kept (its blobs are unknown, see ``gc``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from ..errors import InvalidInputError, ManifestError
+from .format import SNAPSHOT_ID_RE
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """``None`` disables a rule; both ``None`` keeps everything."""
+
+    keep_last: int | None = None
+    keep_days: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep_last is not None and (isinstance(self.keep_last, bool) or self.keep_last < 1):
+            raise InvalidInputError(f"keep_last must be at least 1, not {self.keep_last!r}")
+        if self.keep_days is not None and not self.keep_days >= 0:
+            raise InvalidInputError(f"keep_days must be 0 or more, not {self.keep_days!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.keep_last is not None or self.keep_days is not None
+
+
+@dataclass(frozen=True)
+class SnapshotFacts:
+    """What retention needs to know about one snapshot (its id also tells when it was made)."""
+
+    snapshot_id: str
+    name: str | None = None
+    readable: bool = True
+
+    @property
+    def created(self) -> datetime:
+        return created_at(self.snapshot_id)
+
+
+@dataclass
+class RetentionPlan:
+    """``keep`` maps each kept id to its reasons; ``delete`` lists the rest, oldest first."""
+
+    keep: dict[str, list[str]] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"keep": self.keep, "delete": self.delete}
+
+
+def plan(
+    snapshots: list[SnapshotFacts],
+    policy: RetentionPolicy,
+    *,
+    now: datetime,
+    protected: frozenset[str] | set[str] = frozenset(),
+) -> RetentionPlan:
+    """Decide for every snapshot; ``protected`` are the paused record's ids, ``now`` is aware."""
+    result = RetentionPlan()
+    newest_first = sorted(snapshots, key=lambda s: s.snapshot_id, reverse=True)
+    cutoff = now - timedelta(days=policy.keep_days) if policy.keep_days is not None else None
+    for rank, snap in enumerate(newest_first):
+        reasons = []
+        if not policy.active:
+            reasons.append("no retention rule set")
+        if policy.keep_last is not None and rank < policy.keep_last:
+            reasons.append(f"one of the last {policy.keep_last}")
+        if cutoff is not None and snap.created > cutoff:
+            reasons.append(f"newer than {policy.keep_days:g} days")
+        if snap.name:
+            reasons.append(f"named {snap.name!r}")
+        if snap.snapshot_id in protected:
+            reasons.append("in the paused record")
+        if not snap.readable:
+            reasons.append("manifest unreadable")
+        if reasons:
+            result.keep[snap.snapshot_id] = reasons
+        else:
+            result.delete.append(snap.snapshot_id)
+    result.delete.reverse()
+    return result
+
+
+def paused_snapshot_ids(record: bytes | None) -> frozenset[str]:
+    """The ids the paused record names (``kernels[].snapshot_id``, see docs/api.md); empty if
+    there is no record.
+
+    A record that exists but cannot be read raises ``ManifestError``: guessing would risk
+    deleting the snapshot a paused workspace needs.
+    """
+    if record is None:
+        return frozenset()
+    try:
+        data = json.loads(record)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ManifestError("the paused record is not valid JSON; fix or remove it first") from None
+    kernels = data.get("kernels") if isinstance(data, dict) else None
+    if not isinstance(kernels, list) or not all(
+        isinstance(k, dict) and isinstance(k.get("snapshot_id"), str)
+        and SNAPSHOT_ID_RE.match(k["snapshot_id"]) for k in kernels
+    ):
+        raise ManifestError("the paused record's 'kernels' do not each name a snapshot_id")
+    return frozenset(k["snapshot_id"] for k in kernels)
+
+
+def created_at(snapshot_id: str) -> datetime:
+    """When a snapshot was made, from its id (``20261130T101500Z-a1b2c3``), in UTC.
+
+    An id shaped right but not a real date (never made by this package) reads as the far future,
+    so a ``keep_days`` rule keeps it rather than guessing.
+    """
+    try:
+        moment = datetime.strptime(snapshot_id[:16], "%Y%m%dT%H%M%SZ")
+    except ValueError:
+        moment = datetime.max
+    return moment.replace(tzinfo=timezone.utc)

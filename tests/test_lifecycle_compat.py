@@ -1,0 +1,140 @@
+"""check_compatible: one verdict per fingerprint field that can differ, with readable reasons."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from jupyter_gkeresume.snapshot import FORMAT_VERSION, check_compatible, environment_fingerprint
+from jupyter_gkeresume.snapshot.fingerprint import package_versions
+
+GIB = 1 << 30
+GPU = {"index": 0, "name": "NVIDIA L4", "memory": 24 * GIB, "compute_capability": "8.9",
+       "uuid": "aa"}
+BASE = {
+    "format_version": FORMAT_VERSION, "python": "3.11.9", "implementation": "cpython",
+    "platform": "linux", "machine": "x86_64",
+    "packages": {"torch": "2.13.0", "numpy": "2.1.0", "pandas": "2.2.0"},
+    "cuda": {"driver_version": "12.4", "gpus": [GPU]},
+    "machine_type": "g2-standard-8", "image": "jupyter/gpu:1", "node": "node-a",
+}
+
+
+def changed(**edits):
+    fp = copy.deepcopy(BASE)
+    for path, value in edits.items():
+        target = fp
+        *parents, leaf = path.split("__")
+        for p in parents:
+            target = target[int(p)] if isinstance(target, list) else target[p]
+        if isinstance(target, list):
+            target[int(leaf)] = value
+        elif value is None:
+            del target[leaf]
+        else:
+            target[leaf] = value
+    return fp
+
+
+def other_gpu(**fields):
+    return {"driver_version": "12.4", "gpus": [{**GPU, **fields}]}
+
+
+CASES = [
+    ("same", {}, "exact", None),
+    ("gpu uuid", {"cuda": other_gpu(uuid="bb")}, "exact", None),
+    ("node", {"node": "node-b"}, "exact", None),
+    ("python patch", {"python": "3.11.10"}, "exact", "patch release"),
+    ("python minor", {"python": "3.12.1"}, "partial", "Python 3.11.9 wrote it"),
+    ("python major", {"python": "4.0.0"}, "incompatible", "Python 3.11.9 wrote it"),
+    ("implementation", {"implementation": "pypy"}, "incompatible", "cpython wrote it"),
+    ("platform", {"platform": "darwin"}, "portable", "platform differs"),
+    ("machine", {"machine": "aarch64"}, "portable", "machine differs"),
+    ("machine type", {"machine_type": "a2-highgpu-1g"}, "portable", "machine_type differs"),
+    ("image", {"image": "jupyter/gpu:2"}, "portable", "image differs"),
+    ("package minor", {"packages__pandas": "2.3.0"}, "portable", "pandas 2.2.0 -> 2.3.0"),
+    ("package gone", {"packages__pandas": None}, "portable", "pandas 2.2.0 was installed there"),
+    ("driver", {"cuda": {**other_gpu(), "driver_version": "13.0"}}, "portable", "driver 12.4"),
+    ("gpu name", {"cuda": other_gpu(name="NVIDIA H100")}, "portable", "GPU NVIDIA L4 there"),
+    ("compute capability", {"cuda": other_gpu(compute_capability="9.0")}, "portable",
+     "compute capability 8.9"),
+    ("gpu memory", {"cuda": other_gpu(memory=16 * GIB)}, "portable", "24.0 GiB of GPU memory"),
+    ("gpu count", {"cuda": {"driver_version": "12.4", "gpus": []}}, "portable", "no GPU here"),
+]
+
+
+@pytest.mark.parametrize(("field", "here", "level", "reason"), CASES, ids=[c[0] for c in CASES])
+def test_each_field_gives_its_verdict(local_store, signing_key, field, here, level, reason):
+    from fixtures_lifecycle import make_snapshot
+
+    m = make_snapshot(local_store, signing_key, [b"w" * 64], fingerprint=copy.deepcopy(BASE),
+                      device="cuda:0", modules={"x0": ["json"]})
+    verdict = check_compatible(m, changed(**here))
+    assert verdict.level == level, verdict.reasons
+    if reason:
+        assert any(reason in r for r in verdict.reasons), verdict.reasons
+    else:
+        assert verdict.reasons == []
+
+
+def test_unknown_format_is_incompatible(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    there = changed(format_version=FORMAT_VERSION + 1)
+    m = make_snapshot(local_store, signing_key, [b"w"], fingerprint=there)
+    verdict = check_compatible(m, copy.deepcopy(BASE))
+    assert verdict.level == "incompatible"
+    assert verdict.reasons == [f"snapshot format {FORMAT_VERSION + 1} is unknown here"]
+
+
+def test_fewer_gpus_are_remapped(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    there = changed(cuda={"driver_version": "12.4", "gpus": [GPU, {**GPU, "index": 1}]})
+    m = make_snapshot(local_store, signing_key, [b"w"], fingerprint=there, device="cuda:1")
+    verdict = check_compatible(m, copy.deepcopy(BASE))
+    assert verdict.level == "portable"
+    assert "2 GPUs there, 1 here: remapped" in verdict.reasons
+
+
+def test_missing_module_names_the_object(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    m = make_snapshot(local_store, signing_key, [b"a", b"b"], fingerprint=copy.deepcopy(BASE),
+                      modules={"x0": ["json"], "x1": ["gkeresume_vanished_module"]})
+    verdict = check_compatible(m, copy.deepcopy(BASE))
+    assert verdict.level == "partial"
+    assert list(verdict.objects_at_risk) == ["x1"]
+    assert "gkeresume_vanished_module" in verdict.objects_at_risk["x1"]
+
+
+def test_major_package_change_names_the_objects_using_it(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    m = make_snapshot(local_store, signing_key, [b"a", b"b"], fingerprint=copy.deepcopy(BASE),
+                      modules={"x0": ["numpy"], "x1": ["json"]})
+    verdict = check_compatible(m, changed(packages__numpy="3.0.0"))
+    assert verdict.level == "partial"
+    assert list(verdict.objects_at_risk) == ["x0"]
+    assert "numpy 2.1.0 -> 3.0.0 (major change)" in verdict.objects_at_risk["x0"]
+
+
+def test_cuda_tensors_that_do_not_fit_are_partial(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    m = make_snapshot(local_store, signing_key, [b"w" * 2048], fingerprint=copy.deepcopy(BASE),
+                      device="cuda:0")
+    verdict = check_compatible(m, changed(cuda=other_gpu(memory=1024)))
+    assert verdict.level == "partial"
+    assert "do not fit" in verdict.objects_at_risk["x0"]
+
+
+def test_this_environment_matches_itself(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    here = environment_fingerprint()
+    m = make_snapshot(local_store, signing_key, [b"w"], fingerprint=here,
+                      modules={"x0": list(package_versions())[:1] or ["json"]})
+    verdict = check_compatible(m, environment_fingerprint())
+    assert (verdict.level, verdict.reasons) == ("exact", [])
