@@ -64,3 +64,12 @@ class KernelCallError(GkeResumeError):
 
 class CudaError(GkeResumeError):
     """The CUDA driver refused a transfer (bad pointer, device lost, out of pinned memory)."""
+
+
+class KernelNotFoundError(GkeResumeError, LookupError):
+    """No running kernel has this id (the REST API answers 404)."""
+
+
+class ConflictError(GkeResumeError):
+    """The request conflicts with what is happening now: an operation in flight, a busy kernel,
+    a workspace already paused (the REST API answers 409)."""
