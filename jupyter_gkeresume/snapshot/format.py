@@ -5,10 +5,11 @@ written last; its presence in the store is the commit. ``Manifest.from_json`` ac
 ``Manifest.to_json`` can produce: anything else raises ``ManifestError`` with the offending field,
 never a ``KeyError`` or ``TypeError`` from deep inside.
 
-Layout of the graph: the kernel pickles each saved object in ``objects`` order with one pickler
-(one memo, so identity survives across names), then one final record holding the session state
-(RNG, cwd, sys.path, env, history). Storages that left the pickle are named ``s0, s1, ...`` in
-``storages``; each says which blob entry holds its bytes.
+Layout of the graph: the kernel pickles one record per name in ``records`` with one pickler (one
+memo, so identity survives across names): the saved objects, then ``__session__`` (RNG, cwd,
+sys.path, env, execution count) and ``__resume_hooks__``. ``graph_ends[i]`` is the offset just
+past record ``i`` in the graph blob's single entry. Storages that left the pickle are named
+``s0, s1, ...`` in ``storages``; each says which blob entry holds its bytes.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ class Manifest:
     objects: list[ObjectRecord]
     storages: dict[str, StorageRef]
     blobs: dict[str, int]
+    records: list[str] = field(default_factory=list)
+    graph_ends: list[int] = field(default_factory=list)
     name: str | None = None
     notebook: str | None = None
     execution_count: int = 0
@@ -128,6 +131,8 @@ class Manifest:
             "notebook": self.notebook,
             "execution_count": self.execution_count,
             "graph_blob": self.graph_blob,
+            "records": list(self.records),
+            "graph_ends": list(self.graph_ends),
             "objects": [asdict(o) for o in self.objects],
             "storages": {k: asdict(v) for k, v in self.storages.items()},
             "blobs": dict(self.blobs),
@@ -208,6 +213,15 @@ class Manifest:
         if signature is not None:
             _check(all(isinstance(v, str) for v in signature.values()),
                    "manifest: signature fields must be strings")
+        records = r.get("records", list)
+        graph_ends = r.get("graph_ends", list)
+        _check(all(isinstance(n, str) for n in records), "manifest: records must be names")
+        _check(
+            len(graph_ends) == len(records)
+            and all(isinstance(e, int) and not isinstance(e, bool) for e in graph_ends)
+            and all(a < b for a, b in zip([0, *graph_ends], graph_ends, strict=False)),
+            "manifest: graph_ends must be increasing offsets, one per record",
+        )
         history = r.get("history", list)
         _check(all(isinstance(h, str) for h in history), "manifest: history must hold strings")
         return cls(
@@ -218,6 +232,8 @@ class Manifest:
             objects=objects,
             storages=storages,
             blobs=blobs,
+            records=records,
+            graph_ends=graph_ends,
             name=r.get("name", str, optional=True),
             notebook=r.get("notebook", str, optional=True),
             execution_count=r.get("execution_count", int),

@@ -1,0 +1,21 @@
+"""kernel_hooks: the IPython extension that checkpoints and restores a kernel's state.
+
+``%load_ext kernel_hooks`` loads it (installing jupyter-gkeresume makes every IPython kernel of
+the environment load it at start, through ``etc/ipython/ipython_kernel_config.json``). Magics:
+``%checkpoint``, ``%snapshots``, ``%resume``, ``%pause``; the same verbs as functions below.
+"""
+
+from .api import checkpoint, list_snapshots, resume
+from .registry import on_resume, register
+
+__all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "register",
+           "resume"]
+
+
+def load_ipython_extension(ipython) -> None:
+    """Register the magics and remember the session's starting sys.path and environment."""
+    from . import session_state
+    from .magics import ResumeMagics
+
+    session_state.remember_baseline()
+    ipython.register_magics(ResumeMagics)

@@ -1,0 +1,204 @@
+"""Checkpoint: the user namespace -> blobs + signed manifest, committed last and read back.
+
+Call order inside ``take_checkpoint``: synchronize devices; choose the names (minus IPython's own);
+pickle them as one graph (``graph.write_graph``) while storages are collected; write storage blobs
+in parallel, then the graph blob; build, sign and commit the manifest; read it back and check
+signature and blobs. Any exception before the commit leaves no visible snapshot and the namespace
+untouched (capture only reads it).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyter_gkeresume.errors import IntegrityError
+from jupyter_gkeresume.snapshot import (
+    Manifest,
+    ObjectRecord,
+    SigningKey,
+    SnapshotStore,
+    environment_fingerprint,
+    load_manifest,
+    new_snapshot_id,
+    sign,
+)
+
+from . import registry, session_state
+from .blobwriter import BlobWriter, plan_blobs
+from .graph import write_graph
+from .placeholders import type_name, uncapturable_reason
+from .results import CheckpointResult, Progress, Skipped
+from .storages import StorageCollector
+
+SESSION_RECORD = "__session__"
+HOOKS_RECORD = "__resume_hooks__"
+_IPYTHON_NAMES = re.compile(r"^(_|__|___|_i+|_i\d+|_\d+|_oh|_ih|_dh|In|Out|exit|quit|get_ipython)$")
+
+
+def user_names(namespace: Mapping[str, Any], hidden: Mapping[str, Any]) -> list[str]:
+    """Names the user made: not dunders, not IPython's history/output names, not hidden ones."""
+    names = []
+    for name, value in namespace.items():
+        if (name.startswith("__") and name.endswith("__")) or _IPYTHON_NAMES.match(name):
+            continue
+        if name in hidden and hidden[name] is value:
+            continue
+        names.append(name)
+    return names
+
+
+def synchronize_devices() -> None:
+    """Wait for in-flight device work so no half-computed tensor is copied."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+
+
+def describe(value: object) -> dict[str, Any]:
+    """dtype/shape/device of tensors and arrays, for the manifest and the report."""
+    out: dict[str, Any] = {}
+    shape = getattr(value, "shape", None)
+    if shape is not None and getattr(value, "dtype", None) is not None:
+        try:
+            out["shape"] = [int(d) for d in shape]
+            out["dtype"] = str(value.dtype).removeprefix("torch.")
+        except (TypeError, ValueError):
+            return {}
+        device = getattr(value, "device", None)
+        out["device"] = str(device) if device is not None else "cpu"
+    return out
+
+
+def take_checkpoint(
+    namespace: Mapping[str, Any],
+    store: SnapshotStore,
+    key: SigningKey,
+    *,
+    name: str | None = None,
+    notebook: str | None = None,
+    hidden: Mapping[str, Any] | None = None,
+    execution_count: int = 0,
+    history: list[str] | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> CheckpointResult:
+    """Write one snapshot of ``namespace``; see the module docstring for the order."""
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+    synchronize_devices()
+    timings["sync"] = time.monotonic() - started
+
+    objects: dict[str, ObjectRecord] = {}
+    skipped: list[Skipped] = []
+    items: list[tuple[str, object]] = []
+    for var in user_names(namespace, hidden or {}):
+        value = namespace[var]
+        reason = uncapturable_reason(value)
+        app = registry.by_name.get(var)
+        if app is not None and reason is None:
+            try:
+                value = registry.SavedByApp(app.load, app.save(value))
+            except Exception as exc:  # the user's save hook failed: report, keep going
+                reason = f"registered save() failed: {type(exc).__name__}: {exc}"
+        if reason is not None:
+            objects[var] = ObjectRecord(var, type_name(namespace[var]), "skipped", reason)
+            skipped.append(Skipped(var, type_name(namespace[var]), reason))
+            continue
+        items.append((var, value))
+    session, secret_env = session_state.capture(execution_count)
+    for env_name in secret_env:
+        skipped.append(Skipped(f"${env_name}", "environment variable", "looks like a credential"))
+    items += [(SESSION_RECORD, session), (HOOKS_RECORD, list(registry.resume_hooks))]
+
+    mark = time.monotonic()
+    graph, records, collector, failed = write_graph(items, StorageCollector)
+    timings["pickle"] = time.monotonic() - mark
+    for var, reason in failed.items():
+        value = namespace.get(var)
+        objects[var] = ObjectRecord(var, type_name(value), "skipped", reason)
+        skipped.append(Skipped(var, type_name(value), reason))
+    owned: dict[str, int] = {}
+    for item in collector.items:
+        owned[item.owner] = owned.get(item.owner, 0) + item.nbytes
+    for rec in records:
+        if rec.name in (SESSION_RECORD, HOOKS_RECORD):
+            continue
+        note = rec.note
+        inside = "; ".join(note.uncaptured)
+        for part in note.uncaptured:
+            skipped.append(Skipped(f"{rec.name} (inside)", part.split(" (", 1)[0], part))
+        objects[rec.name] = ObjectRecord(
+            rec.name, type_name(namespace[rec.name]), "saved",
+            f"restored with placeholders for: {inside}" if inside else None,
+            owned.get(rec.name, 0), modules=sorted(note.modules),
+            **describe(namespace[rec.name]),
+        )
+
+    mark = time.monotonic()
+    writer = BlobWriter(store, progress=progress)
+    written = writer.write_all(plan_blobs(collector.items))
+    graph_digest, graph_size, graph_new = writer.write_bytes(graph)
+    timings["blobs"] = time.monotonic() - mark
+    new_bytes = written.new_bytes + (graph_size if graph_new else 0)
+    reused_bytes = written.reused_bytes + (0 if graph_new else graph_size)
+
+    mark = time.monotonic()
+    if progress is not None:
+        progress(Progress("committing", new_bytes + reused_bytes, new_bytes + reused_bytes,
+                          mark - started))
+    ordered = [objects[n] for n in namespace if n in objects]
+    saved = [o.name for o in ordered if o.status == "saved"]
+    manifest = Manifest(
+        snapshot_id=new_snapshot_id(),
+        workspace=store.workspace,
+        created=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        graph_blob=graph_digest,
+        objects=ordered,
+        storages=written.refs,
+        blobs={**written.sizes, graph_digest: graph_size},
+        records=[r.name for r in records],
+        graph_ends=[r.end for r in records],
+        name=name,
+        notebook=notebook,
+        execution_count=execution_count,
+        fingerprint=environment_fingerprint(),
+        history=list(history or []),
+    )
+    manifest.totals = {
+        "objects": len(ordered), "saved": len(saved), "skipped": len(ordered) - len(saved),
+        "bytes": manifest.total_bytes, "new_bytes": new_bytes, "reused_bytes": reused_bytes,
+        "storages": len(written.refs),
+    }
+    manifest.timings = {**timings, "total_before_commit": time.monotonic() - started}
+    sign(manifest, key)
+    store.commit_manifest(manifest.snapshot_id, manifest.to_json())
+    timings["commit"] = time.monotonic() - mark
+
+    mark = time.monotonic()
+    try:
+        verify_committed(store, key, manifest.snapshot_id)
+    except Exception:
+        store.delete_manifest(manifest.snapshot_id)  # never leave a commit that cannot restore
+        raise
+    timings["verify"] = time.monotonic() - mark
+    seconds = time.monotonic() - started
+    if progress is not None:
+        progress(Progress("done", manifest.total_bytes, manifest.total_bytes, seconds))
+    return CheckpointResult(
+        manifest.snapshot_id, name, manifest.total_bytes, new_bytes, reused_bytes, seconds,
+        saved, skipped, timings,
+    )
+
+
+def verify_committed(store: SnapshotStore, key: SigningKey, snapshot_id: str) -> Manifest:
+    """Read a just-committed manifest back: it parses, its signature holds, its blobs exist."""
+    manifest = load_manifest(store, snapshot_id, key)
+    for digest, size in manifest.blobs.items():
+        if not store.has_blob(digest, size):
+            raise IntegrityError(f"snapshot {snapshot_id}: blob {digest[:12]} missing after commit")
+    return manifest

@@ -1,0 +1,178 @@
+"""The namespace as one object graph: a pickle stream with one record per top-level name.
+
+``GraphWriter`` pickles each name with ONE cloudpickle pickler, so its memo spans the names:
+``b is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
+through ``persistent_id`` (``StorageCollector``); live resources become ``Uncaptured``
+placeholders; registered app checkpoints replace their objects. A name whose pickling raises is
+dropped and the stream is rebuilt without it, so one bad object never sinks the snapshot.
+
+``GraphReader`` loads the records back in order with one unpickler. If a record fails (say, its
+class's library is gone), the memo entries it created are removed and reading resumes at the next
+record with a fresh unpickler: records that depended on the failed one fail too (and are named),
+the rest load.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import pickletools
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from . import registry
+from .placeholders import Uncaptured, type_name, uncapturable_reason
+from .storages import StorageCollector
+
+PROTOCOL = 5
+MAX_REBUILDS = 8
+_BY_REFERENCE = (type, types.FunctionType, types.BuiltinFunctionType)
+
+
+@dataclass
+class RecordNote:
+    """What pickling one top-level name found: placeholders inside it, modules it needs."""
+
+    uncaptured: list[str] = field(default_factory=list)
+    modules: set[str] = field(default_factory=set)
+
+
+class _GraphPickler(cloudpickle.Pickler):
+    def __init__(self, file: io.BytesIO, collector: StorageCollector):
+        super().__init__(file, protocol=PROTOCOL)
+        self.collector = collector
+        self.note = RecordNote()
+        self._app_saving: set[int] = set()
+
+    def persistent_id(self, obj: object) -> Any:
+        return self.collector.persistent_id(obj)
+
+    def reducer_override(self, obj: object) -> Any:
+        reason = uncapturable_reason(obj)
+        if reason is not None:
+            self.note.uncaptured.append(f"{type_name(obj)} ({reason})")
+            return (Uncaptured, (type_name(obj), reason))
+        app = registry.for_object(obj)
+        if app is not None and id(obj) not in self._app_saving:
+            self._app_saving.add(id(obj))
+            try:
+                return (app.load, (app.save(obj),))
+            finally:
+                self._app_saving.discard(id(obj))
+        if isinstance(obj, _BY_REFERENCE):
+            module = getattr(obj, "__module__", None)
+            if isinstance(module, str) and module not in ("__main__", "builtins"):
+                self.note.modules.add(module.split(".", 1)[0])
+        return super().reducer_override(obj)
+
+
+@dataclass
+class GraphRecord:
+    """One top-level name as written: where its record ends in the stream, what it found."""
+
+    name: str
+    value: object
+    note: RecordNote
+    end: int
+
+
+def write_graph(
+    items: list[tuple[str, object]], collector_factory: Callable[[], StorageCollector]
+) -> tuple[bytes, list[GraphRecord], StorageCollector, dict[str, str]]:
+    """Pickle ``items`` (name, value) in order; returns the stream, the records written, the
+    collector holding the storages, and the names that failed with their reasons."""
+    failed: dict[str, str] = {}
+    for _ in range(MAX_REBUILDS):
+        buffer = io.BytesIO()
+        collector = collector_factory()
+        pickler = _GraphPickler(buffer, collector)
+        records: list[GraphRecord] = []
+        bad = None
+        for name, value in items:
+            if name in failed:
+                continue
+            pickler.note = RecordNote()
+            collector.owner = name
+            try:
+                pickler.dump(value)
+            except Exception as exc:  # any failure is this name's, reported, never fatal
+                bad = (name, f"{type(exc).__name__}: {exc}"[:300])
+                break
+            records.append(GraphRecord(name, value, pickler.note, buffer.tell()))
+        if bad is None:
+            return buffer.getvalue(), records, collector, failed
+        failed[bad[0]] = bad[1]
+    # Too many failures to bisect one by one: find every bad name with standalone dry runs.
+    for name, value in items:
+        if name not in failed and not _pickles_alone(value, collector_factory):
+            failed[name] = "cannot be pickled together with the rest"
+    graph, records, collector, more = write_graph(
+        [(n, v) for n, v in items if n not in failed], collector_factory
+    )
+    return graph, records, collector, {**failed, **more}
+
+
+def _pickles_alone(value: object, collector_factory: Callable[[], StorageCollector]) -> bool:
+    try:
+        _GraphPickler(io.BytesIO(), collector_factory()).dump(value)
+    except Exception:
+        return False
+    return True
+
+
+class _GraphUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, persistent_load: Callable[[Any], Any]):
+        super().__init__(file)
+        self._load_storage = persistent_load
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self._load_storage(pid)
+
+
+def read_graph(
+    data: bytes, ends: list[int], persistent_load: Callable[[Any], Any]
+) -> tuple[list[object], dict[int, str], list[Uncaptured]]:
+    """Load the records ending at ``ends``; returns the values (None where failed), the failures
+    by record index, and the placeholders that stand in for the failed records' objects."""
+    stream = io.BytesIO(data)
+    unpickler = _GraphUnpickler(stream, persistent_load)
+    values: list[object] = []
+    failures: dict[int, str] = {}
+    lost: list[Uncaptured] = []
+    for index, end in enumerate(ends):
+        try:
+            values.append(unpickler.load())
+            if stream.tell() != end:
+                raise pickle.UnpicklingError("record boundary mismatch")
+        except Exception as exc:  # a record that cannot load costs only itself and dependents
+            values.append(None)
+            failures[index] = f"{type(exc).__name__}: {exc}"[:300]
+            # Objects of the failed record become placeholders in the memo (indices must stay
+            # dense), so records that reference them fail or carry a visible placeholder.
+            memo = unpickler.memo.copy()
+            first, past = _memo_span(data, ends, index)
+            lost.append(Uncaptured("object", f"part of a record that failed: {failures[index]}"))
+            for i in range(first, past):
+                memo[i] = lost[-1]
+            stream = io.BytesIO(data)
+            stream.seek(end)
+            unpickler = _GraphUnpickler(stream, persistent_load)
+            unpickler.memo = memo
+    return values, failures, lost
+
+
+def _memo_span(data: bytes, ends: list[int], index: int) -> tuple[int, int]:
+    """Memo indices created by record ``index``: [count before it, count after it)."""
+    count, first, start = 0, 0, 0
+    for i, end in enumerate(ends[: index + 1]):
+        if i == index:
+            first = count
+        for opcode, _arg, _pos in pickletools.genops(io.BytesIO(data[start:end])):
+            if opcode.name == "MEMOIZE":
+                count += 1
+        start = end
+    return first, count

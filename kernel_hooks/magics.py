@@ -1,0 +1,189 @@
+"""The magics: %checkpoint, %snapshots, %resume, %pause. Each docstring is its --help.
+
+User mistakes raise ``UsageError`` (IPython shows the message, no traceback); domain failures are
+printed as one clear line, never as a traceback from deep inside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError, SnapshotNotFoundError
+
+from . import api
+from .progress import CellProgress, human_bytes
+from .results import CheckpointResult, ResumeResult
+
+
+class MagicFailed(GkeResumeError):
+    """A domain failure shown as one line (IPython calls ``_render_traceback_``)."""
+
+    def __init__(self, cause: GkeResumeError):
+        super().__init__(str(cause))
+        self.cause = cause
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self.cause).__name__}: {self.cause}"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit the kernel's process
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _parse(doc: str | None, prog: str, line: str, setup: Callable[[_Parser], None]):
+    try:
+        args = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"%{prog}: {exc}") from None
+    if "-h" in args or "--help" in args:
+        print(doc)
+        return None
+    parser = _Parser(prog=f"%{prog}", add_help=False)
+    setup(parser)
+    return parser.parse_args(args)
+
+
+def format_checkpoint(r: CheckpointResult) -> str:
+    lines = [
+        f"checkpoint {r.snapshot_id}" + (f" ({r.name})" if r.name else "")
+        + f": {len(r.saved)} objects, {human_bytes(r.bytes_total)} "
+        f"({human_bytes(r.bytes_new)} new, {human_bytes(r.bytes_reused)} reused) in {r.seconds:.2f} s",
+    ]
+    for s in r.skipped:
+        lines.append(f"  not captured: {s.name} [{s.type}]: {s.reason}")
+    return "\n".join(lines)
+
+
+def format_resume(r: ResumeResult) -> str:
+    lines = [f"resumed {r.snapshot_id} ({r.verdict.get('level', '?')}): "
+             f"{len(r.restored)} objects back in {r.seconds:.2f} s"]
+    if r.restored:
+        lines.append("  restored: " + ", ".join(r.restored))
+    for s in r.not_restored:
+        lines.append(f"  not restored: {s.name} [{s.type}]: {s.reason}")
+    for w in r.warnings:
+        lines.append(f"  warning: {w}")
+    for reason in r.verdict.get("reasons", []):
+        lines.append(f"  note: {reason}")
+    return "\n".join(lines)
+
+
+def _age(created: str | None) -> str:
+    if not created:
+        return "?"
+    try:
+        then = datetime.fromisoformat(created)
+    except ValueError:
+        return created
+    minutes = int((datetime.now(timezone.utc) - then).total_seconds() // 60)
+    return f"{minutes} min ago" if minutes < 120 else f"{minutes // 60} h ago"
+
+
+@magics_class
+class ResumeMagics(Magics):
+    """Checkpoint and resume the kernel's state (jupyter-gkeresume)."""
+
+    def _run(self, action: Callable[[], object]) -> object:
+        try:
+            return action()
+        except UsageError:
+            raise
+        except (InvalidInputError, SnapshotNotFoundError) as exc:
+            raise UsageError(str(exc)) from None
+        except GkeResumeError as exc:
+            raise MagicFailed(exc) from None
+
+    @line_magic
+    def checkpoint(self, line: str = ""):
+        """%checkpoint [-n NAME]
+
+        Write a snapshot of this kernel's variables (models, tensors, arrays, Python objects,
+        RNG states) to the workspace store, and print its id, bytes written (new / reused), the
+        time taken, and every object that could not be captured with the reason.
+
+        Options:
+          -n NAME, --name NAME   give the snapshot a name (%resume NAME finds the newest one)
+        """
+        args = _parse(self.checkpoint.__doc__, "checkpoint", line,
+                      lambda p: p.add_argument("-n", "--name"))
+        if args is None:
+            return None
+        print(format_checkpoint(self._run(lambda: api.checkpoint(args.name, progress=CellProgress()))))
+        return None
+
+    @line_magic
+    def snapshots(self, line: str = ""):
+        """%snapshots
+
+        List this workspace's snapshots, newest first: id, name, created, notebook, size,
+        objects, and whether it can be restored here (exact, portable, partial, incompatible).
+        """
+        if _parse(self.snapshots.__doc__, "snapshots", line, lambda p: None) is None:
+            return None
+        rows = self._run(api.list_snapshots)
+        if not rows:
+            print("no snapshots in this workspace yet (%checkpoint makes one)")
+            return None
+        print(f"{'id':<24} {'name':<16} {'created':<12} {'notebook':<24} {'size':>9} "
+              f"{'objects':>7}  here")
+        for r in rows:
+            if r.error:
+                print(f"{r.snapshot_id:<24} unreadable: {r.error}")
+                continue
+            print(f"{r.snapshot_id:<24} {(r.name or '-'):<16} {_age(r.created):<12} "
+                  f"{(r.notebook or '-')[-24:]:<24} {human_bytes(r.bytes):>9} {r.objects:>7}  "
+                  f"{r.verdict.level if r.verdict else '?'}")
+        return None
+
+    @line_magic
+    def resume(self, line: str = ""):
+        """%resume [ID|NAME|latest] [--only a,b] [--trust]
+
+        Restore a snapshot into this kernel (default: the latest) and print what came back,
+        what did not, and why. Tensors return to their device when it exists, else to the CPU
+        (with a warning).
+
+        Options:
+          --only a,b   restore only these variables
+          --trust      accept this one snapshot even though its signature does not verify
+        """
+        def setup(p: _Parser) -> None:
+            p.add_argument("reference", nargs="?", default="latest")
+            p.add_argument("--only")
+            p.add_argument("--trust", action="store_true")
+
+        args = _parse(self.resume.__doc__, "resume", line, setup)
+        if args is None:
+            return None
+        only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+        print(format_resume(self._run(lambda: api.resume(
+            args.reference, only=only, trust=args.trust, progress=CellProgress(),
+            continuing_cell=True,
+        ))))
+        return None
+
+    @line_magic
+    def pause(self, line: str = ""):
+        """%pause [-n NAME]
+
+        Checkpoint this kernel, then hand over to the server to release the pod (and its GPU).
+        Without the jupyter-gkeresume server extension it only checkpoints and says so.
+
+        Options:
+          -n NAME, --name NAME   give the snapshot a name
+        """
+        args = _parse(self.pause.__doc__, "pause", line, lambda p: p.add_argument("-n", "--name"))
+        if args is None:
+            return None
+        print(format_checkpoint(self._run(lambda: api.checkpoint(args.name, progress=CellProgress()))))
+        if not os.environ.get("GKERESUME_SERVER_URL"):
+            print("no release backend is configured here: the snapshot is saved, the pod is kept")
+        return None

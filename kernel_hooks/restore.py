@@ -1,0 +1,303 @@
+"""Resume: a signed manifest + blobs -> objects back in the namespace, with a full report.
+
+Call order inside ``take_resume``: resolve the reference; load and verify the manifest; judge
+compatibility (``incompatible`` stops here); start reading every storage blob in parallel (each
+verified against its digest while read); unpickle the graph record by record, storages arriving
+through ``persistent_load``; find what a damaged blob or a failed record cost; then, only when all
+loading is done, assign the names in one step and apply the session state. A failure before that
+last step leaves the namespace as it was.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError
+from jupyter_gkeresume.snapshot import (
+    Manifest,
+    SigningKey,
+    SnapshotStore,
+    check_compatible,
+    environment_fingerprint,
+    load_manifest,
+    resolve,
+)
+from jupyter_gkeresume.snapshot.blobfile import read_verified
+
+from . import session_state
+from .blobwriter import default_concurrency
+from .capture import HOOKS_RECORD, SESSION_RECORD
+from .graph import read_graph
+from .memory import host_view
+from .results import Progress, ResumeResult, Skipped
+
+MAX_WALK = 2_000_000
+
+
+class StorageLoader:
+    """Reads storage blobs in parallel and serves them to the unpickler by key."""
+
+    def __init__(self, store: SnapshotStore, manifest: Manifest, concurrency: int,
+                 progress: Callable[[Progress], None] | None, warnings: list[str]):
+        self.store = store
+        self.manifest = manifest
+        self.progress = progress
+        self.warnings = warnings
+        self.damaged: dict[str, str] = {}  # storage key -> reason
+        self.bytes_read = 0
+        self._buffers: dict[str, Any] = {}
+        self._typed_cache: dict[str, Any] = {}
+        self._arrays: dict[int, Any] = {}
+        self._devices: dict[str, str] = {}
+        self._total = sum(s.nbytes for s in manifest.storages.values())
+        self._start = time.monotonic()
+        by_blob: dict[str, dict[int, str]] = {}
+        for key, ref in manifest.storages.items():
+            by_blob.setdefault(ref.blob, {})[ref.entry] = key
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="gkeresume-read")
+        self._futures: dict[str, Future] = {}
+        for digest, entries in sorted(by_blob.items(), key=lambda kv: -manifest.blobs[kv[0]]):
+            future = self._pool.submit(self._read_blob, digest, entries)
+            for key in entries.values():
+                self._futures[key] = future
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def read_graph_blob(self) -> bytes:
+        out = bytearray()
+
+        def destination(entry: int, nbytes: int) -> memoryview:
+            out.extend(bytes(nbytes))
+            return memoryview(out)
+
+        with self.store.open_blob(self.manifest.graph_blob) as (f, size):
+            read_verified(f, self.manifest.graph_blob, size, destination)
+        return bytes(out)
+
+    def _allocate(self, key: str, nbytes: int) -> Any:
+        kind = self.manifest.storages[key].kind
+        if kind == "torch":
+            import torch
+
+            return torch.empty(nbytes, dtype=torch.uint8)
+        import numpy
+
+        return numpy.empty(nbytes, dtype=numpy.uint8)
+
+    def _read_blob(self, digest: str, entries: dict[int, str]) -> dict[str, Any]:
+        buffers: dict[str, Any] = {}
+
+        def destination(entry: int, nbytes: int) -> memoryview | None:
+            key = entries.get(entry)
+            if key is None:
+                return None
+            buffers[key] = buf = self._allocate(key, nbytes)
+            address = buf.data_ptr() if hasattr(buf, "data_ptr") else buf.ctypes.data
+            return host_view(address, nbytes)
+
+        try:
+            with self.store.open_blob(digest) as (f, size):
+                read_verified(f, digest, size, destination)
+        except (GkeResumeError, OSError) as exc:
+            reason = f"blob {digest[:12]} unreadable: {exc}"
+            return {key: reason for key in entries.values()}
+        self.bytes_read += sum(self.manifest.storages[k].nbytes for k in entries.values())
+        if self.progress is not None:
+            self.progress(Progress("reading", self.bytes_read, self._total,
+                                   time.monotonic() - self._start))
+        return buffers
+
+    def _buffer(self, key: str) -> Any:
+        if key not in self._buffers:
+            future = self._futures.get(key)
+            if future is None:
+                raise InvalidInputError(f"graph names storage {key} that the manifest lacks")
+            value = future.result().get(key)
+            if isinstance(value, str):
+                self.damaged[key] = value
+                value = self._allocate(key, self.manifest.storages[key].nbytes)
+            self._buffers[key] = value
+        return self._buffers[key]
+
+    def target_device(self, saved: str) -> str:
+        """Where a storage saved on ``saved`` goes here (same index, else by order, else CPU)."""
+        if saved == "cpu" or not saved.startswith("cuda"):
+            return "cpu"
+        if saved not in self._devices:
+            import torch
+
+            if not torch.cuda.is_available():
+                self._devices[saved] = "cpu"
+                self.warnings.append(f"no GPU here: tensors from {saved} restored on the CPU")
+            else:
+                index = int(saved.partition(":")[2] or 0)
+                count = torch.cuda.device_count()
+                self._devices[saved] = f"cuda:{index % count}"
+                if index >= count:
+                    self.warnings.append(f"{saved} does not exist here: mapped to cuda:{index % count}")
+        return self._devices[saved]
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, key = pid[0], pid[1]
+        buffer = self._buffer(key)
+        if kind == "torch":
+            import torch
+
+            if key not in self._typed_cache:
+                untyped = buffer.untyped_storage()
+                device = self.target_device(self.manifest.storages[key].device)
+                if device != "cpu":
+                    untyped = untyped.to(device=device)
+                self._typed_cache[key] = untyped
+            return torch.storage.TypedStorage(
+                wrap_storage=self._typed_cache[key], dtype=getattr(torch, pid[2]), _internal=True
+            )
+        if kind == "numpy":
+            import numpy
+
+            _, _, dtype, shape, strides, offset, writeable, serial = pid
+            array = self._arrays.get(serial)
+            if array is None:
+                array = numpy.ndarray(shape, dtype, buffer=buffer, offset=offset, strides=strides)
+                array.flags.writeable = writeable
+                self._arrays[serial] = array
+            return array
+        raise InvalidInputError(f"unknown storage kind {kind!r} in snapshot")
+
+    def storage_identities(self, keys: set[str]) -> set[int]:
+        """ids of the buffers behind ``keys`` (to find objects that use damaged storages)."""
+        ids = set()
+        for key in keys:
+            buf = self._buffers.get(key)
+            if buf is not None:
+                ids.add(id(buf))
+            untyped = self._typed_cache.get(key)
+            if untyped is not None:
+                ids.add(untyped._cdata)
+        return ids
+
+
+def _uses(value: object, damaged: set[int], lost: set[int]) -> str | None:
+    """Why ``value`` cannot be trusted (it reaches a damaged storage or a lost object), or None."""
+    torch = sys.modules.get("torch")
+    numpy = sys.modules.get("numpy")
+    seen: set[int] = set()
+    stack = [value]
+    while stack and len(seen) < MAX_WALK:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if id(obj) in lost:
+            return "refers to an object that failed to load"
+        if torch is not None and isinstance(obj, torch.Tensor):
+            if obj.untyped_storage()._cdata in damaged:
+                return "uses a damaged blob"
+            continue
+        if numpy is not None and isinstance(obj, numpy.ndarray):
+            base = obj
+            while isinstance(base, numpy.ndarray) and base.base is not None:
+                base = base.base
+            if id(base) in damaged:
+                return "uses a damaged blob"
+            continue
+        if isinstance(obj, (str, bytes, int, float, type(None))):
+            continue
+        stack.extend(gc.get_referents(obj))
+    return None
+
+
+def take_resume(
+    namespace: dict[str, Any],
+    store: SnapshotStore,
+    key: SigningKey,
+    *,
+    reference: str | None = "latest",
+    only: list[str] | None = None,
+    trust: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+    continuing_cell: bool = False,
+    shell: Any = None,
+) -> ResumeResult:
+    """Restore a snapshot into ``namespace``; see the module docstring for the order."""
+    started = time.monotonic()
+    snapshot_id = resolve(store, reference, key)
+    manifest = load_manifest(store, snapshot_id, key, trust_unsigned=trust)
+    verdict = check_compatible(manifest, environment_fingerprint())
+    if verdict.level == "incompatible":
+        raise GkeResumeError(f"snapshot {snapshot_id} cannot load here: {'; '.join(verdict.reasons)}")
+    if only:
+        unknown = [n for n in only if n not in manifest.saved_names]
+        if unknown:
+            raise InvalidInputError(
+                f"not in snapshot {snapshot_id}: {', '.join(unknown)} "
+                f"(it has: {', '.join(manifest.saved_names)})"
+            )
+    result = ResumeResult(snapshot_id, verdict=verdict.to_dict())
+    loader = StorageLoader(store, manifest, default_concurrency(), progress, result.warnings)
+    try:
+        graph = loader.read_graph_blob()
+        values, failures, placeholders = read_graph(
+            graph, manifest.graph_ends, loader.persistent_load
+        )
+    finally:
+        loader.close()
+    result.bytes_read = loader.bytes_read
+    loaded = dict(zip(manifest.records, values, strict=True))
+    reasons = {manifest.records[i]: why for i, why in failures.items()}
+
+    damaged = loader.storage_identities(set(loader.damaged))
+    lost = {id(p) for p in placeholders}
+    for name in manifest.saved_names:
+        if name not in reasons and (damaged or lost):
+            why = _uses(loaded[name], damaged, lost)
+            if why:
+                reasons[name] = why if not loader.damaged else (
+                    f"{why} ({'; '.join(sorted(set(loader.damaged.values())))})"
+                )
+    wanted = only or manifest.saved_names
+    restored = {n: loaded[n] for n in wanted if n not in reasons}
+    for obj in manifest.objects:
+        if obj.status == "skipped":
+            result.not_restored.append(Skipped(obj.name, obj.type, obj.reason or "not captured"))
+        elif obj.name in reasons and obj.name in wanted:
+            result.not_restored.append(Skipped(obj.name, obj.type, reasons[obj.name]))
+
+    namespace.update(restored)
+    result.restored = list(restored)
+    if only is None:
+        state = loaded.get(SESSION_RECORD)
+        if isinstance(state, dict):
+            session_state.restore(state, result.warnings)
+            _continue_numbering(shell, manifest, state, continuing_cell)
+        else:
+            result.warnings.append(f"session state not restored: {reasons.get(SESSION_RECORD)}")
+    result.seconds = time.monotonic() - started
+    if progress is not None:
+        progress(Progress("done", loader.bytes_read, loader.bytes_read, result.seconds))
+    for hook in loaded.get(HOOKS_RECORD) or []:
+        try:
+            hook(result)
+        except Exception as exc:  # a user hook must not undo a successful restore
+            result.warnings.append(f"on_resume hook {getattr(hook, '__name__', hook)} failed: {exc}")
+    return result
+
+
+def _continue_numbering(shell: Any, manifest: Manifest, state: dict, continuing_cell: bool) -> None:
+    """Make the next cell's number follow the checkpointed session's, with its input history."""
+    if shell is None:
+        return
+    count = int(state.get("execution_count") or manifest.execution_count)
+    history = manifest.history
+    if history:
+        padded = (list(history) + [""] * (count + 1))[: count + 1]
+        shell.history_manager.input_hist_parsed[:] = padded
+        shell.history_manager.input_hist_raw[:] = padded
+    # A magic runs inside a counted cell that adds 1 when it ends; a silent call does not.
+    shell.execution_count = count if continuing_cell else count + 1

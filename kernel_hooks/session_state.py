@@ -1,0 +1,97 @@
+"""Session state beside the objects: RNG states, cwd, sys.path additions, env changes, counts.
+
+``remember_baseline()`` runs when the extension loads (at kernel start when auto-loaded): changes
+to ``sys.path`` and ``os.environ`` after it are "made in the session" and travel with snapshots.
+Environment variables whose names look like credentials are not saved; they are reported.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import sys
+from typing import Any
+
+SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY", re.I)
+
+_baseline: dict[str, Any] = {}
+
+
+def remember_baseline() -> None:
+    """Record sys.path and the environment as they are now (idempotent)."""
+    if not _baseline:
+        _baseline["sys_path"] = list(sys.path)
+        _baseline["env"] = dict(os.environ)
+
+
+def rng_states() -> dict[str, Any]:
+    """RNG states of random, numpy's global generator, torch CPU and initialized CUDA devices."""
+    states: dict[str, Any] = {"random": random.getstate()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        states["numpy"] = numpy.random.get_state()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        states["torch"] = torch.get_rng_state()
+        if torch.cuda.is_initialized():
+            states["torch_cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
+    """The session state to pickle, and the env names left out because they look secret."""
+    remember_baseline()
+    env_before = _baseline["env"]
+    env_set, skipped = {}, []
+    for name, value in os.environ.items():
+        if env_before.get(name) != value:
+            if SECRET_NAME_RE.search(name):
+                skipped.append(name)
+            else:
+                env_set[name] = value
+    state = {
+        "rng": rng_states(),
+        "cwd": os.getcwd(),
+        "sys_path_added": [p for p in sys.path if p not in _baseline["sys_path"]],
+        "env_set": env_set,
+        "env_unset": [n for n in env_before if n not in os.environ],
+        "execution_count": execution_count,
+    }
+    return state, skipped
+
+
+def restore(state: dict[str, Any], warnings: list[str]) -> None:
+    """Apply a captured session state here; what cannot be applied becomes a warning."""
+    rng = state.get("rng", {})
+    if "random" in rng:
+        random.setstate(rng["random"])
+    if "numpy" in rng:
+        import numpy
+
+        numpy.random.set_state(rng["numpy"])
+    if "torch" in rng:
+        import torch
+
+        torch.set_rng_state(rng["torch"])
+        cuda_states = rng.get("torch_cuda") or []
+        if cuda_states and torch.cuda.is_available():
+            count = min(len(cuda_states), torch.cuda.device_count())
+            for index in range(count):
+                torch.cuda.set_rng_state(cuda_states[index], index)
+            if count < len(cuda_states):
+                warnings.append(f"CUDA RNG restored for {count} of {len(cuda_states)} devices")
+        elif cuda_states:
+            warnings.append("no GPU here: CUDA RNG states were not restored")
+    cwd = state.get("cwd")
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            warnings.append(f"working directory {cwd} not restored: {exc.strerror}")
+    for entry in state.get("sys_path_added", []):
+        if entry not in sys.path:
+            sys.path.append(entry)
+    os.environ.update(state.get("env_set", {}))
+    for name in state.get("env_unset", []):
+        os.environ.pop(name, None)

@@ -1,0 +1,106 @@
+"""Capture side of out-of-pickle storages: ``StorageCollector.persistent_id``.
+
+Like ``torch.save``, the graph pickler reuses torch's own tensor reduction and intercepts the
+storages it produces: each distinct untyped storage (by its C handle) becomes one key ``s<N>``
+whatever the number of tensors, views or dtypes that share it, so views and tied weights stay
+shared after restore. Large plain numpy arrays leave the same way, keyed by their root buffer, so
+numpy views keep sharing memory with their base.
+
+The collector keeps a reference to every storage it keys, so their addresses stay valid until the
+blobs are written.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .memory import host_view
+
+NUMPY_MIN_BYTES = 64 << 10
+
+
+@dataclass
+class CollectedStorage:
+    """One storage leaving the pickle: its bytes will become one blob entry."""
+
+    key: str
+    kind: str  # "torch" | "numpy"
+    dtype: str
+    nbytes: int
+    device: str
+    owner: str  # the top-level variable that first reached it
+    source: Any  # keeps the memory alive: UntypedStorage or the root ndarray
+    address: int
+
+    def host_bytes(self) -> memoryview:
+        """The bytes of a host-resident storage, zero-copy."""
+        return host_view(self.address, self.nbytes)
+
+
+def torch_dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class StorageCollector:
+    """Assigns keys to storages met while pickling; ``owner`` is set by the pickler per record."""
+
+    def __init__(self, numpy_min_bytes: int = NUMPY_MIN_BYTES):
+        self.numpy_min_bytes = numpy_min_bytes
+        self.items: list[CollectedStorage] = []
+        self._keys: dict[tuple[str, int], str] = {}
+        self._arrays: dict[int, tuple[int, Any]] = {}  # id(array) -> (serial, array kept alive)
+        self.owner = ""
+        torch = sys.modules.get("torch")
+        numpy = sys.modules.get("numpy")
+        self._typed = torch.storage.TypedStorage if torch else None
+        self._untyped = torch.UntypedStorage if torch else None
+        self._ndarray = numpy.ndarray if numpy else None
+
+    def persistent_id(self, obj: object) -> tuple | None:
+        t = type(obj)
+        if self._typed is not None and (t is self._typed or isinstance(obj, self._typed)):
+            return self._torch_id(obj._untyped_storage, torch_dtype_name(obj.dtype))
+        if self._untyped is not None and t is self._untyped:
+            return self._torch_id(obj, "uint8")
+        if t is self._ndarray and obj.nbytes >= self.numpy_min_bytes and not obj.dtype.hasobject:
+            return self._numpy_id(obj)
+        return None
+
+    def _torch_id(self, storage: Any, dtype: str) -> tuple | None:
+        device = str(storage.device)
+        if device == "meta":
+            return None
+        handle = storage._cdata
+        key = self._keys.get(("torch", handle))
+        if key is None:
+            key = self._add("torch", dtype, storage.nbytes(), device, storage, storage.data_ptr(), handle)
+        return ("torch", key, dtype)
+
+    def _numpy_id(self, array: Any) -> tuple | None:
+        root = array
+        while isinstance(root.base, self._ndarray):
+            root = root.base
+        if not (root.flags.c_contiguous or root.flags.f_contiguous):
+            return None
+        root_address = root.__array_interface__["data"][0]
+        key = self._keys.get(("numpy", root_address))
+        if key is None:
+            dtype = root.dtype.name if root.dtype.isnative and not root.dtype.names else "uint8"
+            key = self._add("numpy", dtype, root.nbytes, "cpu", root, root_address,
+                            root_address)
+        offset = array.__array_interface__["data"][0] - root_address
+        # persistent ids bypass the memo: the serial lets the loader return one object per array.
+        serial = self._arrays.setdefault(id(array), (len(self._arrays), array))[0]
+        return ("numpy", key, array.dtype, array.shape, array.strides, offset,
+                array.flags.writeable, serial)
+
+    def _add(self, kind: str, dtype: str, nbytes: int, device: str, source: Any,
+             address: int, handle: int) -> str:
+        key = f"s{len(self.items)}"
+        self._keys[(kind, handle)] = key
+        self.items.append(
+            CollectedStorage(key, kind, dtype, nbytes, device, self.owner, source, address)
+        )
+        return key
