@@ -1,0 +1,151 @@
+"""gc: frees exactly what no manifest references, never a blob an in-flight checkpoint needs."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fixtures_lifecycle import make_snapshot, put_blob
+
+from jupyter_gkeresume.errors import ManifestError
+from jupyter_gkeresume.snapshot.gc import (
+    apply_retention,
+    collect_garbage,
+    retention_plan,
+)
+from jupyter_gkeresume.snapshot.retention import RetentionPolicy
+from jupyter_gkeresume.snapshot.verify import verify_snapshot
+
+LATER = time.time() + 10 * 86400  # every blob written by the test is past any grace period
+
+
+def age(store, digest, seconds):
+    path = store.blob_path(digest)
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_gc_after_rm_frees_exactly_the_unreferenced_bytes(local_store, signing_key):
+    s1 = make_snapshot(local_store, signing_key, [b"A" * 100, b"B" * 200])
+    s2 = make_snapshot(local_store, signing_key, [b"B" * 200, b"E" * 300])
+    s3 = make_snapshot(local_store, signing_key, [b"B" * 200, b"C" * 400])
+    only_s2 = set(s2.blobs) - set(s1.blobs) - set(s3.blobs)
+    expected = {d: s2.blobs[d] for d in only_s2}
+    assert len(expected) == 2  # E and s2's graph
+    local_store.delete_manifest(s2.snapshot_id)
+
+    dry = collect_garbage(local_store, grace_seconds=60, dry_run=True, now=LATER)
+    assert dry.swept == expected and dry.bytes_freed == sum(expected.values())
+    assert all(local_store.has_blob(d) for d in expected)
+
+    report = collect_garbage(local_store, grace_seconds=60, now=LATER)
+    assert report.swept == expected
+    assert report.blobs_total == 7 and report.blobs_referenced == 5
+    assert not any(local_store.has_blob(d) for d in expected)
+    for s in (s1, s3):
+        assert verify_snapshot(local_store, s.snapshot_id, signing_key).ok
+    assert collect_garbage(local_store, grace_seconds=60, now=LATER).swept == {}
+
+
+def test_young_blobs_are_never_swept(local_store, signing_key):
+    make_snapshot(local_store, signing_key, [b"kept"])
+    digest, size = put_blob(local_store, b"being written by a checkpoint")
+    report = collect_garbage(local_store, grace_seconds=3600)
+    assert report.swept == {} and report.young == {digest: size}
+    assert local_store.has_blob(digest)
+
+
+def test_gc_during_a_running_checkpoint_keeps_its_blobs(local_store, signing_key):
+    """A writer streams blobs while gc runs over and over; the snapshot it commits is whole."""
+    old = make_snapshot(local_store, signing_key, [b"old" * 100])
+    local_store.delete_manifest(old.snapshot_id)
+    for digest in old.blobs:
+        age(local_store, digest, 7200)
+    written, stop = [], threading.Event()
+
+    def checkpoint():
+        for i in range(20):
+            written.append(put_blob(local_store, bytes([i]) * 4096))
+            time.sleep(0.005)
+        stop.set()
+
+    writer = threading.Thread(target=checkpoint)
+    writer.start()
+    swept = {}
+    while not stop.is_set():
+        swept.update(collect_garbage(local_store, grace_seconds=3600).swept)
+    writer.join()
+    assert set(swept) == set(old.blobs)  # the garbage went, the new blobs stayed
+    assert all(local_store.has_blob(d, s) for d, s in written)
+
+
+def test_a_commit_during_marking_that_reuses_an_old_blob_keeps_it(local_store, signing_key):
+    garbage = make_snapshot(local_store, signing_key, [b"weights" * 100])
+    local_store.delete_manifest(garbage.snapshot_id)
+    reused = garbage.storages["s0"].blob
+    committed = []
+
+    def progress(phase, done, total):
+        if phase == "marking" and not committed:  # a checkpoint commits while gc marks
+            committed.append(make_snapshot(local_store, signing_key, [b"weights" * 100]))
+
+    make_snapshot(local_store, signing_key, [b"other"])
+    report = collect_garbage(local_store, grace_seconds=60, now=LATER, progress=progress)
+    assert committed and reused not in report.swept
+    assert local_store.has_blob(reused)
+    assert verify_snapshot(local_store, committed[0].snapshot_id, signing_key).ok
+
+
+def test_a_blob_refreshed_during_gc_is_kept(local_store, signing_key):
+    garbage = make_snapshot(local_store, signing_key, [b"weights" * 100])
+    local_store.delete_manifest(garbage.snapshot_id)
+    for digest in garbage.blobs:
+        age(local_store, digest, 7200)
+    reused = garbage.storages["s0"].blob
+    make_snapshot(local_store, signing_key, [b"other"])
+    refreshed = []
+
+    def progress(phase, done, total):
+        if phase == "marking":  # after the first listing: the writer contract, refresh to reuse
+            os.utime(local_store.blob_path(reused))
+            refreshed.append(True)
+
+    report = collect_garbage(local_store, grace_seconds=3600, progress=progress)
+    assert refreshed and reused in report.young and reused not in report.swept
+    assert set(report.swept) == set(garbage.blobs) - {reused}
+
+
+def test_unreadable_manifest_stops_gc_before_any_deletion(local_store, signing_key):
+    s = make_snapshot(local_store, signing_key, [b"a"])
+    garbage, _ = put_blob(local_store, b"garbage")
+    Path(local_store.manifest_path(s.snapshot_id)).write_text("{broken")
+    with pytest.raises(ManifestError, match=f"gc stopped before deleting any blob: snapshot "
+                                            f"{s.snapshot_id} cannot be read"):
+        collect_garbage(local_store, grace_seconds=0, now=LATER)
+    assert local_store.has_blob(garbage)
+
+
+def test_retention_then_gc(local_store, signing_key):
+    snaps = [make_snapshot(local_store, signing_key, [bytes([i]) * 50]) for i in range(4)]
+    named = make_snapshot(local_store, signing_key, [b"n" * 50], name="baseline")
+    local_store.write_record(
+        "paused", b'{"kernels": [{"snapshot_id": "%s"}]}' % snaps[0].snapshot_id.encode()
+    )
+    plan = retention_plan(local_store, RetentionPolicy(keep_last=2))
+    assert plan.delete == [snaps[1].snapshot_id, snaps[2].snapshot_id]
+    assert apply_retention(local_store, plan, dry_run=True) == plan.delete
+    dry = collect_garbage(local_store, grace_seconds=60, dry_run=True, now=LATER,
+                          ignore=set(plan.delete))
+    expected = {d: s for snap in snaps[1:3] for d, s in snap.blobs.items()}
+    assert dry.swept == expected
+    assert len(local_store.list_snapshot_ids()) == 5
+
+    apply_retention(local_store, plan, dry_run=False)
+    report = collect_garbage(local_store, grace_seconds=60, now=LATER)
+    assert report.swept == expected
+    assert local_store.list_snapshot_ids() == sorted(
+        [snaps[0].snapshot_id, snaps[3].snapshot_id, named.snapshot_id]
+    )

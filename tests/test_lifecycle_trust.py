@@ -1,0 +1,166 @@
+"""Trust: signed manifests, verified blobs, clear refusals, explicit trust of one snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+from fixtures_lifecycle import make_snapshot
+
+from jupyter_gkeresume.errors import IntegrityError, InvalidInputError, ManifestError
+from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, load_manifest, load_signing_key
+from jupyter_gkeresume.snapshot.verify import verify_snapshot
+
+
+def manifest_file(store: SnapshotStore, snapshot_id: str) -> Path:
+    return Path(store.manifest_path(snapshot_id))
+
+
+def blob_file(store: SnapshotStore, digest: str) -> Path:
+    return Path(store.blob_path(digest))
+
+
+def test_a_sound_snapshot_verifies(local_store, signing_key):
+    m = make_snapshot(local_store, signing_key, [b"a" * 100, b"b" * 50])
+    progress = []
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key,
+                             progress=lambda done, total: progress.append((done, total)))
+    assert report.ok, report.problems
+    assert report.signature == "valid"
+    assert report.blobs_checked == 3 and report.bytes_checked == m.total_bytes
+    assert progress[-1] == (m.total_bytes, m.total_bytes)
+    assert load_manifest(local_store, m.snapshot_id, signing_key).to_dict() == m.to_dict()
+
+
+def test_tampered_manifest_value_is_refused(local_store, signing_key):
+    m = make_snapshot(local_store, signing_key, [b"a" * 10])
+    path = manifest_file(local_store, m.snapshot_id)
+    data = json.loads(path.read_bytes())
+    data["objects"][0]["name"] = "y0"
+    path.write_text(json.dumps(data))
+    with pytest.raises(IntegrityError, match="signature mismatch \\(tampered\\)"):
+        load_manifest(local_store, m.snapshot_id, signing_key)
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key)
+    assert not report.ok
+    assert any("tampered" in p and "refused" in p for p in report.problems)
+
+
+def test_tampered_manifest_byte_is_refused(local_store, signing_key):
+    m = make_snapshot(local_store, signing_key, [b"a" * 10])
+    path = manifest_file(local_store, m.snapshot_id)
+    raw = bytearray(path.read_bytes())
+    raw[raw.index(b"{")] = ord("[")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ManifestError, match="not valid JSON"):
+        load_manifest(local_store, m.snapshot_id, signing_key)
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key)
+    assert report.problems and "not valid JSON" in report.problems[0]
+
+
+def test_tampered_blob_byte_is_refused(local_store, signing_key):
+    m = make_snapshot(local_store, signing_key, [b"a" * 100])
+    target = blob_file(local_store, m.storages["s0"].blob)
+    raw = bytearray(target.read_bytes())
+    raw[-1] ^= 0xFF
+    target.write_bytes(bytes(raw))
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key)
+    assert report.signature == "valid"
+    assert report.problems == [f"blob {m.storages['s0'].blob[:12]} does not match its digest "
+                               "(corrupt)"]
+
+
+def test_swapped_blob_is_refused(local_store, signing_key):
+    m = make_snapshot(local_store, signing_key, [b"a" * 100, b"b" * 100])
+    first, second = m.storages["s0"].blob, m.storages["s1"].blob
+    blob_file(local_store, first).write_bytes(blob_file(local_store, second).read_bytes())
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key)
+    assert report.problems == [f"blob {first[:12]} does not match its digest (corrupt)"]
+
+
+def test_missing_blob_is_reported(local_store, signing_key):
+    m = make_snapshot(local_store, signing_key, [b"a" * 100])
+    blob_file(local_store, m.storages["s0"].blob).unlink()
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key)
+    assert report.problems == [f"blob {m.storages['s0'].blob[:12]} is missing"]
+
+
+def test_unsigned_manifest_is_refused_unless_trusted(local_store, signing_key):
+    m = make_snapshot(local_store, None, [b"a" * 10])
+    with pytest.raises(IntegrityError, match="is unsigned"):
+        load_manifest(local_store, m.snapshot_id, signing_key)
+    refused = verify_snapshot(local_store, m.snapshot_id, signing_key)
+    assert not refused.ok and "is unsigned" in refused.signature
+    trusted = verify_snapshot(local_store, m.snapshot_id, signing_key, trust=True)
+    assert trusted.ok, trusted.problems
+    assert trusted.signature.startswith("trusted explicitly")
+    assert load_manifest(local_store, m.snapshot_id, signing_key, trust_unsigned=True).name is None
+
+
+def test_trust_never_hides_a_corrupt_blob(local_store, signing_key):
+    m = make_snapshot(local_store, None, [b"a" * 100])
+    target = blob_file(local_store, m.storages["s0"].blob)
+    target.write_bytes(target.read_bytes()[:-1] + b"!")
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key, trust=True)
+    assert not report.ok and "corrupt" in report.problems[0]
+
+
+def test_wrong_key_is_refused(local_store, signing_key):
+    m = make_snapshot(local_store, SigningKey(b"someone-else"), [b"a"])
+    with pytest.raises(IntegrityError, match="signed with another key"):
+        load_manifest(local_store, m.snapshot_id, signing_key)
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key)
+    assert "signed with another key" in report.signature and not report.ok
+
+
+def test_non_ascii_signature_is_refused_not_crashing(local_store, signing_key):
+    m = make_snapshot(local_store, signing_key, [b"a"])
+    path = manifest_file(local_store, m.snapshot_id)
+    data = json.loads(path.read_bytes())
+    data["signature"]["value"] = "\u00e9" * 64
+    path.write_text(json.dumps(data))
+    with pytest.raises(IntegrityError, match="signature mismatch"):
+        load_manifest(local_store, m.snapshot_id, signing_key)
+
+
+def test_manifest_copied_from_another_workspace_is_reported(tmp_path, signing_key):
+    source = SnapshotStore(str(tmp_path / "store"), "ws-a")
+    other = SnapshotStore(str(tmp_path / "store"), "ws-b")
+    m = make_snapshot(source, signing_key, [b"a"])
+    other.commit_manifest(m.snapshot_id, m.to_json())
+    report = verify_snapshot(other, m.snapshot_id, signing_key)
+    assert "manifest belongs to workspace ws-a, found in ws-b" in report.problems
+
+
+def test_key_file_is_created_once_with_0600(tmp_path, monkeypatch):
+    monkeypatch.delenv("GKERESUME_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("GKERESUME_SIGNING_KEY_FILE", raising=False)
+    path = str(tmp_path / "data" / "signing.key")
+    keys = []
+    threads = [threading.Thread(target=lambda: keys.append(load_signing_key(path)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({k.key_id for k in keys}) == 1
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert os.listdir(tmp_path / "data") == ["signing.key"]
+    assert load_signing_key(path).key_id == keys[0].key_id
+
+
+def test_key_from_env_and_missing_secret_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "from-a-kubernetes-secret")
+    assert load_signing_key().secret == b"from-a-kubernetes-secret"
+    monkeypatch.delenv("GKERESUME_SIGNING_KEY")
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY_FILE", str(tmp_path / "mounted" / "key"))
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        load_signing_key()
+    empty = tmp_path / "empty.key"
+    empty.write_bytes(b"\n")
+    with pytest.raises(InvalidInputError, match="is empty"):
+        load_signing_key(str(empty))
+    assert "secret" not in repr(SigningKey(b"secret"))
