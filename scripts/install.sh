@@ -5,10 +5,30 @@ TORCH_PIN="torch==2.13.0"
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# The lab extension build (rspack, run by `pip install`) needs Node.js >= 20.19; the UI tests
+# drive Debian's chromium through playwright-core (an npm devDependency: never a browser download).
+NODE_MIN="20.19"
+
 install_system_packages() {
-  if ! command -v chromium >/dev/null 2>&1; then
+  local missing=()
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  if [ "${#missing[@]}" -gt 0 ]; then
     as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  require_node
+}
+
+require_node() {
+  local have
+  have="$(node -p 'process.versions.node' 2>/dev/null || echo none)"
+  if ! node -e "const [a,b]=process.versions.node.split('.').map(Number);
+      const [x,y]='$NODE_MIN'.split('.').map(Number); process.exit(a>x||(a==x&&b>=y)?0:1)" \
+      2>/dev/null; then
+    echo "Node.js >= $NODE_MIN is needed to build the lab extension; found: $have." >&2
+    echo "Install it (e.g. from nodesource) and re-run." >&2
+    return 1
   fi
 }
 
