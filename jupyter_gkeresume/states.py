@@ -41,14 +41,15 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     S.PAUSING: frozenset({S.RELEASING, S.RUNNING, S.FAILED}),
     S.RELEASING: frozenset({S.PAUSED, S.RUNNING, S.FAILED}),
     S.PAUSED: frozenset({S.WAITING_FOR_RESOURCES, S.RUNNING}),
-    S.WAITING_FOR_RESOURCES: frozenset({S.RESTORING, S.FAILED}),
+    S.WAITING_FOR_RESOURCES: frozenset({S.RESTORING, S.READY, S.FAILED}),
     S.RESTORING: frozenset({S.READY, S.FAILED}),
-    S.READY: frozenset({S.RUNNING, S.PAUSING, S.RESTORING}),
+    S.READY: frozenset({S.RUNNING, S.PAUSING, S.WAITING_FOR_RESOURCES, S.RESTORING}),
     S.FAILED: frozenset({S.RUNNING, S.PAUSED, S.PAUSING, S.WAITING_FOR_RESOURCES, S.RESTORING}),
 }
 """Allowed moves. ``running -> paused`` is a server that starts and finds a paused record;
 ``running -> restoring`` restores a snapshot into a kernel that is already running;
-``paused -> running`` is the user discarding the paused record; ``failed -> *`` is a retry."""
+``paused -> running`` is the user discarding the paused record; ``waiting_for_resources -> ready``
+is a files-only resume (fresh kernels, nothing restored); ``failed -> *`` is a retry."""
 
 ACTIVE = frozenset({S.PAUSING, S.RELEASING, S.WAITING_FOR_RESOURCES, S.RESTORING})
 """States in which an operation is in flight (a second pause or resume is refused)."""

@@ -1,0 +1,113 @@
+"""The jupyter_server extension: configuration (``c.GkeResume.*``), routes, lifecycle hooks.
+
+Lifecycle: ``GkeResumeApp.initialize_settings`` builds the ``GkeResume`` configuration, the
+release backend and the ``Orchestrator`` (nothing touches the store yet);
+``_start_jupyter_server_extension`` (event loop running) reads the paused record, auto-resumes
+if configured and starts the idle watcher; handlers also call ``ensure_started`` so an embedded
+server (tests) behaves the same; ``stop_extension`` (SIGTERM, culler, preemption) checkpoints
+every kernel within ``shutdown_checkpoint_timeout`` before jupyter_server stops the kernels.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Bool, Enum, Float, Type, Unicode, Union
+from traitlets.config import LoggingConfigurable
+
+from .handlers import handlers
+from .idle import IdleWatcher
+from .orchestrator import Orchestrator
+from .release import BACKENDS, ReleaseBackend, autodetect
+from .workspace import resolve_store_url, resolve_workspace_id
+
+
+class GkeResume(LoggingConfigurable):
+    """Settings of jupyter-gkeresume (``c.GkeResume.<name>`` in any jupyter_server config)."""
+
+    store_url = Unicode(
+        "", help="Where snapshots go: any fsspec URL (gs://bucket/prefix) or a local directory. "
+        "Empty: $GKERESUME_STORE, else {jupyter data dir}/gkeresume/store."
+    ).tag(config=True)
+    workspace_id = Unicode(
+        "", help="The workspace id snapshots are stored under. Empty: $GKERESUME_WORKSPACE, the "
+        "JupyterHub user (and server name), the Kubeflow notebook, else local-{user}."
+    ).tag(config=True)
+    release_backend = Union(
+        [Enum(["auto", *BACKENDS]), Type(klass=ReleaseBackend)], default_value="auto",
+        help="How a pause gives the pod back: auto (detect), none, jupyterhub, kubeflow, or a "
+        "ReleaseBackend subclass (class or import string).",
+    ).tag(config=True)
+    idle_timeout = Float(
+        0.0, help="Pause (with release) after this many seconds without activity; 0 = never. "
+        "Keep it below every culler's timeout."
+    ).tag(config=True)
+    idle_pause_busy = Bool(
+        False, help="Let an idle pause checkpoint a kernel that is busy running a cell (the "
+        "checkpoint waits for the cell)."
+    ).tag(config=True)
+    shutdown_checkpoint_timeout = Float(
+        25.0, help="On server stop (SIGTERM), seconds allowed to checkpoint every kernel; 0 = "
+        "do not. Keep it below the pod's terminationGracePeriodSeconds (default 30)."
+    ).tag(config=True)
+    auto_resume = Bool(
+        False, help="Resume a paused workspace as soon as the server starts, without a click."
+    ).tag(config=True)
+    kernel_call_timeout = Float(
+        3600.0, help="Seconds one kernel may take to checkpoint or restore."
+    ).tag(config=True)
+
+    def resolved_store_url(self) -> str:
+        return resolve_store_url(self.store_url or None)
+
+    def resolved_workspace_id(self) -> str:
+        return resolve_workspace_id(self.workspace_id or None)
+
+    def backend_class(self) -> type[ReleaseBackend]:
+        if isinstance(self.release_backend, str):
+            return autodetect() if self.release_backend == "auto" else BACKENDS[
+                self.release_backend]
+        return self.release_backend
+
+
+class GkeResumeApp(ExtensionApp):
+    """The server extension ``jupyter_gkeresume`` (enabled on install)."""
+
+    name = "jupyter_gkeresume"
+    load_other_extensions = True
+
+    def initialize_settings(self) -> None:
+        config = GkeResume(parent=self)
+        config.store_url = config.resolved_store_url()
+        config.workspace_id = config.resolved_workspace_id()
+        backend = config.backend_class()(parent=self)
+        self.gkeresume = config
+        self.orchestrator = Orchestrator(
+            settings=config, kernel_manager=self.serverapp.kernel_manager,
+            session_manager=self.serverapp.session_manager, backend=backend, log=self.log,
+        )
+        self.idle_watcher: IdleWatcher | None = None
+        self.settings["gkeresume_orchestrator"] = self.orchestrator
+        self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
+                      config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(handlers())
+
+    async def _start_jupyter_server_extension(self, serverapp) -> None:
+        await self.orchestrator.ensure_started()
+        if self.gkeresume.idle_timeout > 0:
+            self.idle_watcher = IdleWatcher(
+                self.orchestrator, serverapp.web_app.last_activity,
+                timeout=self.gkeresume.idle_timeout, pause_busy=self.gkeresume.idle_pause_busy,
+                log=self.log,
+            )
+            self.idle_watcher.start()
+
+    async def stop_extension(self) -> None:
+        if self.idle_watcher:
+            self.idle_watcher.stop()
+        timeout = self.gkeresume.shutdown_checkpoint_timeout
+        if timeout > 0:
+            await self.orchestrator.shutdown(timeout)

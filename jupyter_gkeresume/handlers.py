@@ -1,0 +1,163 @@
+"""REST handlers under ``/gkeresume/api/`` (the contract, with every shape, is docs/api.md).
+
+Every verb is ``@web.authenticated`` (403 without a user: these are API handlers) and
+``@authorized`` on the resource ``gkeresume``. Bodies are parsed strictly by ``_body`` (unknown
+fields and wrong types are 400s); domain errors map onto statuses in ``_http_error`` and reach
+the client as ``{"message": ...}`` (APIHandler.write_error), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+
+from .errors import (
+    CommitConflictError,
+    ConflictError,
+    GkeResumeError,
+    InvalidInputError,
+    InvalidTransitionError,
+    LeaseHeldError,
+)
+
+AUTH_RESOURCE = "gkeresume"
+CONFLICTS = (ConflictError, InvalidTransitionError, LeaseHeldError, CommitConflictError)
+
+
+def _http_error(exc: GkeResumeError) -> web.HTTPError:
+    if isinstance(exc, InvalidInputError):
+        status = 400
+    elif isinstance(exc, LookupError):
+        status = 404
+    elif isinstance(exc, CONFLICTS):
+        status = 409
+    else:
+        status = 500
+    return web.HTTPError(status, str(exc))
+
+
+class GkeResumeHandler(APIHandler):
+    """Base: the orchestrator, strict JSON bodies, domain errors as HTTP errors."""
+
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def orchestrator(self):
+        return self.settings["gkeresume_orchestrator"]
+
+    async def _run(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        await self.orchestrator.ensure_started()
+        try:
+            return await call()
+        except GkeResumeError as exc:
+            raise _http_error(exc) from None
+
+    def _body(self, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+        """The JSON object body, checked: only ``fields``, each of its type (``null`` allowed
+        where the types include ``type(None)``)."""
+        raw = self.request.body or b"{}"
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        unknown = sorted(set(body) - set(fields))
+        if unknown:
+            raise web.HTTPError(400, f"unknown field(s): {', '.join(unknown)} "
+                                f"(allowed: {', '.join(fields)})")
+        for name, kind in fields.items():
+            value = body.get(name)
+            if name in body and not isinstance(value, kind):
+                raise web.HTTPError(400, f"field {name!r} has the wrong type")
+        return body
+
+
+def _string_list(body: dict[str, Any], name: str) -> list[str] | None:
+    value = body.get(name)
+    if value is not None and not all(isinstance(v, str) and v for v in value):
+        raise web.HTTPError(400, f"{name!r} must be a list of non-empty strings")
+    return value
+
+
+class StatusHandler(GkeResumeHandler):
+    _track_activity = False  # the lab polls status: that is not user activity (idle pause)
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.finish(json.dumps(await self._run(self.orchestrator.status)))
+
+
+class PauseHandler(GkeResumeHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self._body({"kernels": (list, type(None)), "release": bool,
+                           "name": (str, type(None))})
+        kernels = _string_list(body, "kernels")
+        op = await self._run(lambda: self.orchestrator.start_pause(
+            kernels, release=body.get("release", True), name=body.get("name"),
+        ))
+        self.set_status(202)
+        self.finish(json.dumps({"operation": op.to_dict(),
+                                "state": self.orchestrator.workspace.state.value}))
+
+
+class ResumeHandler(GkeResumeHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self._body({"snapshot": (str, type(None)), "mode": str,
+                           "only": (list, type(None)), "kernel": (str, type(None))})
+        only = _string_list(body, "only")
+        op, joined = await self._run(lambda: self.orchestrator.start_resume(
+            body.get("snapshot"), body.get("mode", "full"), only, body.get("kernel"),
+        ))
+        self.set_status(202)
+        self.finish(json.dumps({"operation": op.to_dict(), "joined": joined,
+                                "state": self.orchestrator.workspace.state.value}))
+
+
+class SnapshotsHandler(GkeResumeHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        rows = await self._run(self.orchestrator.snapshots)
+        self.finish(json.dumps({"snapshots": rows}))
+
+
+class SnapshotHandler(GkeResumeHandler):
+    @web.authenticated
+    @authorized
+    async def delete(self, snapshot_id: str) -> None:
+        await self._run(lambda: self.orchestrator.delete_snapshot(snapshot_id))
+        self.set_status(204)
+        self.finish()
+
+
+class PausedHandler(GkeResumeHandler):
+    @web.authenticated
+    @authorized
+    async def delete(self) -> None:
+        await self._run(self.orchestrator.discard_paused)
+        self.set_status(204)
+        self.finish()
+
+
+def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHandler]]]:
+    """URL patterns (relative to the server's base URL). The snapshot id segment takes any
+    characters so that a malformed id reaches validation and gets a 400, not a bare 404."""
+    return [
+        (f"{prefix}/status", StatusHandler),
+        (f"{prefix}/pause", PauseHandler),
+        (f"{prefix}/resume", ResumeHandler),
+        (f"{prefix}/snapshots", SnapshotsHandler),
+        (f"{prefix}/snapshots/(.+)", SnapshotHandler),
+        (f"{prefix}/paused", PausedHandler),
+    ]

@@ -1,0 +1,112 @@
+"""How the server calls ``kernel_hooks.server_api`` inside a running kernel.
+
+Transport: one silent ``execute_request`` per call (see ``kernel_hooks/server_api.py`` for the
+kernel side). Progress arrives on IOPub as display data of ``PROGRESS_MIME``; the outcome comes
+back in the execute reply's ``user_expressions`` (shell channel, so it cannot be dropped like an
+IOPub message). The call owns its own client (channels opened and closed here), so it never
+interferes with the browser's websocket connection to the same kernel.
+
+``call_kernel`` raises ``KernelCallError`` when the kernel does not answer within ``timeout``,
+is interrupted or dies; it returns the operation's outcome dict (``{"ok": bool, ...}``) otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from queue import Empty
+from typing import Any
+
+from .errors import KernelCallError
+
+PROGRESS_MIME = "application/vnd.gkeresume.progress+json"  # same as kernel_hooks.server_api
+CODE = '__import__("kernel_hooks.server_api", fromlist=["run"]).run({action!r}, {request!r})'
+TIMEOUT_HINT = "the time allowed (GkeResume.kernel_call_timeout / shutdown_checkpoint_timeout)"
+RESULT_EXPR = '__import__("kernel_hooks.server_api", fromlist=["run"]).last_result()'
+
+
+async def call_kernel(
+    kernel_manager: Any,
+    kernel_id: str,
+    action: str,
+    request: dict[str, Any],
+    *,
+    timeout: float,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``server_api.run(action, request)`` in the kernel; return its outcome dict."""
+    kernel = kernel_manager.get_kernel(kernel_id)
+    client = kernel.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=min(timeout, 60))
+        code = CODE.format(action=action, request=json.dumps(request))
+        msg_id = client.execute(
+            code, silent=True, store_history=False, user_expressions={"result": RESULT_EXPR}
+        )
+        deadline = time.monotonic() + timeout
+        reply_task = asyncio.ensure_future(_shell_reply(client, msg_id, deadline))
+        try:
+            await _follow_iopub(client, msg_id, deadline, on_progress, reply_task)
+            reply = await reply_task
+        finally:
+            reply_task.cancel()
+    except RuntimeError as exc:  # wait_for_ready: the kernel died or never answered
+        raise KernelCallError(f"kernel {kernel_id} did not answer: {exc}") from None
+    finally:
+        client.stop_channels()
+    content = reply["content"]
+    if content.get("status") != "ok":
+        raise KernelCallError(
+            f"kernel {kernel_id}: {action} stopped: {content.get('ename', 'error')}: "
+            f"{content.get('evalue', '')}".rstrip(": ")
+        )
+    expr = content.get("user_expressions", {}).get("result", {})
+    outcome = expr.get("data", {}).get("application/json")
+    if not isinstance(outcome, dict):
+        raise KernelCallError(
+            f"kernel {kernel_id} gave no result for {action} "
+            f"({expr.get('ename', 'no kernel_hooks?')}: {expr.get('evalue', '')})"
+        )
+    return outcome
+
+
+async def _follow_iopub(client: Any, msg_id: str, deadline: float, on_progress, reply_task) -> None:
+    """Pass progress on until the kernel is idle after our request (or, should IOPub have
+    dropped that status, until the reply is in and IOPub is quiet)."""
+    reply_at: float | None = None
+    while True:
+        now = time.monotonic()
+        if now > deadline:
+            raise KernelCallError(f"the kernel did not finish within {TIMEOUT_HINT}")
+        if reply_task.done():
+            reply_at = reply_at or now
+            if now - reply_at > 2:
+                return
+        try:
+            msg = await client.get_iopub_msg(timeout=0.5 if reply_task.done() else 2)
+        except (Empty, asyncio.TimeoutError):
+            if reply_task.done():
+                return
+            if not await client.is_alive():
+                raise KernelCallError("the kernel died") from None
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "display_data" and PROGRESS_MIME in content.get("data", {}) and on_progress:
+            on_progress(content["data"][PROGRESS_MIME])
+        elif kind == "status" and content.get("execution_state") == "idle":
+            return
+
+
+async def _shell_reply(client: Any, msg_id: str, deadline: float) -> dict[str, Any]:
+    while True:
+        try:
+            reply = await client.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.1))
+        except (Empty, asyncio.TimeoutError):
+            raise KernelCallError(f"the kernel sent no reply within {TIMEOUT_HINT}") from None
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply

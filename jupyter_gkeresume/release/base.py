@@ -1,0 +1,20 @@
+"""The release backend interface (see the package docstring for when it is called)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from traitlets.config import LoggingConfigurable
+
+
+class ReleaseBackend(LoggingConfigurable):
+    """Gives the pod (or, for ``none``, nothing beyond the kernels) back to the cluster."""
+
+    name: ClassVar[str] = "base"
+
+    async def release(self) -> None:
+        """Release the server's resources; raise ``ReleaseError`` when that is not possible.
+
+        May not return for backends that stop this very server (the process is terminated).
+        """
+        raise NotImplementedError

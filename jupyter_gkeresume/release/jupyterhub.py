@@ -1,0 +1,93 @@
+"""``jupyterhub``: stop this user's server through the Hub REST API, with the server's own token.
+
+``DELETE {JUPYTERHUB_API_URL}/users/{user}/server`` (or ``/users/{user}/servers/{name}`` for a
+named server). With KubeSpawner the Hub then deletes the pod and keeps the PVC. The Hub stops the
+server by signalling this very process, so the caller must have answered the browser already (the
+orchestrator releases from a background task) and must not count on ``release`` returning.
+
+The server's token may do this only when the Hub admin grants it (``jupyterhub_config.py``)::
+
+    c.Spawner.server_token_scopes = [
+        "access:servers!server", "users:activity!user", "read:users:name!user",
+        "delete:servers!server",
+    ]
+
+Without ``delete:servers!server`` the Hub answers 403 and the pause fails with that advice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from traitlets import Float, Unicode, default
+
+from ..errors import ReleaseError
+from .base import ReleaseBackend
+
+SCOPES_ADVICE = (
+    "the Hub refused to let this server stop itself: the Hub admin must add "
+    '"delete:servers!server" to c.Spawner.server_token_scopes (see docs/server.md)'
+)
+
+
+class JupyterHubRelease(ReleaseBackend):
+    name = "jupyterhub"
+
+    api_url = Unicode(help="The Hub API URL (default: $JUPYTERHUB_API_URL).").tag(config=True)
+    user = Unicode(help="The Hub user (default: $JUPYTERHUB_USER).").tag(config=True)
+    server_name = Unicode(help="Named server, '' for the default one "
+                          "(default: $JUPYTERHUB_SERVER_NAME).").tag(config=True)
+    request_timeout = Float(30.0, help="Seconds to wait for the Hub.").tag(config=True)
+
+    @default("api_url")
+    def _api_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_URL", "")
+
+    @default("user")
+    def _user(self) -> str:
+        return os.environ.get("JUPYTERHUB_USER", "")
+
+    @default("server_name")
+    def _server_name(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+
+    def server_url(self) -> str:
+        """The Hub API URL of this server."""
+        if not self.api_url or not self.user:
+            raise ReleaseError("jupyterhub release: JUPYTERHUB_API_URL/JUPYTERHUB_USER not set")
+        base = f"{self.api_url.rstrip('/')}/users/{quote(self.user, safe='')}"
+        if self.server_name:
+            return f"{base}/servers/{quote(self.server_name, safe='')}"
+        return f"{base}/server"
+
+    async def release(self) -> None:
+        token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        if not token:
+            raise ReleaseError("jupyterhub release: JUPYTERHUB_API_TOKEN is not set")
+        url = self.server_url()
+        request = HTTPRequest(
+            url, method="DELETE", headers={"Authorization": f"token {token}"},
+            request_timeout=self.request_timeout,
+        )
+        self.log.info("gkeresume: asking the Hub to stop this server: DELETE %s", url)
+        try:
+            response = await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as exc:
+            if exc.code == 403:
+                raise ReleaseError(SCOPES_ADVICE) from None
+            raise ReleaseError(f"the Hub refused to stop this server: {exc.code} "
+                               f"{_hub_message(exc)}") from None
+        except OSError as exc:
+            raise ReleaseError(f"cannot reach the Hub at {self.api_url}: {exc}") from None
+        self.log.info("gkeresume: the Hub answered %s: server stopping", response.code)
+
+
+def _hub_message(exc: HTTPClientError) -> str:
+    body = exc.response.body if exc.response is not None else b""
+    try:
+        return str(json.loads(body).get("message", ""))
+    except (ValueError, AttributeError):
+        return exc.message or ""

@@ -1,0 +1,94 @@
+"""The kernel-side entry points that the server executes (transport: silent execute requests).
+
+The server (``jupyter_gkeresume.kernel_client``) sends one ``execute_request`` with
+``silent=True, store_history=False`` (no execution count, no history, no ``execute_input``
+broadcast) whose code is exactly::
+
+    __import__("kernel_hooks.server_api", fromlist=["run"]).run("<action>", "<request JSON>")
+
+and ``user_expressions={"result": "...last_result()"}``. Call order and invariants:
+
+1. ``run`` calls ``kernel_hooks.checkpoint`` or ``kernel_hooks.resume`` on the user namespace
+   and binds no name in it.
+2. While it runs, progress goes out on IOPub as ``display_data`` of the MIME type
+   ``PROGRESS_MIME`` (``Progress.to_dict()``), at most every ``PROGRESS_INTERVAL`` seconds plus
+   every phase change. Progress is best effort (IOPub may drop messages).
+3. ``run`` never raises for a failure of the operation: it keeps the outcome, and the execute
+   reply carries it reliably (shell channel) through ``user_expressions``: ``last_result()`` has a
+   ``_repr_json_`` giving ``{"ok": true, "result": {...to_dict()}}`` or
+   ``{"ok": false, "error": "<class name>", "message": "<text>"}``. An interrupt
+   (``KeyboardInterrupt``) does propagate: the reply is then an error and the server reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+PROGRESS_MIME = "application/vnd.gkeresume.progress+json"
+PROGRESS_INTERVAL = 0.25
+ACTIONS = ("checkpoint", "resume")
+
+_last: dict[str, Any] | None = None
+
+
+class _Outcome:
+    """What ``last_result()`` returns: IPython formats it as ``application/json``."""
+
+    def __init__(self, data: dict[str, Any] | None):
+        self.data = data
+
+    def _repr_json_(self) -> dict[str, Any]:
+        return self.data or {"ok": False, "error": "NoResult", "message": "nothing ran"}
+
+
+def last_result() -> _Outcome:
+    """The outcome of the last ``run`` in this kernel (read by the server, once per call)."""
+    return _Outcome(_last)
+
+
+class _ProgressPublisher:
+    """Sends ``Progress`` reports as display data, throttled, always on a phase change."""
+
+    def __init__(self) -> None:
+        self._phase: str | None = None
+        self._sent = 0.0
+
+    def __call__(self, progress: Any) -> None:
+        now = time.monotonic()
+        if progress.phase == self._phase and now - self._sent < PROGRESS_INTERVAL:
+            return
+        self._phase, self._sent = progress.phase, now
+        from IPython.display import publish_display_data
+
+        publish_display_data({PROGRESS_MIME: progress.to_dict()})
+
+
+def run(action: str, request_json: str) -> None:
+    """Run ``action`` with the JSON request; keep the outcome for ``last_result``.
+
+    Requests: checkpoint ``{"store", "workspace", "name", "notebook"}``; resume ``{"store",
+    "workspace", "reference", "only"}``.
+    """
+    global _last
+    _last = None
+    try:
+        if action not in ACTIONS:
+            raise ValueError(f"unknown action {action!r}")
+        request = json.loads(request_json)
+        import kernel_hooks
+
+        common = {"store": request.get("store"), "workspace": request.get("workspace"),
+                  "progress": _ProgressPublisher()}
+        if action == "checkpoint":
+            result = kernel_hooks.checkpoint(
+                request.get("name"), notebook=request.get("notebook"), **common
+            )
+        else:
+            result = kernel_hooks.resume(
+                request.get("reference") or "latest", only=request.get("only"), **common
+            )
+        _last = {"ok": True, "result": result.to_dict()}
+    except Exception as exc:  # the boundary: every failure is reported to the server, in words
+        _last = {"ok": False, "error": type(exc).__name__, "message": str(exc) or repr(exc)}
