@@ -11,27 +11,49 @@ durable, then ``commit_manifest`` once. Locally a blob is written to a temporary
 renamed; the manifest is linked into place so that a second writer of the same id fails. On object
 stores there are no renames: blobs are written under their final, content-addressed names (a
 partial upload is never visible on GCS) and the manifest is created with a create-only
-precondition (``ifGenerationMatch=0``). Either way a crash at any point leaves no manifest that
-names a missing blob, and every earlier snapshot intact.
+precondition (``ifGenerationMatch=0``, a simple upload). Either way a crash at any point leaves no
+manifest that names a missing blob, and every earlier snapshot intact.
+
+Object stores (``transfer``): a blob streams up in ``chunk_bytes`` pieces through one resumable
+session (never the whole blob in memory) and reads back with ranged requests. gcsfs retries every
+request on transient errors (5xx, 408, 429, dropped connections); on top of that a blob upload
+that still failed on a transient error is restarted, up to ``retries`` times with exponential
+backoff and full jitter, when its parts can be read again (a list or tuple). A create-only write
+whose reply was lost and whose retry then finds the object: the object is read back, and if it
+holds our bytes the write succeeded. Every method is safe to call from many threads at once;
+``concurrency`` is how many the callers should use (``GKERESUME_CONCURRENCY``). Errors leave as
+``StoreError`` with a message that names the store without credentials.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import re
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import CommitConflictError, InvalidInputError, StoreError
 from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapshot_id
+from .transfer import RangedReader, UploadInterrupted, upload
 
 RECORD_NAMES = ("paused", "events")
+LEASE_RECORD_RE = re.compile(r"^lease-[a-z0-9][a-z0-9._-]{0,150}$")
 WRITE_CHUNK = 16 << 20
+DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_CONCURRENCY = {"local": 4, "remote": 16}
+MAX_CONCURRENCY = 256
+DEFAULT_RETRIES = 3
+RETRY_BASE_DELAY = 0.5
+RETRY_MAX_DELAY = 8.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,7 +68,16 @@ class BlobInfo:
 class SnapshotStore:
     """Blobs, manifests and records of one workspace; ``url`` is any fsspec URL or local path."""
 
-    def __init__(self, url: str, workspace: str, storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        url: str,
+        workspace: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        concurrency: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        retries: int = DEFAULT_RETRIES,
+    ):
         from ..workspace import validate_workspace_id
 
         self.url = url
@@ -57,6 +88,13 @@ class SnapshotStore:
             raise InvalidInputError(f"cannot open store {_safe_url(url)}: {exc}") from None
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = f"{base.rstrip('/')}/{self.workspace}"
+        self.concurrency = resolve_concurrency(concurrency, local=self.local)
+        if chunk_bytes <= 0 or chunk_bytes % (256 << 10):
+            raise InvalidInputError(f"chunk_bytes must be a multiple of 256 KiB: {chunk_bytes}")
+        self.chunk_bytes = chunk_bytes
+        if not 0 <= retries <= 10:
+            raise InvalidInputError(f"retries must be between 0 and 10: {retries}")
+        self.retries = retries
 
     def __repr__(self) -> str:
         return f"SnapshotStore({_safe_url(self.url)!r}, {self.workspace!r})"
@@ -70,16 +108,18 @@ class SnapshotStore:
         return f"{self.root}/snapshots/{validate_snapshot_id(snapshot_id)}.json"
 
     def record_path(self, name: str) -> str:
-        if name not in RECORD_NAMES and not name.startswith("lease-"):
+        if name not in RECORD_NAMES and not (LEASE_RECORD_RE.match(name) and ".." not in name):
             raise InvalidInputError(f"unknown record {name!r}")
         return f"{self.root}/records/{name}.json"
 
     # -- blobs -----------------------------------------------------------------------------
     def has_blob(self, digest: str, size: int | None = None) -> bool:
         """True when the blob exists (and has ``size`` bytes, when given)."""
+        path = self.blob_path(digest)
         with self._errors("check blob"):
+            self._invalidate(path)  # never trust a cached listing: a gc may have removed it
             try:
-                info = self.fs.info(self.blob_path(digest))
+                info = self.fs.info(path)
             except FileNotFoundError:
                 return False
         return size is None or info.get("size") == size
@@ -88,24 +128,33 @@ class SnapshotStore:
         """Write a blob from its parts (buffers, in order) and make it durable.
 
         The caller computed ``digest`` over exactly these parts; writing the same digest twice is
-        harmless. Nothing is visible under the final name until it is complete.
+        harmless. Nothing is visible under the final name until it is complete. Only a list or
+        tuple of parts lets a failed upload be restarted (an iterator can be read once).
         """
         path = self.blob_path(digest)
         with self._errors("write blob"):
             if self.local:
                 self._write_local_atomic(path, parts, create_only=False)
             else:
-                with self.fs.open(path, "wb") as f:
-                    _write_parts(f, parts)
+                attempts = 1 + self.retries if isinstance(parts, Sequence) else 1
+                try:
+                    self._retrying(lambda: upload(self.fs, path, parts, self.chunk_bytes), attempts)
+                except FileNotFoundError:
+                    raise StoreError(f"write blob failed in {self}: no such bucket") from None
 
     @contextmanager
     def open_blob(self, digest: str):
-        """A binary file for reading the blob; yields ``(file, size)``."""
+        """A binary file for reading the blob; yields ``(file, size)``. On object stores each
+        read is one ranged request of the size asked for (read big pieces)."""
         path = self.blob_path(digest)
         with self._errors("read blob"):
             size = self.fs.info(path)["size"]
-            with self.fs.open(path, "rb") as f:
-                yield f, size
+            if self.local:
+                with self.fs.open(path, "rb") as f:
+                    yield f, size
+            else:
+                with RangedReader(self.fs, path, size) as f:
+                    yield f, size
 
     def list_blobs(self) -> list[BlobInfo]:
         """Every blob in the workspace with size and modification time (for gc)."""
@@ -136,10 +185,7 @@ class SnapshotStore:
         path = self.manifest_path(snapshot_id)
         with self._errors("commit manifest"):
             try:
-                if self.local:
-                    self._write_local_atomic(path, [data], create_only=True)
-                else:
-                    self.fs.pipe_file(path, data, mode="create")
+                self._create(path, data)
             except FileExistsError:
                 raise CommitConflictError(f"snapshot {snapshot_id} is already committed") from None
 
@@ -176,10 +222,12 @@ class SnapshotStore:
         """Write a record; ``create_only`` raises ``FileExistsError`` if it already exists."""
         path = self.record_path(name)
         with self._errors("write record"):
-            if self.local:
-                self._write_local_atomic(path, [data], create_only=create_only)
+            if create_only:
+                self._create(path, data)
+            elif self.local:
+                self._write_local_atomic(path, [data], create_only=False)
             else:
-                self.fs.pipe_file(path, data, mode="create" if create_only else "overwrite")
+                self.fs.pipe_file(path, data, mode="overwrite")
 
     def delete_record(self, name: str) -> None:
         with self._errors("delete record"):
@@ -189,6 +237,34 @@ class SnapshotStore:
                 pass
 
     # -- helpers -----------------------------------------------------------------------------
+    def _create(self, path: str, data: bytes) -> None:
+        """Create-only write of a small object; ``FileExistsError`` when it already exists.
+
+        On object stores gcsfs retries a request whose answer was lost; if the first attempt had
+        landed, the retry meets its own object. Equal bytes there mean the write was ours."""
+        if self.local:
+            self._write_local_atomic(path, [data], create_only=True)
+            return
+        try:
+            self.fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            self._invalidate(path)
+            if self.fs.cat_file(path) != data:
+                raise
+        self._invalidate(path)
+
+    def _retrying(self, action: Callable[[], T], attempts: int) -> T:
+        """Run ``action``; on a transient failure wait (exponential backoff, full jitter) and run
+        it again, ``attempts`` times in all. Permanent failures leave at once."""
+        for attempt in range(attempts):
+            try:
+                return action()
+            except Exception as exc:
+                if attempt == attempts - 1 or not is_transient(exc):
+                    raise
+            time.sleep(random.uniform(0, min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2**attempt)))
+        raise AssertionError("unreachable")
+
     def _write_local_atomic(self, path: str, parts: Iterable[object], *, create_only: bool) -> None:
         folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
@@ -222,8 +298,78 @@ class SnapshotStore:
             yield
         except (FileNotFoundError, FileExistsError, InvalidInputError, StoreError):
             raise
-        except (OSError, RuntimeError, ValueError, TimeoutError) as exc:
-            raise StoreError(f"{action} failed in {self}: {type(exc).__name__}: {exc}") from exc
+        except (OSError, RuntimeError, ValueError, TimeoutError, *_transport_errors()) as exc:
+            raise StoreError(f"{action} failed in {self}: {describe(exc)}") from None
+
+
+def resolve_concurrency(explicit: int | None = None, *, local: bool,
+                        env: dict[str, str] | None = None) -> int:
+    """Parallel transfers callers should run: ``explicit``, else ``GKERESUME_CONCURRENCY``, else
+    4 for a local directory and 16 for an object store."""
+    env = os.environ if env is None else env
+    value: object = explicit
+    if value is None and env.get("GKERESUME_CONCURRENCY"):
+        value = env["GKERESUME_CONCURRENCY"].strip()
+    if value is None:
+        return DEFAULT_CONCURRENCY["local" if local else "remote"]
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        number = 0
+    if not 1 <= number <= MAX_CONCURRENCY:
+        raise InvalidInputError(
+            f"concurrency (GKERESUME_CONCURRENCY) must be 1..{MAX_CONCURRENCY}, not {value!r}"
+        )
+    return number
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Exception types of the object-store clients that are not ``OSError`` (imported lazily:
+    gcsfs is optional)."""
+    found: list[type[BaseException]] = []
+    try:
+        from gcsfs.retry import HttpError
+
+        found.append(HttpError)
+    except ImportError:
+        pass
+    try:
+        from aiohttp import ClientError
+
+        found.append(ClientError)
+    except ImportError:
+        pass
+    try:
+        from google.auth.exceptions import GoogleAuthError
+
+        found.append(GoogleAuthError)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth restarting a whole upload: its session was lost or cut short, or it timed out.
+    (Single requests that failed on 5xx, 408, 429 or a dropped connection were already retried
+    by gcsfs, about 35 s in all: trying those again here would only make users wait longer.)"""
+    return isinstance(exc, (UploadInterrupted, TimeoutError))
+
+
+_SECRET_PATTERNS = (
+    (re.compile(r"(https?://[^\s?#]+)\?[^\s#'\"]*"), r"\1?..."),  # query strings: upload ids, keys
+    (re.compile(r"(?i)(bearer\s+)[\w.~+/-]+=*"), r"\1***"),
+    (re.compile(r"(?i)((?:access_token|refresh_token|token|key|signature)[\"']?\s*[:=]\s*[\"']?)"
+                r"[^\s\"'&,}]+"), r"\1***"),
+    (re.compile(r"://[^/\s@]+@"), "://***@"),
+)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` for an exception, with anything that could be a credential masked."""
+    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text[:500]
 
 
 def _write_parts(f: BinaryIO, parts: Iterable[object]) -> None:
