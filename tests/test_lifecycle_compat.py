@@ -138,3 +138,17 @@ def test_this_environment_matches_itself(local_store, signing_key):
                       modules={"x0": list(package_versions())[:1] or ["json"]})
     verdict = check_compatible(m, environment_fingerprint())
     assert (verdict.level, verdict.reasons) == ("exact", [])
+
+
+def test_missing_or_malformed_fingerprint_is_said(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    bare = make_snapshot(local_store, signing_key, [b"w"])
+    assert check_compatible(bare, copy.deepcopy(BASE)).to_dict() == {
+        "level": "exact", "reasons": ["the snapshot records no environment: nothing to compare"],
+        "objects_at_risk": {},
+    }
+    odd = make_snapshot(local_store, signing_key, [b"w"], fingerprint={**BASE, "cuda": [1]})
+    verdict = check_compatible(odd, copy.deepcopy(BASE))
+    assert verdict.level == "exact"
+    assert verdict.reasons == ["fingerprint fields ignored (malformed): cuda"]

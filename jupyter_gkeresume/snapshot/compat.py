@@ -68,8 +68,13 @@ def _module_available(module: str) -> bool:
 
 def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
     """Compare ``manifest.fingerprint`` with ``here`` (an ``environment_fingerprint()``)."""
-    there = manifest.fingerprint
     verdict = Verdict("exact")
+    there, malformed = _clean(manifest.fingerprint)
+    here, _ = _clean(here)
+    if malformed:
+        verdict.worsen("exact", f"fingerprint fields ignored (malformed): {', '.join(malformed)}")
+    if not there:
+        verdict.worsen("exact", "the snapshot records no environment: nothing to compare")
     written = there.get("format_version", manifest.format_version)
     if manifest.format_version != FORMAT_VERSION or written != FORMAT_VERSION:
         verdict.worsen("incompatible", f"snapshot format {written} is unknown here")
@@ -80,8 +85,8 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
     for key in ("platform", "machine", "machine_type", "image"):
         if there.get(key) and here.get(key) and there[key] != here[key]:
             verdict.worsen("portable", f"{key} differs: {there[key]} -> {here[key]}")
-    _compare_gpus(verdict, there.get("cuda") or {}, here.get("cuda") or {}, manifest)
-    _compare_packages(verdict, there.get("packages") or {}, here.get("packages") or {}, manifest)
+    _compare_gpus(verdict, there.get("cuda", {}), here.get("cuda", {}), manifest)
+    _compare_packages(verdict, there.get("packages", {}), here.get("packages", {}), manifest)
     for obj in manifest.objects:
         if obj.status != "saved":
             continue
@@ -91,13 +96,50 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
     return verdict
 
 
+def _clean(fingerprint: Any) -> tuple[dict[str, Any], list[str]]:
+    """The fingerprint with only well-typed fields (it is free-form JSON in the manifest), and
+    the names of the fields dropped."""
+    source = fingerprint if isinstance(fingerprint, dict) else {}
+    clean: dict[str, Any] = {}
+    dropped = [] if isinstance(fingerprint, dict) else ["fingerprint"]
+    for key, value in source.items():
+        if key in ("python", "implementation", "platform", "machine", "machine_type", "image"):
+            ok = isinstance(value, str)
+        elif key == "format_version":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif key == "packages":
+            ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        elif key == "cuda":
+            ok = isinstance(value, dict) and _cuda_ok(value)
+        else:
+            continue
+        if ok:
+            clean[key] = value
+        elif value is not None:
+            dropped.append(key)
+    return clean, dropped
+
+
+def _cuda_ok(cuda: dict) -> bool:
+    gpus = cuda.get("gpus", [])
+    return (
+        isinstance(cuda.get("driver_version", ""), (str, type(None)))
+        and isinstance(gpus, list)
+        and all(
+            isinstance(g, dict)
+            and isinstance(g.get("memory", 0), int) and not isinstance(g.get("memory"), bool)
+            for g in gpus
+        )
+    )
+
+
 def _compare_python(verdict: Verdict, there: dict, here: dict) -> None:
     impl_there, impl_here = there.get("implementation"), here.get("implementation")
     if impl_there and impl_here and impl_there != impl_here:
         verdict.worsen("incompatible", f"{impl_there} wrote it, this is {impl_here}")
         return
-    py_there, py_here = str(there.get("python", "")), str(here.get("python", ""))
-    if py_there == py_here:
+    py_there, py_here = there.get("python"), here.get("python")
+    if py_there is None or py_here is None or py_there == py_here:
         return
     v_there, v_here = py_there.split("."), py_here.split(".")
     if v_there[:1] != v_here[:1]:
@@ -112,7 +154,7 @@ def _compare_python(verdict: Verdict, there: dict, here: dict) -> None:
 
 
 def _compare_gpus(verdict: Verdict, there: dict, here: dict, manifest: Manifest) -> None:
-    gpus_there, gpus_here = there.get("gpus") or [], here.get("gpus") or []
+    gpus_there, gpus_here = there.get("gpus", []), here.get("gpus", [])
     cuda_bytes = sum(s.nbytes for s in manifest.storages.values() if s.device.startswith("cuda"))
     if not gpus_there:
         return
@@ -127,8 +169,8 @@ def _compare_gpus(verdict: Verdict, there: dict, here: dict, manifest: Manifest)
         values_here = [g.get(key) for g in gpus_here][: len(gpus_there)]
         if values_there != values_here:
             verdict.worsen("portable", f"{what} {values_there[0]} there, {values_here[0]} here")
-    mem_there = sum(int(g.get("memory") or 0) for g in gpus_there)
-    mem_here = sum(int(g.get("memory") or 0) for g in gpus_here)
+    mem_there = sum(g.get("memory", 0) for g in gpus_there)
+    mem_here = sum(g.get("memory", 0) for g in gpus_here)
     if mem_here < mem_there:
         verdict.worsen(
             "portable", f"{mem_there / GIB:.1f} GiB of GPU memory there, {mem_here / GIB:.1f} here"
