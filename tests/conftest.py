@@ -1,1 +1,1 @@
-pytest_plugins = ["fixtures_gcs", "fixtures_lifecycle"]
+pytest_plugins = ["fixtures_gcs", "fixtures_lifecycle", "fixtures_server"]

@@ -1,0 +1,219 @@
+"""The REST API against a real in-process jupyter_server with real kernels and a local store.
+
+Pause -> the snapshot is committed -> the kernels stop -> resume into a new kernel -> the
+variables are back; auth, validation and conflicts; 20 concurrent resumes -> one restore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from fixtures_server import RecordingRelease, server_config
+from prometheus_client import REGISTRY
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def jp_server_config(store_dir):
+    return server_config(str(store_dir))
+
+
+def paused_record(store_dir):
+    path = store_dir / "server-ws" / "records" / "paused.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+async def test_pause_then_resume_brings_the_variables_back(api, store_dir):
+    kid = await api.new_session("work/train.ipynb")
+    await api.run_cell(kid, "import numpy as np\nx = 41 + 1\narr = np.arange(10_000.0)\n"
+                            "alias = arr")
+    status = await api.status()
+    assert status["state"] == "running" and status["paused"] is None
+    assert [k["kernel_id"] for k in status["kernels"]] == [kid]
+
+    code, body = await api.call("POST", "gkeresume/api/pause", {"name": "before-eval"})
+    assert code == 202, body
+    assert body["state"] == "pausing" and body["operation"]["kernels"] == [kid]
+    status = await api.settle()
+
+    assert status["state"] == "paused", status
+    assert status["last_error"] is None
+    assert len(RecordingRelease.calls) == 1
+    record = paused_record(store_dir)
+    assert record == status["paused"]
+    assert record["reason"] == "user" and record["release_backend"] == "recording"
+    [entry] = record["kernels"]
+    assert entry["notebook"] == "work/train.ipynb" and entry["kernel_id"] == kid
+    assert api.serverapp.kernel_manager.list_kernel_ids() == []  # released: kernels stopped
+
+    code, body = await api.call("GET", "gkeresume/api/snapshots")
+    assert code == 200
+    [row] = body["snapshots"]
+    assert row["id"] == entry["snapshot_id"] and row["name"] == "before-eval"
+    assert row["notebook"] == "work/train.ipynb" and row["error"] is None
+    assert status["last_snapshot"]["id"] == row["id"]
+
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 202, body
+    assert body["joined"] is False and body["state"] == "waiting_for_resources"
+    status = await api.settle()
+    assert status["state"] == "ready", status
+    assert status["paused"] is None and paused_record(store_dir) is None
+    [kernel] = status["kernels"]
+    assert kernel["kernel_id"] != kid and kernel["notebook"] == "work/train.ipynb"
+    assert kernel["state"] == "ready" and kernel["snapshot_id"] == row["id"]
+    assert "x" in kernel["result"]["restored"]
+    out = await api.run_cell(kernel["kernel_id"], "print(x, arr.sum(), alias is arr)")
+    assert out.split() == ["42", str(float(sum(range(10_000)))), "True"]
+
+
+async def test_checkpoint_without_release_keeps_the_kernel(api, store_dir):
+    kid = await api.new_session("nb.ipynb")
+    await api.run_cell(kid, "y = 'still here'")
+    code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "running" and status["paused"] is None
+    assert RecordingRelease.calls == [] and paused_record(store_dir) is None
+    assert status["kernels"][0]["snapshot_id"] == status["last_snapshot"]["id"]
+    assert await api.run_cell(kid, "print(y)") == "still here\n"
+
+    # restore that snapshot, partially, into the same running kernel
+    await api.run_cell(kid, "y = 'changed'; z = 1")
+    code, body = await api.call("POST", "gkeresume/api/resume", {
+        "snapshot": "latest", "mode": "partial", "only": ["y"], "kernel": kid})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "ready", status
+    assert await api.run_cell(kid, "print(y, z)") == "still here 1\n"
+
+
+async def test_release_failure_keeps_kernels_and_removes_the_record(api, store_dir):
+    RecordingRelease.fail_with = "the cluster said no"
+    kid = await api.new_session("nb.ipynb")
+    await api.run_cell(kid, "w = [1, 2, 3]")
+    code, _ = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 202
+    status = await api.settle()
+    assert status["state"] == "running"
+    assert "the cluster said no" in status["reason"]
+    assert status["last_error"]["operation"] == "release"
+    assert len(RecordingRelease.calls) == 1 and paused_record(store_dir) is None
+    assert await api.run_cell(kid, "print(w)") == "[1, 2, 3]\n"
+
+
+async def test_requests_without_a_valid_token_are_refused(api):
+    bad = {"Authorization": "token not-the-token"}
+    for method, path in [("GET", "status"), ("POST", "pause"), ("POST", "resume"),
+                         ("GET", "snapshots"), ("DELETE", "snapshots/20261130T101500Z-a1b2c3"),
+                         ("DELETE", "paused")]:
+        code, _ = await api.call(method, f"gkeresume/api/{path}", {}, headers=bad)
+        assert code == 403, (method, path, code)
+
+
+@pytest.mark.parametrize(("path", "raw", "fragment"), [
+    ("pause", b"not json", "not JSON"),
+    ("pause", b"[1, 2]", "JSON object"),
+    ("pause", b'{"kernels": "abc"}', "'kernels'"),
+    ("pause", b'{"kernels": [""]}', "'kernels'"),
+    ("pause", b'{"release": "yes"}', "'release'"),
+    ("pause", b'{"colour": 1}', "unknown field"),
+    ("pause", b'{"name": "../etc"}', "not a usable snapshot name"),
+    ("resume", b'{"mode": "everything"}', "mode must be one of"),
+    ("resume", b'{"snapshot": "latest", "mode": "partial"}', "'only'"),
+    ("resume", b'{"snapshot": "latest", "only": ["x"]}', "'only'"),
+    ("resume", b'{"kernel": "abc"}', "'kernel' needs 'snapshot'"),
+    ("resume", b'{"snapshot": "../../etc/passwd"}', "not a usable snapshot name"),
+])
+async def test_malformed_bodies_are_400(api, path, raw, fragment):
+    code, body = await api.call("POST", f"gkeresume/api/{path}", raw=raw)
+    assert code == 400, body
+    assert fragment in body["message"]
+
+
+async def test_unknown_ids_and_conflicts(api):
+    code, body = await api.call("POST", "gkeresume/api/pause", {"kernels": ["no-such-kernel"]})
+    assert code == 404 and "no-such-kernel" in body["message"]
+    code, body = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 409 and "no kernel" in body["message"]
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 409 and "nothing is paused" in body["message"]
+    code, body = await api.call("POST", "gkeresume/api/resume", {"snapshot": "latest"})
+    assert code == 404 and "no snapshot 'latest'" in body["message"]
+    code, body = await api.call("POST", "gkeresume/api/resume",
+                                {"snapshot": "20261130T101500Z-a1b2c3"})
+    assert code == 404
+    code, body = await api.call("DELETE", "gkeresume/api/snapshots/20261130T101500Z-a1b2c3")
+    assert code == 404
+    for bad_id in ["../../records/paused", "..", "x%00y", "20261130T101500Z-A1B2C3"]:
+        code, body = await api.call("DELETE", f"gkeresume/api/snapshots/{bad_id}")
+        assert code == 400, (bad_id, code, body)
+        assert "not a snapshot id" in body["message"]
+    code, body = await api.call("DELETE", "gkeresume/api/paused")
+    assert code == 404
+
+
+async def test_delete_snapshot_and_the_paused_record_guard(api, store_dir):
+    kid = await api.new_session("nb.ipynb")
+    await api.run_cell(kid, "v = 3")
+    await api.call("POST", "gkeresume/api/pause", {"release": False})
+    await api.settle()
+    await api.call("POST", "gkeresume/api/pause", {})
+    status = await api.settle()
+    assert status["state"] == "paused"
+    paused_id = status["paused"]["kernels"][0]["snapshot_id"]
+    code, body = await api.call("GET", "gkeresume/api/snapshots")
+    [newest, older] = [r["id"] for r in body["snapshots"]]
+    assert newest == paused_id
+    code, body = await api.call("DELETE", f"gkeresume/api/snapshots/{paused_id}")
+    assert code == 409 and "paused record" in body["message"]
+    code, body = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 409
+    code, _ = await api.call("DELETE", f"gkeresume/api/snapshots/{older}")
+    assert code == 204
+    code, _ = await api.call("DELETE", "gkeresume/api/paused")
+    assert code == 204
+    status = await api.status()
+    assert status["state"] == "running" and status["paused"] is None
+    assert paused_record(store_dir) is None
+    code, body = await api.call("GET", "gkeresume/api/snapshots")
+    assert [r["id"] for r in body["snapshots"]] == [paused_id]
+
+
+async def test_twenty_concurrent_resumes_make_one_restore(api):
+    kid = await api.new_session("nb.ipynb")
+    await api.run_cell(kid, "import numpy as np\nbig = np.ones(2_000_000)")
+    await api.call("POST", "gkeresume/api/pause", {})
+    assert (await api.settle())["state"] == "paused"
+
+    def restores() -> float:
+        return REGISTRY.get_sample_value(
+            "gkeresume_operations_total", {"operation": "resume", "outcome": "ok"}) or 0.0
+
+    before = restores()
+    answers = await asyncio.gather(*[api.call("POST", "gkeresume/api/resume", {})
+                                     for _ in range(20)])
+    assert all(code == 202 for code, _ in answers), answers
+    assert len({body["operation"]["id"] for _, body in answers}) == 1
+    assert sorted(body["joined"] for _, body in answers) == [False] + [True] * 19
+    status = await api.settle()
+    assert status["state"] == "ready"
+    assert restores() == before + 1
+    [kernel] = status["kernels"]
+    assert await api.run_cell(kernel["kernel_id"], "print(big.sum())") == "2000000.0\n"
+
+
+async def test_metrics_are_exposed(api):
+    response = await api.fetch("metrics", method="GET")
+    assert response.code == 200
+    text = response.body.decode()
+    for name in ("gkeresume_pause_seconds", "gkeresume_snapshot_bytes_total",
+                 "gkeresume_resume_seconds", "gkeresume_failures_total",
+                 "gkeresume_accelerator_seconds_released_total"):
+        assert name in text
