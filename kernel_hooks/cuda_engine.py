@@ -281,7 +281,7 @@ class CudaEngine(Configurable):
                     self._call("cuMemFreeHost", ptr)
                 self._ring, self._views = [], []
                 raise CudaError(
-                    f"cannot pin {self.host_bytes >> 20} MiB of host memory ({exc}); lower "
+                    f"cannot pin {self.host_bytes / 2**20:.1f} MiB of host memory ({exc}); lower "
                     "CudaEngine.chunk_bytes or CudaEngine.buffers"
                 ) from None
 
@@ -394,6 +394,6 @@ def _release(chunk: memoryview) -> None:
         chunk.release()
     except BufferError:
         raise CudaError(
-            "a chunk from device_to_host_chunks is still exported (e.g. numpy.frombuffer) after "
-            "the next iteration; copy it with bytes(chunk) to keep it"
+            "a chunk from device_to_host_chunks is still in use (a reader in another thread?) after "
+            "the next iteration; finish with it first, or copy it with bytes(chunk) to keep it"
         ) from None

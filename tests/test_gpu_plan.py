@@ -1,0 +1,159 @@
+"""Pure GPU planning: the pinned ring schedules, device remapping, out-of-memory placement, RNG."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jupyter_gkeresume.errors import InvalidInputError
+from kernel_hooks.cuda_plan import (
+    cuda_index,
+    d2h_schedule,
+    h2d_schedule,
+    plan_chunks,
+    plan_device_mapping,
+    plan_placement,
+    remap_rng_states,
+)
+
+sizes_st = st.lists(st.integers(0, 200), min_size=0, max_size=6)
+chunk_st = st.integers(1, 64)
+buffers_st = st.integers(1, 5)
+
+
+@given(sizes_st, chunk_st, buffers_st)
+@settings(max_examples=200, deadline=None)
+def test_chunks_cover_every_byte_once_in_order(sizes, chunk_bytes, buffers):
+    chunks = plan_chunks(sizes, chunk_bytes, buffers)
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert all(c.buffer == c.index % buffers and 0 < c.size <= chunk_bytes for c in chunks)
+    for part, nbytes in enumerate(sizes):
+        mine = [c for c in chunks if c.part == part]
+        assert [c.offset for c in mine] == list(range(0, nbytes, chunk_bytes))
+        assert sum(c.size for c in mine) == nbytes
+    assert [c.part for c in chunks] == sorted(c.part for c in chunks)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "chunk_bytes", "buffers"), [([-1], 4, 2), ([4], 0, 2), ([4], 4, 0)]
+)
+def test_bad_plans_are_refused(sizes, chunk_bytes, buffers):
+    with pytest.raises(InvalidInputError, match="bad transfer plan"):
+        plan_chunks(sizes, chunk_bytes, buffers)
+
+
+@given(sizes_st, chunk_st, buffers_st)
+@settings(max_examples=200, deadline=None)
+def test_d2h_schedule_never_overwrites_a_buffer_in_use_and_prefetches(sizes, chunk_bytes, buffers):
+    chunks = plan_chunks(sizes, chunk_bytes, buffers)
+    state: dict[int, tuple[str, int]] = {}  # buffer -> ("copying" | "held", chunk index)
+    delivered, copied = [], []
+    for step, c in d2h_schedule(chunks, buffers):
+        # The consumer hands its buffer back when the schedule moves on.
+        for b, (what, _) in list(state.items()):
+            if what == "held":
+                del state[b]
+        if step == "copy":
+            assert c.buffer not in state, f"buffer {c.buffer} refilled while in use"
+            state[c.buffer] = ("copying", c.index)
+            copied.append(c.index)
+        else:
+            assert step == "deliver"
+            assert state.get(c.buffer) == ("copying", c.index), "delivered before its copy"
+            state[c.buffer] = ("held", c.index)
+            delivered.append(c.index)
+            in_flight = sorted(i for what, i in state.values() if what == "copying")
+            # While the consumer holds chunk i, the next buffers-1 chunks are already copying.
+            assert in_flight == list(range(c.index + 1, min(c.index + buffers, len(chunks))))
+    assert delivered == copied == list(range(len(chunks)))
+
+
+@given(sizes_st, chunk_st, buffers_st)
+@settings(max_examples=200, deadline=None)
+def test_h2d_schedule_waits_before_refilling_and_at_the_end(sizes, chunk_bytes, buffers):
+    chunks = plan_chunks(sizes, chunk_bytes, buffers)
+    in_flight: dict[int, int] = {}  # buffer -> chunk whose DMA may still read it
+    filled = []
+    for step, c in h2d_schedule(chunks, buffers):
+        if step == "fill":
+            assert c.buffer not in in_flight, f"buffer {c.buffer} refilled before its DMA ended"
+            in_flight[c.buffer] = c.index
+            filled.append(c.index)
+        else:
+            assert in_flight.pop(c.buffer) == c.index
+    assert filled == list(range(len(chunks)))
+    assert in_flight == {}
+
+
+def test_cuda_index():
+    assert [cuda_index(d) for d in ("cuda", "cuda:0", "cuda:7", "cpu", "cuda:x", "xcuda:1")] == [
+        0, 0, 7, None, None, None
+    ]
+
+
+def test_mapping_keeps_devices_that_exist_without_warnings():
+    mapping = plan_device_mapping(["cuda:1", "cpu", "cuda:0", "cuda:1"], 4)
+    assert mapping == {"cuda:0": "cuda:0", "cuda:1": "cuda:1", "cpu": "cpu"}
+    assert mapping.warnings == []
+
+
+def test_mapping_spreads_missing_devices_by_order():
+    mapping = plan_device_mapping(["cuda:3", "cuda:0", "cuda:1", "cuda:2", "cuda:5"], 2)
+    assert mapping == {
+        "cuda:0": "cuda:0", "cuda:1": "cuda:1",
+        "cuda:2": "cuda:0", "cuda:3": "cuda:1", "cuda:5": "cuda:0",
+    }
+    assert len(mapping.warnings) == 3
+    assert "cuda:5 does not exist here (2 GPU(s)): its tensors go to cuda:0" in mapping.warnings
+
+
+def test_mapping_without_gpu_sends_cuda_to_cpu_with_one_warning():
+    mapping = plan_device_mapping(["cuda:0", "cuda:1", "cpu", "meta"], 0)
+    assert mapping == {"cuda:0": "cpu", "cuda:1": "cpu", "cpu": "cpu", "meta": "meta"}
+    assert mapping.warnings == ["no GPU here: tensors of cuda:0, cuda:1 come back on the CPU"]
+
+
+def test_mapping_of_unknown_devices_and_bare_cuda():
+    mapping = plan_device_mapping(["xpu:0", "cuda"], 1)
+    assert mapping == {"xpu:0": "cpu", "cuda": "cuda:0"}
+    assert mapping.warnings == ["device 'xpu:0' is not supported here: its tensors go to the CPU"]
+    with pytest.raises(InvalidInputError):
+        plan_device_mapping(["cuda:0"], -1)
+
+
+GIB = 1 << 30
+
+
+def test_placement_fits_in_order_and_reports_the_rest_on_cpu():
+    storages = {"a": ("cuda:0", 6 * GIB), "b": ("cuda:0", 3 * GIB), "c": ("cuda:0", GIB),
+                "h": ("cpu", 50 * GIB)}
+    placement = plan_placement(
+        [("model", ["a"]), ("big", ["b", "h"]), ("small", ["c"])], storages, {"cuda:0": 8 * GIB}
+    )
+    assert placement.devices == {"a": "cuda:0", "b": "cpu", "h": "cpu", "c": "cuda:0"}
+    assert placement.not_fitted == ["big"]
+    assert placement.warnings == ["big: needs 3.00 GiB on cuda:0, not free here: restored on the CPU"]
+
+
+def test_placement_counts_shared_storages_once_and_keeps_a_reserve():
+    storages = {"w": ("cuda:0", 4 * GIB), "m": ("cuda:0", 4 * GIB)}
+    objects = [("model", ["w"]), ("opt", ["w", "m"]), ("alias", ["w"])]
+    fits = plan_placement(objects, storages, {"cuda:0": 9 * GIB}, reserve_bytes=GIB)
+    assert fits.devices == {"w": "cuda:0", "m": "cuda:0"} and fits.not_fitted == []
+    tight = plan_placement(objects, storages, {"cuda:0": 9 * GIB}, reserve_bytes=2 * GIB)
+    assert tight.devices == {"w": "cuda:0", "m": "cpu"} and tight.not_fitted == ["opt"]
+
+
+def test_placement_on_an_unknown_gpu_does_not_fit():
+    placement = plan_placement([("x", ["s"])], {"s": ("cuda:1", 10)}, {"cuda:0": GIB})
+    assert placement.devices == {"s": "cpu"} and placement.not_fitted == ["x"]
+
+
+def test_rng_states_follow_the_mapping():
+    saved = {"cuda:0": b"s0", "cuda:1": b"s1", "cuda:2": b"s2"}
+    states = remap_rng_states(saved, plan_device_mapping(list(saved), 2))
+    assert dict(states) == {"cuda:0": b"s0", "cuda:1": b"s1"}
+    assert states.warnings == ["CUDA RNG state of cuda:2 dropped: cuda:0 already has one"]
+    none = remap_rng_states(saved, plan_device_mapping(list(saved), 0))
+    assert dict(none) == {} and len(none.warnings) == 3
