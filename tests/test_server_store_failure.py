@@ -1,0 +1,42 @@
+"""A store that fails in the middle of a pause: nothing is released, the kernel is unchanged,
+the state goes back to ``running`` with the reason. Real GCS API (fake-gcs-server) behind the
+fault-injecting proxy, a real in-process jupyter_server and a real kernel."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures_server import RecordingRelease, server_config
+
+
+@pytest.fixture
+def jp_server_config(gcs_faulty, monkeypatch):
+    for name, value in gcs_faulty.bucket.env.items():
+        monkeypatch.setenv(name, value)  # the server and the kernels it starts
+    return server_config(gcs_faulty.bucket.url)
+
+
+async def test_store_failure_mid_pause_releases_nothing(api, gcs_faulty):
+    kid = await api.new_session("nb.ipynb")
+    await api.run_cell(kid, "import numpy as np\nweights = np.arange(300_000.0)\nstep = 7")
+    gcs_faulty.proxy.inject("status", count=10_000, match="/upload/", status=403)
+
+    code, body = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 202, body
+    status = await api.settle()
+
+    assert status["state"] == "running", status
+    assert "pause failed, nothing was released" in status["reason"]
+    assert status["last_error"]["operation"] == "pause"
+    assert status["paused"] is None
+    assert RecordingRelease.calls == []
+    assert gcs_faulty.proxy.outcomes("/upload/")  # the failure did happen in the store
+    [kernel] = status["kernels"]
+    assert kernel["kernel_id"] == kid and kernel["state"] == "running"
+    out = await api.run_cell(kid, "print(weights.sum(), step)")
+    assert out == f"{float(sum(range(300_000)))} 7\n"
+
+    gcs_faulty.proxy.clear()  # the store is back: the same kernel pauses fine now
+    await api.call("POST", "gkeresume/api/pause", {})
+    status = await api.settle()
+    assert status["state"] == "paused", status
+    assert len(RecordingRelease.calls) == 1
