@@ -1,0 +1,92 @@
+"""Replay picks the cells that rebuild missing variables, and what those cells needed."""
+
+from __future__ import annotations
+
+from kernel_hooks.replay import analyze_cell, plan_replay
+
+NOTEBOOK = [
+    "",                                                        # 0: IPython's In[0]
+    "import numpy as np\nimport json",                        # 1
+    "get_ipython().run_line_magic('matplotlib', 'inline')",   # 2
+    "seed = 42\nrng = np.random.default_rng(seed)",           # 3
+    "def scale(v):\n    return v * factor",                    # 4
+    "factor = 3",                                              # 5
+    "data = rng.normal(size=10)\nunrelated = json.dumps({})",  # 6
+    "print(data.mean())",                                      # 7
+    "data[0] = 0.0",                                           # 8
+    "scaled = [scale(x) for x in data]",                       # 9
+    "class Model:\n    bias = factor\n    def fit(self, xs):\n        self.w = np.mean(xs)",  # 10
+    "model = Model()",                                         # 11
+    "model.fit(scaled)",                                       # 12
+    "seed = 7",                                                # 13
+    "get_ipython().run_line_magic('pause', '')",               # 14
+    "data = undefined_thing + 1",                              # 15: fails at run time, parses
+]
+
+
+def test_picks_the_defining_cells_their_inputs_and_in_place_changes():
+    plan = plan_replay(NOTEBOOK, ["model"])
+    # model <- 11 (Model() from 10), mutated by 12 (needs scaled 9 <- scale 4, factor 5,
+    # data 6 + mutation 8 <- rng 3 <- np 1, seed 3), class body needs factor 5, method np 1.
+    assert plan.cells == [1, 3, 4, 5, 6, 8, 9, 10, 11, 12]
+    assert plan.sources[0] == NOTEBOOK[1]
+    assert plan.unresolved == {}
+    assert plan.rebinds == ["Model", "data", "factor", "json", "np", "rng", "scale", "scaled",
+                            "seed", "unrelated"]
+
+
+def test_a_simple_variable_needs_only_its_chain():
+    assert plan_replay(NOTEBOOK, ["rng"]).cells == [1, 3]
+    assert plan_replay(NOTEBOOK, ["seed"]).cells == [13]
+
+
+def test_function_bodies_resolve_as_of_the_end():
+    assert plan_replay(NOTEBOOK, ["scale"]).cells == [4, 5]
+
+
+def test_unresolved_names_are_explained():
+    plan = plan_replay([*NOTEBOOK, "result = helper(seed)"], ["result", "ghost"])
+    assert plan.cells == [13, 16]
+    assert plan.unresolved == {
+        "ghost": "not bound by any cell in the input history",
+        "helper": "not bound by any cell in the input history",
+    }
+    late = plan_replay(["", "y = x + 1", "x = 1"], ["y"])
+    assert late.cells == [1]
+    assert late.unresolved == {"x": "first bound in cell 2, after the cell that needs it"}
+
+
+def test_unparsable_and_snapshot_magic_cells_are_never_chosen():
+    history = ["", "x = 1", "x = (", "get_ipython().run_line_magic('resume', '')\ny = 2"]
+    assert analyze_cell(history[2]) is None
+    assert analyze_cell(history[3]).binds == set()
+    plan = plan_replay(history, ["x", "y"])
+    assert plan.cells == [1]
+    assert plan.unparsed == [2]
+    assert plan.unresolved == {"y": "not bound by any cell that parses (unparsed: [2])"}
+
+
+def test_scopes_and_statements():
+    facts = analyze_cell(
+        "total = 0\n"
+        "for i in range(n):\n    total += i\n"
+        "with open(path) as fh:\n    text = fh.read()\n"
+        "try:\n    v = int(text)\nexcept ValueError as err:\n    v = None\n"
+        "evens = [k for k in items if k % step == 0]\n"
+        "f = lambda a, b=default: a + b + offset\n"
+        "if (m := len(text)) > limit:\n    cache['m'] = m\n"
+        "match v:\n    case {'key': found, **rest}:\n        pass\n"
+        "del cache['old']\n"
+    )
+    assert facts.binds == {"total", "i", "fh", "text", "v", "err", "evens", "f", "m", "found",
+                           "rest"}
+    assert facts.needs == {"n", "path", "items", "step", "default", "limit", "cache",
+                           "range", "open", "int", "ValueError", "len"}  # builtins: dropped later
+    assert facts.needs_later == {"offset"}
+    assert facts.mutates == {"cache"}
+
+
+def test_global_in_a_function_reads_the_module_name():
+    facts = analyze_cell("def bump():\n    global counter\n    counter += step\n")
+    assert facts.binds == {"bump"} and facts.needs == set()
+    assert facts.needs_later == {"counter", "step"}
