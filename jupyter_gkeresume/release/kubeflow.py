@@ -106,7 +106,9 @@ class KubeflowRelease(ReleaseBackend):
             self._patch(api, NOTEBOOK, {"metadata": {"annotations": {STOPPED_ANNOTATION: stamp}}})
             self.log.info("gkeresume: Notebook %s annotated %s", where, STOPPED_ANNOTATION)
         except ApiException as exc:
-            raise ReleaseError(_explain(exc, where)) from None
+            what = {"auto": "Workspace or Notebook", "workspace": "Workspace",
+                    "notebook": "Notebook"}[self.kind]
+            raise ReleaseError(_explain(exc, what, where)) from None
         except (OSError, HTTPError) as exc:  # connection refused, retries exhausted
             raise ReleaseError(f"kubeflow release: Kubernetes API unreachable: {exc}") from None
 
@@ -131,9 +133,9 @@ def _prefix_parts() -> list[str]:
     return parts[1:3] if len(parts) >= 3 and parts[0] == "notebook" else []
 
 
-def _explain(exc, where: str) -> str:
+def _explain(exc, what: str, where: str) -> str:
     if exc.status == 403:
         return f"kubeflow release: forbidden to patch {where}: {RBAC_ADVICE}"
     if exc.status == 404:
-        return f"kubeflow release: no Workspace or Notebook {where} in the cluster"
+        return f"kubeflow release: no {what} {where} in the cluster"
     return f"kubeflow release: the API answered {exc.status} {exc.reason} for {where}"

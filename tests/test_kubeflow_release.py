@@ -1,0 +1,226 @@
+"""The ``kubeflow`` release backend, through the real kubernetes client, against a small local
+HTTP server that stands in for a Kubernetes API server (none can run on these machines: no
+container runtime, no kube-apiserver package). It keeps the API's semantics for the two custom
+resources involved: bearer-token authentication (401), RBAC refusals (403 Status), missing
+objects (404 Status), JSON merge patch only (RFC 7386, 415 otherwise), resourceVersion
+preconditions and conflicts (409 Status), and complete objects in every answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import re
+import threading
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from fixtures_server import server_config
+
+from jupyter_gkeresume.errors import ReleaseError
+from jupyter_gkeresume.release import KubeflowRelease, autodetect
+
+TOKEN = "sa-token-123"
+PATH_RE = re.compile(r"^/apis/kubeflow\.org/(v1beta1|v1)/namespaces/([^/]+)/(workspaces|notebooks)"
+                     r"/([^/?]+)$")
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+class FakeKubeApi:
+    """Objects keyed by (version, namespace, plural, name); ``forbidden`` holds plurals this
+    token may not patch; ``conflicts`` makes that many next PATCHes answer 409."""
+
+    def __init__(self):
+        self.objects: dict[tuple[str, str, str, str], dict] = {}
+        self.forbidden: set[str] = set()
+        self.conflicts = 0
+        self.requests: list[tuple[str, str, str]] = []
+        self._version = 100
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                api.handle(self, "GET")
+
+            def do_PATCH(self):
+                api.handle(self, "PATCH")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def add(self, version, namespace, plural, name, spec):
+        kind = {"workspaces": "Workspace", "notebooks": "Notebook"}[plural]
+        self._version += 1
+        self.objects[(version, namespace, plural, name)] = {
+            "apiVersion": f"kubeflow.org/{version}", "kind": kind,
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                         "resourceVersion": str(self._version), "generation": 1,
+                         "annotations": {}},
+            "spec": spec, "status": {},
+        }
+
+    def get(self, version, namespace, plural, name):
+        return self.objects[(version, namespace, plural, name)]
+
+    def handle(self, req: BaseHTTPRequestHandler, method: str) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        body = req.rfile.read(length) if length else b""
+        self.requests.append((method, req.path, req.headers.get("Content-Type", "")))
+        if req.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return self.status(req, 401, "Unauthorized", "Unauthorized")
+        match = PATH_RE.match(req.path.split("?")[0])
+        if not match:
+            return self.status(req, 404, "NotFound", "the server could not find the resource")
+        version, namespace, plural, name = match.groups()
+        key = (version, namespace, plural, name)
+        if method == "PATCH" and plural in self.forbidden:
+            return self.status(req, 403, "Forbidden", f'{plural}.kubeflow.org "{name}" is '
+                               f'forbidden: User "system:serviceaccount:{namespace}:default-editor"'
+                               f' cannot patch resource "{plural}"')
+        if key not in self.objects:
+            return self.status(req, 404, "NotFound", f'{plural}.kubeflow.org "{name}" not found')
+        obj = self.objects[key]
+        if method == "PATCH":
+            if req.headers.get("Content-Type") != "application/merge-patch+json":
+                return self.status(req, 415, "UnsupportedMediaType", "only merge patch here")
+            patch = json.loads(body)
+            wanted = (patch.get("metadata") or {}).get("resourceVersion")
+            if self.conflicts or (wanted and wanted != obj["metadata"]["resourceVersion"]):
+                self.conflicts = max(self.conflicts - 1, 0)
+                return self.status(req, 409, "Conflict", "the object has been modified; please "
+                                   "apply your changes to the latest version and try again")
+            obj = merge_patch(obj, patch)
+            self._version += 1
+            obj["metadata"]["resourceVersion"] = str(self._version)
+            if "spec" in patch:
+                obj["metadata"]["generation"] += 1
+            self.objects[key] = obj
+        self.send(req, 200, obj)
+
+    def status(self, req, code, reason, message):
+        self.send(req, code, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                              "status": "Failure", "message": message, "reason": reason,
+                              "code": code})
+
+    def send(self, req, code, payload):
+        data = json.dumps(payload).encode()
+        req.send_response(code)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def kube(monkeypatch):
+    monkeypatch.setenv("GKERESUME_KUBE_TOKEN", TOKEN)
+    monkeypatch.setenv("NB_PREFIX", "/notebook/team-a/train-1")
+    with FakeKubeApi() as api:
+        yield api
+
+
+def backend(kube, **traits) -> KubeflowRelease:
+    return KubeflowRelease(api_host=kube.url, **traits)
+
+
+def test_workspace_v1beta1_is_paused(kube):
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False, "podTemplate": {}})
+    kube.add("v1", "team-a", "notebooks", "train-1", {"template": {}})
+    asyncio.run(backend(kube).release())
+    ws = kube.get("v1beta1", "team-a", "workspaces", "train-1")
+    assert ws["spec"] == {"paused": True, "podTemplate": {}}
+    assert ws["metadata"]["generation"] == 2
+    assert kube.get("v1", "team-a", "notebooks", "train-1")["metadata"]["annotations"] == {}
+    assert [(m, ct) for m, _, ct in kube.requests] == [("PATCH", "application/merge-patch+json")]
+
+
+def test_notebook_v1_gets_the_stopped_annotation_when_there_is_no_workspace(kube):
+    kube.add("v1", "team-a", "notebooks", "train-1", {"template": {"spec": {}}})
+    asyncio.run(backend(kube).release())
+    nb = kube.get("v1", "team-a", "notebooks", "train-1")
+    stamp = nb["metadata"]["annotations"]["kubeflow-resource-stopped"]
+    assert datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")  # RFC 3339, UTC
+    assert nb["spec"] == {"template": {"spec": {}}}  # a merge patch leaves the rest alone
+    assert [p.split("/")[3] for _, p, _ in kube.requests] == ["v1beta1", "v1"]
+
+
+def test_forbidden_names_the_rbac_role(kube):
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
+    kube.forbidden.add("workspaces")
+    with pytest.raises(ReleaseError, match=r"deploy/kubeflow-rbac\.yaml"):
+        asyncio.run(backend(kube).release())
+    assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is False
+
+
+def test_a_conflict_is_retried(kube):
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
+    kube.conflicts = 1
+    asyncio.run(backend(kube).release())
+    assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is True
+    assert len(kube.requests) == 2
+
+
+def test_nothing_to_patch_and_bad_credentials_are_clear_errors(kube, monkeypatch):
+    with pytest.raises(ReleaseError, match="no Workspace or Notebook team-a/train-1"):
+        asyncio.run(backend(kube).release())
+    with pytest.raises(ReleaseError, match="no Workspace team-a/train-1"):
+        asyncio.run(backend(kube, kind="workspace").release())
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
+    monkeypatch.setenv("GKERESUME_KUBE_TOKEN", "stolen")
+    with pytest.raises(ReleaseError, match="401"):
+        asyncio.run(backend(kube).release())
+    monkeypatch.delenv("NB_PREFIX")
+    with pytest.raises(ReleaseError, match="namespace or name unknown"):
+        asyncio.run(KubeflowRelease(api_host=kube.url, namespace="").release())
+
+
+def test_autodetect_and_names_from_the_pod_environment():
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "NB_PREFIX": "/notebook/team-a/train-1"}
+    assert autodetect(env) is KubeflowRelease
+    assert autodetect({"JUPYTERHUB_API_URL": "http://hub/api", "JUPYTERHUB_API_TOKEN": "t",
+                       **env}).name == "jupyterhub"
+    assert autodetect({}).name == "none"
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, kube):
+    config = server_config(str(tmp_path / "store"), release_backend="kubeflow")
+    config["KubeflowRelease"] = {"api_host": kube.url}
+    return config
+
+
+async def test_pause_through_the_server_pauses_the_workspace(api, kube):
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
+    kid = await api.new_session("nb.ipynb")
+    await api.run_cell(kid, "k = 'kubeflow'")
+    code, body = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "paused", status
+    assert status["release_backend"] == "kubeflow"
+    assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is True
