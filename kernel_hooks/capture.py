@@ -98,11 +98,11 @@ def take_checkpoint(
     items: list[tuple[str, object]] = []
     for var in user_names(namespace, hidden or {}):
         value = namespace[var]
-        reason = uncapturable_reason(value)
         app = registry.by_name.get(var)
-        if app is not None and reason is None:
+        reason = None if registry.for_object(value) else uncapturable_reason(value)
+        if app is not None:  # the user's own save/load wins over every default
             try:
-                value = registry.SavedByApp(app.load, app.save(value))
+                value, reason = registry.SavedByApp(app.load, app.save(value)), None
             except Exception as exc:  # the user's save hook failed: report, keep going
                 reason = f"registered save() failed: {type(exc).__name__}: {exc}"
         if reason is not None:

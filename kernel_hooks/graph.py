@@ -52,10 +52,6 @@ class _GraphPickler(cloudpickle.Pickler):
         return self.collector.persistent_id(obj)
 
     def reducer_override(self, obj: object) -> Any:
-        reason = uncapturable_reason(obj)
-        if reason is not None:
-            self.note.uncaptured.append(f"{type_name(obj)} ({reason})")
-            return (Uncaptured, (type_name(obj), reason))
         app = registry.for_object(obj)
         if app is not None and id(obj) not in self._app_saving:
             self._app_saving.add(id(obj))
@@ -63,6 +59,10 @@ class _GraphPickler(cloudpickle.Pickler):
                 return (app.load, (app.save(obj),))
             finally:
                 self._app_saving.discard(id(obj))
+        reason = uncapturable_reason(obj)
+        if reason is not None:
+            self.note.uncaptured.append(f"{type_name(obj)} ({reason})")
+            return (Uncaptured, (type_name(obj), reason))
         if isinstance(obj, _BY_REFERENCE):
             module = getattr(obj, "__module__", None)
             if isinstance(module, str) and module not in ("__main__", "builtins"):

@@ -295,9 +295,13 @@ def _continue_numbering(shell: Any, manifest: Manifest, state: dict, continuing_
         return
     count = int(state.get("execution_count") or manifest.execution_count)
     history = manifest.history
+    manager = shell.history_manager
     if history:
+        # A new history session: line numbers restart at the checkpoint's, without clashing
+        # with the lines this kernel already logged.
+        manager.reset(new_session=True)
         padded = (list(history) + [""] * (count + 1))[: count + 1]
-        shell.history_manager.input_hist_parsed[:] = padded
-        shell.history_manager.input_hist_raw[:] = padded
+        manager.input_hist_parsed[:] = padded
+        manager.input_hist_raw[:] = padded
     # A magic runs inside a counted cell that adds 1 when it ends; a silent call does not.
     shell.execution_count = count if continuing_cell else count + 1

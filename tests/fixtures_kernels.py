@@ -1,0 +1,96 @@
+"""Real IPython kernels (jupyter_client) sharing one local store, for the core tests.
+
+``kernel_env`` is the environment every kernel of a test gets: its own store directory, workspace
+and signing key. ``start_kernel()`` starts a fresh kernel process (the extension is auto-loaded by
+the installed etc/ipython config) and returns a ``Kernel`` handle; every kernel is killed at the
+end of the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import dataclass
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+
+class KernelError(AssertionError):
+    """A cell raised in the kernel; the message carries the kernel's error name and value."""
+
+
+@dataclass
+class Kernel:
+    manager: object
+    client: object
+
+    def run(self, code: str, *, timeout: float = 300) -> str:
+        """Execute ``code`` as a cell; return its stdout (and displayed text); raise on error."""
+        out, errors = [], []
+
+        def hook(msg):
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind in ("execute_result", "display_data"):
+                out.append(content["data"].get("text/plain", ""))
+            elif kind == "error":
+                errors.append(f"{content['ename']}: {content['evalue']}")
+
+        reply = self.client.execute_interactive(code, output_hook=hook, timeout=timeout)
+        self.last_execution_count = reply["content"].get("execution_count")
+        if reply["content"]["status"] != "ok":
+            content = reply["content"]
+            raise KernelError("; ".join(errors) or f"{content.get('ename')}: {content.get('evalue')}")
+        return "".join(out)
+
+    def run_json(self, code: str) -> object:
+        """Run ``code`` whose last stdout line is JSON; return it parsed."""
+        return json.loads(self.run(code).strip().splitlines()[-1])
+
+    @property
+    def pid(self) -> int:
+        return self.manager.provisioner.process.pid
+
+    def kill(self) -> None:
+        """kill -9: no chance to clean up, as when a pod disappears."""
+        os.kill(self.pid, signal.SIGKILL)
+        self.manager.provisioner.process.wait()
+        self.client.stop_channels()
+
+
+@pytest.fixture
+def kernel_env(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    env = dict(os.environ)
+    env.update(
+        GKERESUME_STORE=str(store),
+        GKERESUME_WORKSPACE="test-ws",
+        GKERESUME_SIGNING_KEY="test-key-" + "0" * 32,
+        OMP_NUM_THREADS="1",
+    )
+    env.pop("GKERESUME_SERVER_URL", None)
+    return env
+
+
+@pytest.fixture
+def start_kernel(kernel_env):
+    started: list[Kernel] = []
+
+    def start() -> Kernel:
+        manager, client = start_new_kernel(kernel_name="python3", env=kernel_env,
+                                           cwd=kernel_env["GKERESUME_STORE"])
+        kernel = Kernel(manager, client)
+        started.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in started:
+        try:
+            kernel.client.stop_channels()
+            kernel.manager.shutdown_kernel(now=True)
+        except Exception:  # already killed by the test
+            pass

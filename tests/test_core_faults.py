@@ -1,0 +1,183 @@
+"""Nothing is lost: kill -9 mid-checkpoint, corrupt blobs, vanished libraries, bad input.
+Real kernels, real files."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_gkeresume.snapshot import Manifest
+
+STORE_SNAPSHOTS = "test-ws/snapshots"
+
+
+def manifests(env) -> list[Manifest]:
+    folder = Path(env["GKERESUME_STORE"]) / STORE_SNAPSHOTS
+    return [Manifest.from_json(p.read_bytes()) for p in sorted(folder.glob("*.json"))]
+
+
+def blob_file(env, digest: str) -> Path:
+    return Path(env["GKERESUME_STORE"]) / "test-ws" / "blobs" / digest[:2] / f"{digest}.safetensors"
+
+
+def test_second_checkpoint_writes_only_what_changed(start_kernel):
+    k = start_kernel()
+    k.run("import torch, numpy as np, kernel_hooks\n"
+          "weights = torch.randn(512, 1024)\narr = np.random.rand(300, 300)\n"
+          "small = np.arange(10)\ncount = 1")
+    first = k.run_json("r = kernel_hooks.checkpoint()\n"
+                       "print(__import__('json').dumps([r.bytes_new, r.bytes_reused]))")
+    assert first[0] > 2_500_000 and first[1] == 0
+    k.run("count = 2\nsmall[3] = 99")
+    second = k.run_json("r = kernel_hooks.checkpoint()\n"
+                        "print(__import__('json').dumps([r.bytes_new, r.bytes_reused]))")
+    assert second[0] < 16_000, "only the graph and the small pack are new"
+    assert second[1] > 2_500_000
+
+
+def test_kill_during_checkpoint_leaves_no_partial_snapshot(start_kernel, kernel_env, tmp_path):
+    a = start_kernel()
+    a.run("import torch, kernel_hooks\nkeep = torch.arange(1000.)\n")
+    a.run("%checkpoint -n before")
+    assert [m.name for m in manifests(kernel_env)] == ["before"]
+    marker = tmp_path / "writing"
+    a.run("big = [torch.randn(8 << 20) for _ in range(12)]")  # 12 blobs of 32 MiB
+    a.client.execute(
+        "import os\nos.environ['GKERESUME_CONCURRENCY'] = '1'\n"
+        f"kernel_hooks.checkpoint('after', progress=lambda p: open({str(marker)!r}, 'w').close())"
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert time.monotonic() < deadline, "checkpoint never started writing"
+        time.sleep(0.01)
+    a.kill()
+    blobs = list((Path(kernel_env["GKERESUME_STORE"]) / "test-ws" / "blobs").rglob("*"))
+    assert any(p.is_file() for p in blobs)
+    assert [m.name for m in manifests(kernel_env)] == ["before"], "no partial snapshot listed"
+
+    b = start_kernel()
+    assert "before" in b.run("%snapshots") and "after" not in b.run("%snapshots")
+    b.run("%resume before")
+    assert b.run("print(float(keep.sum()))") == "499500.0\n"
+
+
+def test_corrupt_blob_costs_only_the_objects_that_need_it(start_kernel, kernel_env):
+    a = start_kernel()
+    a.run("import torch, numpy as np\n"
+          "doomed = torch.full((300_000,), 7.0)\n"          # 1.2 MB: a blob of its own
+          "doomed_view = doomed[:10]\n"
+          "holder = {'inner': doomed}\n"
+          "fine = torch.full((400_000,), 3.0)\n"
+          "arr = np.ones((500, 500))\n"
+          "text = 'still here'")
+    a.run("%checkpoint")
+    (manifest,) = manifests(kernel_env)
+    (ref,) = [s for s in manifest.storages.values() if s.nbytes == 1_200_000]
+    path = blob_file(kernel_env, ref.blob)
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    for name in ("doomed", "doomed_view", "holder"):
+        assert f"not restored: {name}" in out
+    assert "corrupt" in out
+    state = b.run_json("import json\nprint(json.dumps([float(fine.sum()), float(arr.sum()), text, "
+                       "'doomed' in globals(), 'holder' in globals()]))")
+    assert state == [1_200_000.0, 250_000.0, "still here", False, False]
+
+
+def test_object_whose_library_vanished_is_named_the_rest_loads(start_kernel, kernel_env, tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "vanishing.py").write_text("class Thing:\n    def __init__(self):\n        self.v = 5\n")
+    a = start_kernel()
+    a.run(f"import sys\nsys.path.insert(0, {str(lib)!r})\nimport vanishing\n"
+          "thing = vanishing.Thing()\nboth = [thing, 'x']\nplain = {'a': 1}\nafter = 2")
+    a.run("%checkpoint")
+    a.kill()
+    (lib / "vanishing.py").unlink()
+    b = start_kernel()
+    assert "partial" in b.run("%snapshots")
+    out = b.run("%resume")
+    assert "not restored: thing" in out and "vanishing" in out
+    assert "not restored: both" in out
+    assert b.run_json("import json\nprint(json.dumps([plain, after]))") == [{"a": 1}, 2]
+
+
+def test_only_restores_the_named_variables(start_kernel):
+    a = start_kernel()
+    a.run("x = 1\ny = [x, 2]\nz = 'z'")
+    a.run("%checkpoint")
+    b = start_kernel()
+    out = b.run("%resume latest --only y,z")
+    assert "restored: y, z" in out
+    assert b.run("print(y, z, 'x' in globals())") == "[1, 2] z False\n"
+    with pytest.raises(AssertionError, match="not in snapshot .*: nope"):
+        b.run("%resume --only nope")
+
+
+def test_app_checkpoints_and_resume_hooks(start_kernel):
+    a = start_kernel()
+    a.run(r'''
+import sqlite3, kernel_hooks
+db = sqlite3.connect(":memory:")
+db.execute("create table t (v int)"); db.execute("insert into t values (7)")
+kernel_hooks.register("db", save=lambda c: list(c.iterdump()),
+                      load=lambda dump: (lambda c: (c.executescript("\n".join(dump)), c)[1])(sqlite3.connect(":memory:")))
+resumed_with = []
+@kernel_hooks.on_resume
+def note(result):
+    resumed_with.append(result.snapshot_id)
+''')
+    a.run("%checkpoint")
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "not restored: db" not in out
+    assert b.run("print(db.execute('select v from t').fetchall(), len(resumed_with))") == "[(7,)] 1\n"
+
+
+def test_bad_references_and_malformed_manifest_give_clear_errors(start_kernel, kernel_env):
+    k = start_kernel()
+    k.run("v = 1")
+    k.run("%checkpoint")
+    (good,) = manifests(kernel_env)
+    with pytest.raises(AssertionError, match=f"no snapshot '20991231T000000Z-abcdef'.*{good.snapshot_id}"):
+        k.run("%resume 20991231T000000Z-abcdef")
+    with pytest.raises(AssertionError, match="not a usable snapshot name"):
+        k.run("%resume ../../etc/passwd")
+    folder = Path(kernel_env["GKERESUME_STORE"]) / STORE_SNAPSHOTS
+    broken = "20000101T000000Z-000000"
+    (folder / f"{broken}.json").write_text('{"format": "gkeresume.snapshot", "format_version": 1')
+    listing = k.run("%snapshots")
+    assert broken in listing and "not valid JSON" in listing
+    with pytest.raises(AssertionError, match="manifest is not valid JSON"):
+        k.run(f"%resume {broken}")
+    tampered = json.loads((folder / f"{good.snapshot_id}.json").read_text())
+    tampered["name"] = "renamed"
+    (folder / f"{good.snapshot_id}.json").write_text(json.dumps(tampered))
+    with pytest.raises(AssertionError, match="signature mismatch"):
+        k.run(f"%resume {good.snapshot_id}")
+    assert "resumed" in k.run(f"%resume {good.snapshot_id} --trust")
+
+
+def test_type_registration_applies_inside_containers(start_kernel):
+    a = start_kernel()
+    a.run(r'''
+import threading, kernel_hooks
+class Worker:
+    def __init__(self, n):
+        self.n = n
+        self.lock = threading.Lock()
+kernel_hooks.register(Worker, save=lambda w: w.n, load=lambda n: Worker(n))
+pool = {"w": Worker(3)}
+''')
+    assert "not captured" not in a.run("%checkpoint")
+    b = start_kernel()
+    b.run("%resume")
+    assert b.run("print(pool['w'].n, type(pool['w'].lock).__name__)") == "3 lock\n"

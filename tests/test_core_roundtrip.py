@@ -1,0 +1,145 @@
+"""The core promise, in real kernels: checkpoint in kernel A, kill A, resume in kernel B, and
+the next training steps are bit-identical to an uninterrupted run in kernel C."""
+
+from __future__ import annotations
+
+import pytest
+
+SETUP = r'''
+import json, random, hashlib, numpy as np, torch
+torch.manual_seed(0); np.random.seed(0); random.seed(0)
+torch.set_num_threads(1)
+
+class TiedNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(64, 32)
+        self.hidden = torch.nn.Linear(32, 32)
+        self.drop = torch.nn.Dropout(0.2)
+        self.out = torch.nn.Linear(32, 64, bias=False)
+        self.out.weight = self.emb.weight  # tied embedding / output weights
+    def forward(self, idx):
+        return self.out(self.drop(torch.tanh(self.hidden(self.emb(idx)))))
+
+model = TiedNet()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+def step():
+    idx = torch.randint(0, 64, (16,))          # torch RNG
+    scale = 1.0 + float(np.random.rand())       # numpy RNG
+    shift = random.random()                     # random RNG
+    loss = (model(idx) * scale + shift).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    return loss.item()
+
+def fingerprint():
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().numpy().tobytes())
+    for state in opt.state.values():
+        for v in state.values():
+            h.update(v.numpy().tobytes())
+    return h.hexdigest()
+'''
+
+EXTRAS = r'''
+base = torch.arange(100, dtype=torch.float32).reshape(10, 10)
+view = base[2:5]
+half = torch.randn(7, dtype=torch.bfloat16)
+scalar = torch.tensor(3.25)
+fortran = np.asfortranarray(np.random.rand(300, 200))
+records = np.zeros(5000, dtype=[("id", "i4"), ("score", "f8")]); records["id"] = np.arange(5000)
+alias = fortran
+square = lambda v: v * v
+def make_counter(start):
+    def counter():
+        return start + 1
+    return counter
+counter = make_counter(41)
+class Point:
+    def __init__(self, x, y): self.x, self.y = x, y
+    def norm2(self): return self.x ** 2 + self.y ** 2
+pt = Point(3, 4)
+gen = (i for i in range(3))
+handle = open(__import__("os").devnull)
+'''
+
+
+def test_resume_in_a_fresh_kernel_continues_bit_identically(start_kernel):
+    a = start_kernel()
+    a.run(SETUP + EXTRAS)
+    a.run("losses_a = [step() for _ in range(5)]")
+    out = a.run("%checkpoint -n mid")
+    assert "checkpoint" in out and "(mid)" in out
+    assert "not captured: gen [generator]" in out
+    assert "not captured: handle [_io.TextIOWrapper]" in out
+    saved_count = a.last_execution_count
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume mid")
+    assert "resumed" in out
+    assert "not restored: gen" in out and "not restored: handle" in out
+    assert b.run("print(1)") == "1\n"
+    assert b.last_execution_count == saved_count + 1, "cell numbering continues"
+    identity = b.run_json(r'''
+print(json.dumps({
+    "opt_holds_model_params": opt.param_groups[0]["params"][0] is model.emb.weight,
+    "all_params_same_objects": all(p is q for p, q in zip(opt.param_groups[0]["params"], model.parameters())),
+    "state_keyed_by_params": all(any(k is p for p in model.parameters()) for k in opt.state),
+    "tied": model.out.weight is model.emb.weight,
+    "alias": alias is fortran,
+    "view_shares_storage": view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr(),
+    "view_follows_base": (base.__setitem__((3, 0), -1.0), float(view[1, 0]))[1] == -1.0,
+    "bf16": str(half.dtype), "scalar": [scalar.dim(), float(scalar)],
+    "fortran": bool(fortran.flags.f_contiguous), "records": str(records.dtype),
+    "records_ok": int(records["id"][4999]),
+    "lambda": square(7), "closure": counter(), "instance": pt.norm2(),
+    "notebook_class": type(pt).__name__,
+    "gen_restored": "gen" in globals(), "handle_restored": "handle" in globals(),
+}))''')
+    assert identity == {
+        "opt_holds_model_params": True, "all_params_same_objects": True,
+        "state_keyed_by_params": True, "tied": True, "alias": True,
+        "view_shares_storage": True, "view_follows_base": True,
+        "bf16": "torch.bfloat16", "scalar": [0, 3.25], "fortran": True,
+        "records": "[('id', '<i4'), ('score', '<f8')]", "records_ok": 4999,
+        "lambda": 49, "closure": 42, "instance": 25, "notebook_class": "Point",
+        "gen_restored": False, "handle_restored": False,
+    }
+    b.run("losses_b = [step() for _ in range(5)]")
+    resumed = b.run_json("print(json.dumps([fingerprint(), losses_b]))")
+
+    c = start_kernel()
+    c.run(SETUP + EXTRAS)
+    c.run("losses_a = [step() for _ in range(5)]")
+    c.run("losses_c = [step() for _ in range(5)]")
+    uninterrupted = c.run_json("print(json.dumps([fingerprint(), losses_c]))")
+    assert resumed == uninterrupted
+
+
+def test_history_and_session_state_come_back(start_kernel, tmp_path):
+    a = start_kernel()
+    extra = tmp_path / "extra_path"
+    extra.mkdir()
+    a.run(f"import os, sys\nsys.path.append({str(extra)!r})\nos.environ['MY_SETTING'] = 'on'\n"
+          f"os.environ['MY_API_TOKEN'] = 'secret'\nos.chdir({str(tmp_path)!r})")
+    a.run("marker = 'first cell output'")
+    out = a.run("%checkpoint")
+    assert "$MY_API_TOKEN" in out and "looks like a credential" in out
+    a.kill()
+    b = start_kernel()
+    b.run("%resume")
+    state = b.run_json(
+        "import json, os, sys\n"
+        "print(json.dumps([os.environ.get('MY_SETTING'), os.environ.get('MY_API_TOKEN'),"
+        f" {str(extra)!r} in sys.path, os.getcwd(), In[2]]))"
+    )
+    assert state == ["on", None, True, str(tmp_path), "marker = 'first cell output'"]
+
+
+@pytest.mark.parametrize("flag", ["--bogus", "-n"])
+def test_magic_usage_errors_are_clear(start_kernel, flag):
+    k = start_kernel()
+    with pytest.raises(AssertionError, match="UsageError: %checkpoint"):
+        k.run(f"%checkpoint {flag}")
