@@ -118,7 +118,7 @@ def test_only_restores_the_named_variables(start_kernel):
     out = b.run("%resume latest --only y,z")
     assert "restored: y, z" in out
     assert b.run("print(y, z, 'x' in globals())") == "[1, 2] z False\n"
-    with pytest.raises(AssertionError, match="not in snapshot .*: nope"):
+    with pytest.raises(AssertionError, match=r"not in snapshot .*: nope"):
         b.run("%resume --only nope")
 
 
@@ -128,8 +128,11 @@ def test_app_checkpoints_and_resume_hooks(start_kernel):
 import sqlite3, kernel_hooks
 db = sqlite3.connect(":memory:")
 db.execute("create table t (v int)"); db.execute("insert into t values (7)")
-kernel_hooks.register("db", save=lambda c: list(c.iterdump()),
-                      load=lambda dump: (lambda c: (c.executescript("\n".join(dump)), c)[1])(sqlite3.connect(":memory:")))
+def rebuild(dump):
+    conn = sqlite3.connect(":memory:")
+    conn.executescript("\n".join(dump))
+    return conn
+kernel_hooks.register("db", save=lambda c: list(c.iterdump()), load=rebuild)
 resumed_with = []
 @kernel_hooks.on_resume
 def note(result):
