@@ -59,7 +59,7 @@ class GcsEmulator:
         ]
         if self.backend == "filesystem":
             args += ["-filesystem-root", str(self.workdir / "data")]
-        log = open(self.workdir / "server.log", "ab")  # noqa: SIM115 (the child owns it)
+        log = open(self.workdir / "server.log", "ab")  # the child process writes it
         self.process = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
