@@ -1,0 +1,99 @@
+"""Snapshot format v1 pieces without a kernel: blob files, local store commit, ids, workspace."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from jupyter_gkeresume.errors import CommitConflictError, IntegrityError, InvalidInputError
+from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
+from jupyter_gkeresume.snapshot.format import validate_snapshot_id, validate_snapshot_name
+from jupyter_gkeresume.snapshot.store import SnapshotStore
+from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
+
+
+def make_blob(arrays: list[np.ndarray]) -> tuple[bytes, str]:
+    layout = layout_for([(a.dtype.name, a.nbytes) for a in arrays])
+    digest = blob_digest(layout, arrays)
+    return layout.header + b"".join(a.tobytes() for a in arrays), digest
+
+
+def test_blobs_are_plain_safetensors_files(tmp_path):
+    arrays = [np.arange(6, dtype=np.float32), np.array([1, 2], dtype=np.int64),
+              np.zeros(3, dtype=np.uint8)]
+    data, _ = make_blob(arrays)
+    (tmp_path / "b.safetensors").write_bytes(data)
+    loaded = load_file(str(tmp_path / "b.safetensors"))
+    for i, a in enumerate(arrays):
+        np.testing.assert_array_equal(loaded[str(i)], a)
+
+
+def test_same_content_same_digest_and_layout_is_deterministic():
+    a = [np.arange(1000, dtype=np.float64)]
+    assert make_blob(a)[1] == make_blob([a[0].copy()])[1]
+    assert make_blob(a)[1] != make_blob([a[0] + 1])[1]
+
+
+def test_read_verified_fills_buffers_and_catches_damage():
+    arrays = [np.arange(50_000, dtype=np.float32), np.arange(7, dtype=np.int16)]
+    data, digest = make_blob(arrays)
+    out = [np.empty_like(a) for a in arrays]
+    read_verified(io.BytesIO(data), digest, len(data), lambda i, n: memoryview(out[i]).cast("B"))
+    for got, want in zip(out, arrays, strict=True):
+        np.testing.assert_array_equal(got, want)
+    flipped = bytearray(data)
+    flipped[-3] ^= 1
+    with pytest.raises(IntegrityError, match="corrupt"):
+        read_verified(io.BytesIO(bytes(flipped)), digest, len(data), lambda i, n: None)
+    with pytest.raises(IntegrityError):
+        read_verified(io.BytesIO(data[:-10]), digest, len(data), lambda i, n: None)
+    with pytest.raises(IntegrityError, match="header"):
+        read_verified(io.BytesIO(b"\xff" * 64), digest, 64, lambda i, n: None)
+
+
+def test_local_store_commit_is_create_only_and_blobs_are_durable(tmp_path):
+    store = SnapshotStore(str(tmp_path), "ws")
+    data, digest = make_blob([np.arange(10, dtype=np.float32)])
+    store.write_blob(digest, [data])
+    store.write_blob(digest, [data])  # idempotent
+    assert store.has_blob(digest, len(data)) and not store.has_blob(digest, len(data) + 1)
+    sid = "20261130T101500Z-a1b2c3"
+    store.commit_manifest(sid, b"{}")
+    with pytest.raises(CommitConflictError):
+        store.commit_manifest(sid, b"{}")
+    assert store.list_snapshot_ids() == [sid]
+    leftovers = [p for p in (tmp_path / "ws").rglob("*") if ".tmp-" in p.name]
+    assert leftovers == []
+
+
+@pytest.mark.parametrize("bad", ["../x", "20261130T101500Z-A1B2C3", "x/../../y", "", 5])
+def test_ids_and_names_are_validated(bad):
+    with pytest.raises(InvalidInputError):
+        validate_snapshot_id(bad)
+
+
+@pytest.mark.parametrize("bad", ["../../etc", "latest", "a b", "x" * 101, "20261130T101500Z-a1b2c3"])
+def test_bad_names_are_refused(bad):
+    with pytest.raises(InvalidInputError):
+        validate_snapshot_name(bad)
+
+
+def test_workspace_id_is_stable_across_pods():
+    hub = {"JUPYTERHUB_USER": "Ana@Example.org", "JUPYTERHUB_SERVER_NAME": "gpu", "HOSTNAME": "pod-1"}
+    assert resolve_workspace_id(env=hub) == resolve_workspace_id(env={**hub, "HOSTNAME": "pod-2"})
+    assert resolve_workspace_id(env=hub) == "hub-ana-example.org-gpu"
+    kf = {"NB_PREFIX": "/notebook/team-a/trainer"}
+    assert resolve_workspace_id(env=kf) == "kf-team-a-trainer"
+    assert resolve_workspace_id(env={"GKERESUME_WORKSPACE": "mine", **kf}) == "mine"
+    with pytest.raises(InvalidInputError):
+        resolve_workspace_id("../escape")
+
+
+def test_store_url_resolution_order(tmp_path):
+    assert resolve_store_url("gs://b/p", env={"GKERESUME_STORE": "x"}) == "gs://b/p"
+    assert resolve_store_url(None, env={"GKERESUME_STORE": str(tmp_path)}) == str(tmp_path)
+    assert resolve_store_url(None, env={}).endswith(os.path.join("gkeresume", "store"))
