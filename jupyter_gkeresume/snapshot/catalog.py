@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import GkeResumeError, SnapshotNotFoundError
 from .compat import Verdict, check_compatible
+from .cost import monthly_cost
 from .format import SNAPSHOT_ID_RE, Manifest, validate_snapshot_name
 from .signing import SigningKey, verify
 from .store import SnapshotStore
@@ -76,12 +77,17 @@ class SnapshotSummary:
     verdict: Verdict | None = None
     error: str | None = None
 
+    @property
+    def monthly_cost_usd(self) -> float:
+        """Estimated $/month to keep this snapshot were it stored alone (``cost``)."""
+        return monthly_cost(self.bytes)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.snapshot_id, "name": self.name, "created": self.created,
             "notebook": self.notebook, "bytes": self.bytes, "objects": self.objects,
             "skipped": self.skipped, "verdict": self.verdict.to_dict() if self.verdict else None,
-            "error": self.error,
+            "error": self.error, "monthly_cost_usd": self.monthly_cost_usd,
         }
 
 
