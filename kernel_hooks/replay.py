@@ -1,13 +1,14 @@
 """Notebook replay: which cells of the input history rebuild the variables a restore missed.
 
-``plan_replay(history, missing)`` is pure (no IPython, nothing runs): ``history`` is the kernel's
-input history as IPython keeps it (``In``: index = execution count, sources already transformed
-to Python, so ``%magic`` lines read as ``get_ipython().run_line_magic(...)``), ``missing`` the
-names that did not come back. It returns the execution counts to re-run, in order: for each name,
-the last cell before the point of need that binds it, the cells after that one that change the
-same object in place (``df["c"] = ...``, ``model.fit(x)``, ``items.append(...)``), and,
-transitively, what those cells read before binding it themselves. Functions defined by a chosen
-cell also pull in what their bodies read (resolved as of the end of the history).
+``plan_replay(history, missing)`` is pure (nothing runs): ``history`` is the kernel's input
+history as IPython keeps it (index = execution count, index 0 empty), raw (``%magic`` lines, as
+``Manifest.history`` holds them: IPython's transformer turns them into Python first) or already
+transformed; ``missing`` the names that did not come back. It returns the execution counts to
+re-run, in order: for each name, the last cell before the point of need that binds it, the cells
+after that one that change the same object in place (``df["c"] = ...``, ``model.fit(x)``,
+``items.append(...)``), and, transitively, what those cells read before binding it themselves.
+Functions defined by a chosen cell also pull in what their bodies read (resolved as of the end
+of the history).
 
 Limits, by design of a static analysis (say them to the user with the plan): mutation through a
 function call (``train(model)``), ``exec``/``globals()``, and ``from m import *`` are not seen;
@@ -25,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 SNAPSHOT_MAGICS = frozenset({"pause", "resume", "checkpoint", "snapshots"})
+#: cell magics whose body runs as Python in the user namespace (bindings persist)
+PYTHON_CELL_MAGICS = frozenset({"time", "capture"})
 IPYTHON_NAMES = frozenset({"get_ipython", "In", "Out", "exit", "quit", "display"})
 IPYTHON_CACHE_RE = re.compile(r"^_(_{0,2}|i{1,3}|\d+|i\d+|ih|oh|dh)$")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
@@ -98,7 +101,7 @@ def analyze_cell(source: str) -> CellFacts | None:
     """What ``source`` binds, mutates and needs at module level; None if it does not parse.
     A cell that runs a snapshot magic binds nothing (so it is never chosen)."""
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(_as_python(source))
     except (SyntaxError, ValueError, RecursionError):
         return None
     scan = _ModuleScan()
@@ -111,6 +114,24 @@ def analyze_cell(source: str) -> CellFacts | None:
         return CellFacts(frozenset(), frozenset(), frozenset(), frozenset())
     return CellFacts(frozenset(scan.bound), frozenset(scan.mutated), frozenset(scan.needs),
                      frozenset(scan.later))
+
+
+def _as_python(source: str) -> str:
+    """IPython syntax (``%magic``, ``!cmd``, ``x?``) as the Python IPython runs; plain Python
+    and anything IPython cannot transform come back unchanged."""
+    try:
+        ast.parse(source)
+        return source
+    except (SyntaxError, ValueError):
+        pass
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return source
+    try:
+        return TransformerManager().transform_cell(source)
+    except (SyntaxError, ValueError, IndexError, TypeError):
+        return source
 
 
 def _predefined(name: str) -> bool:
@@ -231,6 +252,8 @@ class _ModuleScan:
             for target in node.targets:
                 if not isinstance(target, ast.Name):
                     self.bind(target)
+        elif isinstance(node, ast.Expr) and _python_cell_magic(node.value) is not None:
+            self._block(_python_cell_magic(node.value))
         elif isinstance(node, ast.Expr):
             self.load(node.value)
             call = node.value.value if isinstance(node.value, ast.Await) else node.value
@@ -271,6 +294,19 @@ class _ModuleScan:
                 and call.args and isinstance(call.args[0], ast.Constant)
                 and call.args[0].value in SNAPSHOT_MAGICS):
             self.snapshot_magic = True
+
+
+def _python_cell_magic(node: ast.AST) -> list[ast.stmt] | None:
+    """The body of ``get_ipython().run_cell_magic('time', line, body)`` as statements."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "run_cell_magic" and len(node.args) == 3
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)
+            and node.args[0].value in PYTHON_CELL_MAGICS):
+        return None
+    try:
+        return ast.parse(_as_python(node.args[2].value)).body
+    except (SyntaxError, ValueError):
+        return None
 
 
 def _root_name(node: ast.AST) -> str | None:

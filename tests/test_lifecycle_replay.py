@@ -90,3 +90,11 @@ def test_global_in_a_function_reads_the_module_name():
     facts = analyze_cell("def bump():\n    global counter\n    counter += step\n")
     assert facts.binds == {"bump"} and facts.needs == set()
     assert facts.needs_later == {"counter", "step"}
+
+
+def test_raw_ipython_history_is_understood():
+    history = ["", "import math\n%matplotlib inline", "!echo hi\nr = math.pi", "%checkpoint -n a",
+               "%%time\nq = r * 2"]
+    assert analyze_cell(history[3]).binds == set()  # a snapshot magic: never replayed
+    plan = plan_replay(history, ["q"])
+    assert plan.cells == [1, 2, 4] and plan.unparsed == []
