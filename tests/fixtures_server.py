@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +135,135 @@ class Api:
 @pytest.fixture
 def api(jp_fetch, jp_serverapp, gk_env) -> Api:
     return Api(jp_fetch, jp_serverapp)
+
+
+class ServerProcess:
+    """A real ``jupyter server`` subprocess with the extension enabled (for SIGTERM, idle and
+    restart tests). Config goes in its own config dir; ``call`` speaks its REST API."""
+
+    def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str]):
+        self.workdir = workdir
+        self.port = _free_port()
+        self.token = secrets.token_hex(8)
+        self.url = f"http://127.0.0.1:{self.port}"
+        for sub in ("config", "runtime", "root", "data"):
+            (workdir / sub).mkdir(parents=True, exist_ok=True)
+        server = {"port": self.port, "ip": "127.0.0.1", "open_browser": False,
+                  "root_dir": str(workdir / "root"), "allow_root": os.geteuid() == 0,
+                  "jpserver_extensions": {"jupyter_gkeresume": True, "jupyterlab": False,
+                                          "jupyter_lsp": False}}
+        full = {**config, "ServerApp": {**server, **config.get("ServerApp", {})},
+                "IdentityProvider": {"token": self.token}}
+        (workdir / "config" / "jupyter_server_config.json").write_text(json.dumps(full))
+        self.env = {**os.environ, **env, "JUPYTER_CONFIG_DIR": str(workdir / "config"),
+                    "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
+                    "JUPYTER_DATA_DIR": str(workdir / "data"), "JUPYTER_PLATFORM_DIRS": "0"}
+        self.log_path = workdir / "server.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the fd
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "jupyter_server"], env=self.env, stdout=log,
+                stderr=subprocess.STDOUT, cwd=self.workdir,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log()
+            try:
+                self.call("GET", "api/status")
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"server did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.url}/{path}", data=data, method=method,
+            headers={"Authorization": f"token {self.token}",
+                     "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                code, text = response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            code, text = exc.code, exc.read().decode()
+        return code, json.loads(text) if text else None
+
+    def status(self) -> dict[str, Any]:
+        code, body = self.call("GET", "gkeresume/api/status")
+        assert code == 200, body
+        return body
+
+    def wait_for(self, predicate, what: str) -> dict[str, Any]:
+        """Poll status until ``predicate(status)``; a safety deadline, not a speed check."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while time.monotonic() < deadline:
+            status = self.status()
+            if predicate(status):
+                return status
+            time.sleep(0.2)
+        raise AssertionError(f"never {what}: {status}\n{self.log()}")
+
+    def new_session(self, path: str) -> str:
+        code, body = self.call("POST", "api/sessions", {
+            "path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}})
+        assert code == 201, body
+        return body["kernel"]["id"]
+
+    def run_cell(self, kernel_id: str, code: str) -> str:
+        """Run a cell through the kernel's connection file (a second client, like a console)."""
+        from jupyter_client import BlockingKernelClient
+
+        client = BlockingKernelClient(
+            connection_file=str(self.workdir / "runtime" / f"kernel-{kernel_id}.json"))
+        client.load_connection_file()
+        client.start_channels(hb=False)  # liveness: the server owns the kernel process
+        out: list[str] = []
+        try:
+            client.wait_for_ready(timeout=60)
+            reply = client.execute_interactive(
+                code, timeout=120,
+                output_hook=lambda m: out.append(m["content"].get("text", ""))
+                if m["msg_type"] == "stream" else None)
+        finally:
+            client.stop_channels()
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(out)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 120) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError(f"server ignored signal {sig}:\n{self.log()}") from None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server_process(tmp_path, gk_env):
+    """Factory: ``server_process(name, config)`` starts a ServerProcess; all are killed after."""
+    started: list[ServerProcess] = []
+
+    def start(name: str, config: dict[str, Any], env: dict[str, str] | None = None):
+        server = ServerProcess(tmp_path / name, config, env or {})
+        started.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in started:
+        if server.process and server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
