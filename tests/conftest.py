@@ -1,1 +1,1 @@
-pytest_plugins = ["fixtures_kernels", "fixtures_gcs", "fixtures_lifecycle", "fixtures_gpu", "fixtures_server"]
+pytest_plugins = ["fixtures_kernels", "fixtures_gcs", "fixtures_lifecycle", "fixtures_gpu", "fixtures_server", "fixtures_ui"]

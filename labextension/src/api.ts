@@ -1,0 +1,48 @@
+/**
+ * Calls to the server extension's REST API (docs/api.md), through JupyterLab's ServerConnection
+ * (base URL, token, XSRF). Every failure is an `APIError` carrying the server's message.
+ */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import { requestJSON } from './http';
+import {
+  IPauseReply,
+  IPauseRequest,
+  IResumeReply,
+  IResumeRequest,
+  ISnapshotRow,
+  ISnapshotsReply,
+  IStatus
+} from './types';
+
+export const API_PATH = 'gkeresume/api';
+
+/** Call `endPoint` under /gkeresume/api and return its JSON reply. */
+export function requestAPI<T>(
+  endPoint: string,
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<T> {
+  const url = URLExt.join(settings.baseUrl, API_PATH, endPoint);
+  const what = `${init.method ?? 'GET'} ${endPoint}`;
+  return requestJSON<T>(() => ServerConnection.makeRequest(url, init, settings), what);
+}
+
+function post<T>(endPoint: string, body: object): Promise<T> {
+  return requestAPI<T>(endPoint, { method: 'POST', body: JSON.stringify(body) });
+}
+
+export const api = {
+  status: (): Promise<IStatus> => requestAPI<IStatus>('status'),
+  pause: (request: IPauseRequest = {}): Promise<IPauseReply> => post('pause', request),
+  resume: (request: IResumeRequest = {}): Promise<IResumeReply> => post('resume', request),
+  snapshots: async (): Promise<ISnapshotRow[]> =>
+    (await requestAPI<ISnapshotsReply>('snapshots')).snapshots,
+  deleteSnapshot: (id: string): Promise<void> =>
+    requestAPI<void>(`snapshots/${encodeURIComponent(id)}`, { method: 'DELETE' }),
+  discardPaused: (): Promise<void> => requestAPI<void>('paused', { method: 'DELETE' })
+};
+
+export type API = typeof api;

@@ -1,0 +1,151 @@
+/**
+ * Controller: what the commands do. Pause saves every dirty document first, then asks the server
+ * to pause and follows the operation; when an operation this page followed is over, the user is
+ * told what was saved or restored, or why it failed (the server's own message, never swallowed).
+ *
+ * Call order: `new Controller(...)`, `start()` (first status; offers to resume a paused
+ * workspace once per page load), then the command methods.
+ */
+
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { Notification, showErrorMessage } from '@jupyterlab/apputils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
+import { DocumentRegistry } from '@jupyterlab/docregistry';
+import { INotebookTracker } from '@jupyterlab/notebook';
+
+import { api } from './api';
+import { askResume, showMessage } from './dialogs';
+import { pauseSummary, resumeOffer, resumeSummary } from './describe';
+import { IFinished, StatusModel } from './model';
+import { IResumeRequest, ISnapshotRow } from './types';
+
+export class Controller {
+  constructor(
+    private readonly app: JupyterFrontEnd,
+    private readonly docManager: IDocumentManager,
+    private readonly notebooks: INotebookTracker | null,
+    readonly model: StatusModel
+  ) {
+    model.finished.connect(this.onFinished, this);
+  }
+
+  /** First status, then the resume dialog if the workspace is paused. */
+  async start(): Promise<void> {
+    this.model.start();
+    const status = await this.model.refresh();
+    if (status?.paused && (status.state === 'paused' || status.state === 'failed')) {
+      await this.offerResume();
+    }
+  }
+
+  /** Pause the workspace: save, checkpoint every kernel, release the GPU. */
+  async pause(): Promise<void> {
+    this.refuseWhileBusy();
+    await this.saveAll();
+    const reply = await api.pause({});
+    Notification.info('Pausing: saving the kernels’ state…', { autoClose: 3000 });
+    await this.model.follow(reply.operation);
+  }
+
+  /** Checkpoint the current notebook's kernel; it keeps running. */
+  async checkpoint(): Promise<void> {
+    this.refuseWhileBusy();
+    const panel = this.notebooks?.currentWidget;
+    const kernel = panel?.sessionContext.session?.kernel?.id;
+    if (!panel || !kernel) {
+      throw new Error('Open a notebook with a running kernel to checkpoint it.');
+    }
+    await this.saveContext(panel.context);
+    const reply = await api.pause({ kernels: [kernel], release: false });
+    await this.model.follow(reply.operation);
+  }
+
+  /** The resume dialog for a paused workspace; else a pointer to the Snapshots panel. */
+  async offerResume(): Promise<void> {
+    const status = await this.model.refresh();
+    if (!status) {
+      throw this.model.error ?? new Error('The status is not available.');
+    }
+    if (!status.paused) {
+      Notification.info('Nothing is paused here: pick a snapshot to restore under Snapshots.', {
+        autoClose: 5000
+      });
+      await this.app.commands.execute('gkeresume:snapshots');
+      return;
+    }
+    const offer = resumeOffer(status, await api.snapshots())!;
+    const choice = await askResume(offer);
+    const requests: Record<string, IResumeRequest | null> = {
+      full: { mode: 'full' },
+      compatible: { mode: 'partial', only: offer.compatibleObjects ?? [] },
+      'files-only': { mode: 'files-only' },
+      later: null
+    };
+    const request = requests[choice];
+    if (request) {
+      await this.model.follow((await api.resume(request)).operation);
+    }
+  }
+
+  /** Restore one snapshot (into its notebook's kernel). */
+  async restore(snapshot: ISnapshotRow): Promise<void> {
+    this.refuseWhileBusy();
+    await this.model.follow((await api.resume({ snapshot: snapshot.id })).operation);
+  }
+
+  /** Run `action`, showing any failure with its message. */
+  async run(title: string, action: () => Promise<void>): Promise<void> {
+    try {
+      await action();
+    } catch (error) {
+      await showErrorMessage(title, error as Error);
+    }
+  }
+
+  dispose(): void {
+    this.model.finished.disconnect(this.onFinished, this);
+  }
+
+  private refuseWhileBusy(): void {
+    const operation = this.model.status?.operation;
+    if (operation) {
+      throw new Error(`A ${operation.kind} is in progress (${operation.id}); wait for it to end.`);
+    }
+  }
+
+  private async saveAll(): Promise<void> {
+    const contexts = new Set<DocumentRegistry.Context>();
+    for (const widget of this.app.shell.widgets('main')) {
+      const context = this.docManager.contextForWidget(widget);
+      if (context) {
+        contexts.add(context);
+      }
+    }
+    await Promise.all([...contexts].map(context => this.saveContext(context)));
+  }
+
+  private async saveContext(context: DocumentRegistry.Context): Promise<void> {
+    if (context.model.dirty && !context.model.readOnly) {
+      await context.save();
+    }
+  }
+
+  private onFinished(_: StatusModel, { operation, status, results }: IFinished): void {
+    if (operation.kind === 'resume') {
+      void showMessage(resumeSummary(status, operation));
+      return;
+    }
+    const failed =
+      status.state !== 'paused' &&
+      status.last_error !== null &&
+      ['pause', 'release'].includes(status.last_error.operation);
+    if (failed) {
+      void showErrorMessage(
+        'Pause failed',
+        `${status.last_error!.message}\nNothing was released: your kernels are as they were.`
+      );
+      return;
+    }
+    void showMessage(pauseSummary(status, results));
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * The dialogs: the resume dialog (verdict, reasons, choices), the message after a pause or a
+ * resume, and the confirmation before deleting a snapshot. Each returns when the user chose.
+ */
+
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Widget } from '@lumino/widgets';
+
+import { IMessage, IResumeOffer, estimateText } from './describe';
+import { formatAge, formatBytes } from './format';
+import { ISnapshotRow } from './types';
+
+export type ResumeChoice = 'full' | 'compatible' | 'files-only' | 'later';
+
+/** An element with a class and text. */
+export function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className: string,
+  text = ''
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  node.className = className;
+  node.textContent = text;
+  return node;
+}
+
+function body(className: string, ...children: HTMLElement[]): Widget {
+  const widget = new Widget();
+  widget.addClass(className);
+  widget.node.append(...children);
+  return widget;
+}
+
+function row(label: string, value: string): HTMLElement {
+  const line = el('div', 'jp-gkeresume-row');
+  line.append(el('span', 'jp-gkeresume-key', label), el('span', 'jp-gkeresume-value', value));
+  return line;
+}
+
+/** A verdict badge: "portable", "partial", ... with its level as data for styling. */
+export function verdictBadge(level: string | null): HTMLElement {
+  const badge = el('span', 'jp-gkeresume-verdict', level ?? 'unknown');
+  badge.dataset.level = level ?? 'unknown';
+  return badge;
+}
+
+const CHOICES: Record<string, ResumeChoice> = {
+  Resume: 'full',
+  'Resume compatible objects only': 'compatible',
+  'Start fresh with files only': 'files-only'
+};
+
+/** Ask how to resume a paused workspace. */
+export async function askResume(offer: IResumeOffer, now = Date.now()): Promise<ResumeChoice> {
+  const verdict = el('div', 'jp-gkeresume-row');
+  verdict.append(el('span', 'jp-gkeresume-key', 'Compatibility'), verdictBadge(offer.level));
+  const parts: HTMLElement[] = [
+    row('Paused', `${offer.pausedAt} (${formatAge(offer.pausedAt, now)})`),
+    row('Notebooks', offer.notebooks.join(', ') || '(none)'),
+    row('Size', formatBytes(offer.bytes)),
+    row('Estimated restore', estimateText(offer)),
+    verdict
+  ];
+  const notes = [
+    ...offer.reasons,
+    ...Object.entries(offer.objectsAtRisk).map(([name, why]) => `${name} will not load: ${why}`),
+    ...offer.problems
+  ];
+  if (notes.length) {
+    const list = el('ul', 'jp-gkeresume-reasons');
+    list.append(...notes.map(note => el('li', '', note)));
+    parts.push(list);
+  }
+  if (!offer.canResume) {
+    parts.push(
+      el(
+        'p',
+        'jp-gkeresume-warning',
+        'This snapshot cannot be restored here. Start fresh: your notebooks and files are kept.'
+      )
+    );
+  }
+  const buttons = [
+    Dialog.cancelButton({ label: 'Later', caption: 'Keep the workspace paused for now' }),
+    Dialog.warnButton({
+      label: 'Start fresh with files only',
+      caption: 'Start new kernels for the notebooks; the kernel state is not restored'
+    })
+  ];
+  if (offer.canResumeCompatible) {
+    buttons.push(
+      Dialog.okButton({
+        label: 'Resume compatible objects only',
+        caption: 'Restore every object except those that will not load here'
+      })
+    );
+  }
+  if (offer.canResume) {
+    buttons.push(
+      Dialog.okButton({ label: 'Resume', caption: 'Restore every notebook with its variables' })
+    );
+  }
+  const result = await showDialog({
+    title: 'Resume paused workspace',
+    body: body('jp-gkeresume-resume-dialog', ...parts),
+    buttons,
+    hasClose: false
+  });
+  return result.button.accept ? (CHOICES[result.button.label] ?? 'later') : 'later';
+}
+
+/** Show a message (what a pause saved, what a resume restored). */
+export async function showMessage(message: IMessage): Promise<void> {
+  const lines = message.lines.map(line => el('p', '', line));
+  await showDialog({
+    title: message.title,
+    body: body('jp-gkeresume-message', ...lines),
+    buttons: [Dialog.okButton({ label: 'OK' })]
+  });
+}
+
+/** Confirm deleting a snapshot. */
+export async function confirmDelete(snapshot: ISnapshotRow): Promise<boolean> {
+  const what = snapshot.name ? `${snapshot.name} (${snapshot.id})` : snapshot.id;
+  const result = await showDialog({
+    title: 'Delete snapshot',
+    body: `Delete snapshot ${what}? Its data is reclaimed by garbage collection; this cannot be undone.`,
+    buttons: [
+      Dialog.cancelButton({ label: 'Cancel' }),
+      Dialog.warnButton({ label: 'Delete', caption: `Delete snapshot ${what}` })
+    ]
+  });
+  return result.button.accept;
+}

@@ -1,0 +1,151 @@
+/**
+ * StatusModel: the lab's one view of the server's pause/resume status.
+ *
+ * Call order: `new StatusModel(fetchStatus)`, connect to its signals, `start()`; `refresh()` after
+ * starting an operation; `dispose()` at the end. It polls GET status every `fastMs` while an
+ * operation is in flight (or a state is active), else every `slowMs`; a failed poll is kept in
+ * `error` (and signalled) and retried at the slow pace. Because the server keeps the state, a
+ * reloaded page picks up whatever is in flight.
+ *
+ * Invariant: `finished` fires once per operation this page saw in flight, with the checkpoint
+ * results seen while it ran (kernels stopped by a pause no longer report them).
+ */
+
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { ACTIVE_STATES, checkpointResults } from './describe';
+import { ICheckpointResult, IOperation, IStatus } from './types';
+
+export interface IFinished {
+  operation: IOperation;
+  status: IStatus;
+  /** Checkpoint results of a pause, by kernel id (empty for a resume). */
+  results: ICheckpointResult[];
+}
+
+export class StatusModel {
+  constructor(
+    private readonly fetchStatus: () => Promise<IStatus>,
+    readonly fastMs = 1000,
+    readonly slowMs = 5000
+  ) {}
+
+  get status(): IStatus | null {
+    return this._status;
+  }
+
+  /** The last poll's failure (the server's message), or null once a poll succeeds again. */
+  get error(): Error | null {
+    return this._error;
+  }
+
+  /** Emitted after every poll, successful or not. */
+  get changed(): ISignal<this, IStatus | null> {
+    return this._changed;
+  }
+
+  /** Emitted when an operation this page saw in flight is over. */
+  get finished(): ISignal<this, IFinished> {
+    return this._finished;
+  }
+
+  get busy(): boolean {
+    const s = this._status;
+    return !!s && (s.operation !== null || ACTIVE_STATES.has(s.state));
+  }
+
+  start(): void {
+    if (!this._stopped) {
+      return;
+    }
+    this._stopped = false;
+    void this.refresh();
+  }
+
+  /** Poll now (and re-arm the timer). Resolves with the status, or null on failure. */
+  async refresh(): Promise<IStatus | null> {
+    clearTimeout(this._timer);
+    const seq = ++this._seq;
+    try {
+      const status = await this.fetchStatus();
+      if (seq > this._ignoreUpTo) {
+        this.update(status);
+      }
+      this._error = null;
+    } catch (error) {
+      this._error = error instanceof Error ? error : new Error(String(error));
+    }
+    this._changed.emit(this._error ? null : this._status);
+    if (!this._stopped) {
+      clearTimeout(this._timer);
+      const wait = this.busy && !this._error ? this.fastMs : this.slowMs;
+      this._timer = setTimeout(() => void this.refresh(), wait);
+    }
+    return this._error ? null : this._status;
+  }
+
+  /** Follow `operation`, just started by this page, then poll: its end is reported even if it
+   * is over before the next poll, and answers to polls sent before it started are dropped. */
+  follow(operation: IOperation): Promise<IStatus | null> {
+    this._ignoreUpTo = this._seq;
+    this.track(operation);
+    return this.refresh();
+  }
+
+  private track(operation: IOperation, before: IStatus | null = this._status): void {
+    this._operation = operation;
+    this._results.clear();
+    // Results already there are from earlier operations: never report them as this one's.
+    const earlier = checkpointResults(before?.kernels ?? []).values();
+    this._earlier = new Set([...earlier].map(r => r.snapshot_id));
+  }
+
+  /** Take in a new status: remember results of the operation in flight, detect its end. */
+  update(status: IStatus): void {
+    const before = this._status;
+    this._status = status;
+    const seen = this._operation;
+    if (seen && status.operation?.id !== seen.id) {
+      this.collect(status, seen);
+      const results = seen.kind === 'pause' ? [...this._results.values()] : [];
+      this._operation = null;
+      this._results.clear();
+      this._finished.emit({ operation: seen, status, results });
+    }
+    if (status.operation && this._operation?.id !== status.operation.id) {
+      this.track(status.operation, before);
+    }
+    if (this._operation) {
+      this.collect(status, this._operation);
+    }
+  }
+
+  private collect(status: IStatus, operation: IOperation): void {
+    if (operation.kind !== 'pause') {
+      return;
+    }
+    for (const [id, result] of checkpointResults(status.kernels)) {
+      if (operation.kernels.includes(id) && !this._earlier.has(result.snapshot_id)) {
+        this._results.set(id, result);
+      }
+    }
+  }
+
+  dispose(): void {
+    this._stopped = true;
+    clearTimeout(this._timer);
+    Signal.clearData(this);
+  }
+
+  private _status: IStatus | null = null;
+  private _error: Error | null = null;
+  private _operation: IOperation | null = null;
+  private _results = new Map<string, ICheckpointResult>();
+  private _earlier = new Set<string>();
+  private _seq = 0;
+  private _ignoreUpTo = 0;
+  private _stopped = true;
+  private _timer: ReturnType<typeof setTimeout> | undefined = undefined;
+  private _changed = new Signal<this, IStatus | null>(this);
+  private _finished = new Signal<this, IFinished>(this);
+}

@@ -1,0 +1,183 @@
+/**
+ * The server's JSON, as TypeScript types. The contract is docs/api.md; `State` mirrors the Python
+ * enum in jupyter_gkeresume/states.py string for string (tests/test_ui_unit.py checks that).
+ */
+
+/** Every state a kernel or the workspace can be in. */
+export const STATES = [
+  'running',
+  'pausing',
+  'releasing',
+  'paused',
+  'waiting_for_resources',
+  'restoring',
+  'ready',
+  'failed'
+] as const;
+
+export type State = (typeof STATES)[number];
+
+/** Compatibility levels, best first (jupyter_gkeresume/snapshot/compat.py LEVELS). */
+export const LEVELS = ['exact', 'portable', 'partial', 'incompatible'] as const;
+
+export type Level = (typeof LEVELS)[number];
+
+export type Phase =
+  | 'hashing'
+  | 'writing'
+  | 'committing'
+  | 'verifying'
+  | 'reading'
+  | 'restoring'
+  | 'done';
+
+export interface IProgress {
+  phase: Phase;
+  done_bytes: number;
+  total_bytes: number;
+  rate: number;
+  seconds: number;
+}
+
+export interface ISkipped {
+  name: string;
+  type: string;
+  reason: string;
+}
+
+export interface IVerdict {
+  level: Level;
+  reasons: string[];
+  objects_at_risk: Record<string, string>;
+}
+
+export interface ICheckpointResult {
+  snapshot_id: string;
+  name: string | null;
+  bytes_total: number;
+  bytes_new: number;
+  bytes_reused: number;
+  seconds: number;
+  saved: string[];
+  skipped: ISkipped[];
+  timings: Record<string, number>;
+}
+
+export interface IResumeResult {
+  snapshot_id: string;
+  restored: string[];
+  not_restored: ISkipped[];
+  warnings: string[];
+  verdict: IVerdict | Record<string, never>;
+  bytes_read: number;
+  seconds: number;
+}
+
+export interface IOperation {
+  id: string;
+  kind: 'pause' | 'resume';
+  started: number;
+  reason: string | null;
+  release: boolean | null;
+  mode: ResumeMode | null;
+  kernels: string[];
+}
+
+export interface IKernelStatus {
+  kernel_id: string;
+  kernel_name: string | null;
+  notebook: string | null;
+  execution_state: string | null;
+  state: State;
+  reason: string | null;
+  since: number;
+  progress: IProgress | null;
+  snapshot_id: string | null;
+  result: ICheckpointResult | IResumeResult | null;
+}
+
+/** A row of GET snapshots (`SnapshotSummary.to_dict()`); unreadable ones carry only `error`. */
+export interface ISnapshotRow {
+  id: string;
+  name: string | null;
+  created: string | null;
+  notebook: string | null;
+  bytes: number;
+  objects: number;
+  skipped: number;
+  verdict: IVerdict | null;
+  error: string | null;
+  /** Names of the saved objects, where the server lists them (needed to resume only the
+   * compatible ones). */
+  saved?: string[];
+}
+
+export interface IPausedKernel {
+  kernel_id: string;
+  kernel_name: string | null;
+  notebook: string | null;
+  snapshot_id: string;
+  bytes_total: number;
+}
+
+/** The paused record (records/paused.json in the store). */
+export interface IPausedRecord {
+  version: number;
+  workspace: string;
+  paused_at: string;
+  reason: string | null;
+  release_backend: string;
+  gpus: number;
+  kernels: IPausedKernel[];
+}
+
+export interface ILastError {
+  operation: 'pause' | 'resume' | 'release' | 'shutdown' | 'startup';
+  message: string;
+  at: number;
+}
+
+/** GET status. */
+export interface IStatus {
+  workspace: string;
+  store: string;
+  release_backend: string;
+  state: State;
+  reason: string | null;
+  since: number;
+  operation: IOperation | null;
+  kernels: IKernelStatus[];
+  last_snapshot: Partial<ISnapshotRow> | null;
+  paused: IPausedRecord | null;
+  last_error: ILastError | null;
+}
+
+export type ResumeMode = 'full' | 'partial' | 'files-only';
+
+export interface IPauseRequest {
+  kernels?: string[];
+  release?: boolean;
+  name?: string;
+}
+
+export interface IResumeRequest {
+  snapshot?: string;
+  mode?: ResumeMode;
+  only?: string[];
+  kernel?: string;
+}
+
+export interface IPauseReply {
+  operation: IOperation;
+  state: State;
+}
+
+export interface IResumeReply {
+  operation: IOperation;
+  state: State;
+  joined: boolean;
+}
+
+export interface ISnapshotsReply {
+  snapshots: ISnapshotRow[];
+}

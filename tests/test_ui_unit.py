@@ -1,0 +1,37 @@
+"""The lab extension's TypeScript unit tests (node's test runner on the compiled JS), and the
+TypeScript mirror of the Python state enum and compatibility levels."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+from fixtures_ui import ROOT
+
+from jupyter_gkeresume.snapshot.compat import LEVELS
+from jupyter_gkeresume.states import State
+
+
+def _node(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["node", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_typescript_unit_tests_pass(ui_env, ts_unit_build):
+    run = _node(ui_env, "--test", str(ts_unit_build / "test"))
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    passed = int(re.search(r"^# pass (\d+)$", output, re.M).group(1))
+    failed = int(re.search(r"^# fail (\d+)$", output, re.M).group(1))
+    assert failed == 0 and passed >= 20, output[-3000:]
+
+
+def test_typescript_mirrors_the_python_enums(ui_env, ts_unit_build):
+    script = (f"const t = require({json.dumps(str(ts_unit_build / 'src' / 'types.js'))});"
+              "console.log(JSON.stringify({states: t.STATES, levels: t.LEVELS}))")
+    run = _node(ui_env, "-e", script)
+    assert run.returncode == 0, run.stderr
+    mirrored = json.loads(run.stdout)
+    assert mirrored["states"] == [s.value for s in State]
+    assert mirrored["levels"] == list(LEVELS)
