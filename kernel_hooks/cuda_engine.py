@@ -112,6 +112,7 @@ class CudaEngine(Configurable):
         self._ring: list[int] = []
         self._views: list[memoryview] = []
         self._lock = threading.Lock()
+        self._devices_lock = threading.Lock()
         self._owner: int | None = None
         self.device_count: int = self._call("cuDeviceGetCount")
 
@@ -169,6 +170,7 @@ class CudaEngine(Configurable):
         chunks = plan_chunks([len(view)], self.chunk_bytes, self.buffers)
         with self._exclusive():
             dev = self._device(device_index)
+            self._ensure_ring(dev)
             with self._draining([dev]):
                 for step, c in h2d_schedule(chunks, self.buffers):
                     with self._current(dev):
@@ -229,6 +231,8 @@ class CudaEngine(Configurable):
         chunks = plan_chunks([r.nbytes for r in ranges], self.chunk_bytes, self.buffers)
         with self._exclusive():
             devs = [self._device(r.device_index) for r in ranges]
+            if devs:
+                self._ensure_ring(devs[0])
             with self._draining(devs):
                 for step, c in d2h_schedule(chunks, self.buffers):
                     dev = devs[c.part]
@@ -249,7 +253,7 @@ class CudaEngine(Configurable):
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
-        """One transfer at a time; allocates the pinned ring on first use."""
+        """One transfer (or ``close``) at a time; see the module docstring."""
         me = threading.get_ident()
         if self._owner == me:
             raise CudaError(
@@ -259,15 +263,17 @@ class CudaEngine(Configurable):
         with self._lock:
             self._owner = me
             try:
-                if not self._ring:
-                    self._allocate_ring()
                 yield
             finally:
                 self._owner = None
 
-    def _allocate_ring(self) -> None:
+    def _ensure_ring(self, dev: _Device) -> None:
+        """Pin the ring on first use, in the context of the first device used (portable memory:
+        every context can copy through it), so an idle GPU never gets a context for it."""
+        if self._ring:
+            return
         flags = self._drv.CU_MEMHOSTALLOC_PORTABLE
-        with self._current(self._device(0)):
+        with self._current(dev):
             try:
                 for _ in range(self.buffers):
                     ptr = int(self._call("cuMemHostAlloc", self.chunk_bytes, flags))
@@ -304,21 +310,27 @@ class CudaEngine(Configurable):
 
     # -- devices and contexts ------------------------------------------------------------------
     def _device(self, index: int) -> _Device:
-        dev = self._devices.get(index)
-        if dev is None:
-            handle = self._call("cuDeviceGet", index)
-            context = self._call("cuDevicePrimaryCtxRetain", handle)
-            self._call("cuCtxPushCurrent", context)
-            try:
-                stream = self._call(
-                    "cuStreamCreate", self._drv.CUstream_flags.CU_STREAM_NON_BLOCKING
-                )
-                flag = self._drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
-                events = [self._call("cuEventCreate", flag) for _ in range(self.buffers)]
-            finally:
-                self._call("cuCtxPopCurrent")
-            dev = self._devices[index] = _Device(handle, context, stream, events)
+        with self._devices_lock:
+            dev = self._devices.get(index)
+            if dev is None:
+                dev = self._devices[index] = self._open_device(index)
         return dev
+
+    def _open_device(self, index: int) -> _Device:
+        """Retain ``index``'s primary context; create the engine's stream and events there."""
+        handle = self._call("cuDeviceGet", index)
+        context = self._call("cuDevicePrimaryCtxRetain", handle)
+        self._call("cuCtxPushCurrent", context)
+        try:
+            stream = self._call("cuStreamCreate", self._drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+            # Blocking sync: a thread waiting for a copy sleeps instead of spinning a core that
+            # the hashing and writing threads need.
+            flags = self._drv.CUevent_flags
+            flag = int(flags.CU_EVENT_DISABLE_TIMING) | int(flags.CU_EVENT_BLOCKING_SYNC)
+            events = [self._call("cuEventCreate", flag) for _ in range(self.buffers)]
+        finally:
+            self._call("cuCtxPopCurrent")
+        return _Device(handle, context, stream, events)
 
     @contextmanager
     def _current(self, dev: _Device) -> Iterator[None]:

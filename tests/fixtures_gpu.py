@@ -60,7 +60,7 @@ class SimulatedDriver:
     CU_MEMHOSTALLOC_PORTABLE = 1
     CUpointer_attribute = SimpleNamespace(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL="ordinal")
     CUstream_flags = SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
-    CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
+    CUevent_flags = SimpleNamespace(CU_EVENT_BLOCKING_SYNC=1, CU_EVENT_DISABLE_TIMING=2)
     CUdevice_attribute = SimpleNamespace(
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR="major",
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR="minor",

@@ -296,3 +296,14 @@ def test_importing_the_engine_never_touches_the_driver(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"
+
+
+def test_a_transfer_on_one_gpu_makes_no_context_on_the_others():
+    driver = SimulatedDriver(gpus=2)
+    engine = make_engine(driver)
+    ptr = driver.device_buffer(1, pattern(CHUNK))
+    assert b"".join(bytes(c) for c in engine.device_to_host_chunks(ptr, CHUNK, 1)) == pattern(CHUNK)
+    assert driver.primary_refs == [0, 1]
+    fresh = SimulatedDriver()
+    make_engine(fresh).close()  # an engine never used pins nothing
+    assert fresh.pinned_peak == 0 and fresh.primary_refs == [0]
