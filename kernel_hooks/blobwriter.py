@@ -6,16 +6,19 @@ owning variable so a change to one small variable rewrites only its pack), then
 
 Unchanged storages are not hashed again: an in-process cache maps (dtypes, sizes, xxh3-128 of the
 bytes) to the sha256 blob digest, and xxh3 runs near memory speed. Host memory stays flat for CPU
-storages (blobs are written from zero-copy views).
+storages (blobs are written from zero-copy views) and for CUDA storages when the CUDA engine is
+there (``cuda_engine.get_engine()``): they stream through its pinned ring twice, once to hash and,
+only if the store lacks the blob, once to write.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -25,6 +28,8 @@ from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
 from jupyter_gkeresume.snapshot.format import StorageRef
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 
+from .cuda_engine import CudaEngine, get_engine
+from .cuda_plan import cuda_index
 from .memory import host_view
 from .results import Progress
 from .storages import CollectedStorage
@@ -109,17 +114,32 @@ class BlobWriter:
         return digest, layout.size, True
 
     def _write_plan(self, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
-        keepalive, entries = [], []
-        for m in plan:
-            if m.device == "cpu":
-                entries.append((m.dtype, m.host_bytes()))
-            else:  # device memory: bring it to the host first
-                host = m.source.cpu()
-                keepalive.append(host)
-                entries.append((m.dtype, host_view(host.data_ptr(), m.nbytes)))
-        result = self.write_views(entries)
+        devices = {m.device for m in plan} - {"cpu"}
+        engine = get_engine() if devices and all(cuda_index(d) is not None for d in devices) else None
+        if engine is not None:
+            result = self._write_streamed(engine, plan)
+        else:
+            keepalive, entries = [], []
+            for m in plan:
+                if m.device == "cpu":
+                    entries.append((m.dtype, m.host_bytes()))
+                else:  # device memory without the CUDA engine: bring it to the host first
+                    host = m.source.cpu()
+                    keepalive.append(host)
+                    entries.append((m.dtype, host_view(host.data_ptr(), m.nbytes)))
+            result = self.write_views(entries)
         self._advance(sum(m.nbytes for m in plan))
         return result
+
+    def _write_streamed(self, engine: CudaEngine, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
+        """A blob with CUDA storages, streamed through the engine's pinned ring in two passes
+        (hash, then write only if the store lacks it): host memory stays within the ring."""
+        layout = layout_for([(m.dtype, m.nbytes) for m in plan])
+        digest = blob_digest(layout, _entry_parts(engine, plan))
+        if self.store.has_blob(digest, layout.size):
+            return digest, layout.size, False
+        self.store.write_blob(digest, itertools.chain([layout.header], _entry_parts(engine, plan)))
+        return digest, layout.size, True
 
     def _advance(self, nbytes: int) -> None:
         with self._lock:
@@ -127,6 +147,16 @@ class BlobWriter:
             done = self._done
         if self.progress is not None:
             self.progress(Progress("writing", done, self._total, time.monotonic() - self._start))
+
+
+def _entry_parts(engine: CudaEngine, plan: list[CollectedStorage]) -> Iterator[memoryview]:
+    """The entries' bytes in blob order: host storages as zero-copy views, CUDA storages as
+    chunks of the engine's ring (each valid until the next is asked for)."""
+    for m in plan:
+        if m.device == "cpu":
+            yield m.host_bytes()
+        else:
+            yield from engine.device_to_host_chunks(m.address, m.nbytes, cuda_index(m.device))
 
 
 def _cached_digest(layout, dtypes: list[str], views: list[memoryview]) -> str:
