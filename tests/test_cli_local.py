@@ -1,0 +1,157 @@
+"""`jupyter gkeresume` on a local store: every command, --json parsed, exit codes, progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from fixtures_lifecycle import make_snapshot, put_blob
+
+from jupyter_gkeresume.advisor import Event, record_events
+from jupyter_gkeresume.cli import main
+from jupyter_gkeresume.snapshot import environment_fingerprint
+
+
+@pytest.fixture
+def run(local_store, signing_key, monkeypatch, capsys):
+    """``run(*args)`` -> (exit code, stdout, stderr) of the CLI on the test store."""
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", signing_key.secret.decode())
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["--store", local_store.url, "--workspace", local_store.workspace, *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+def run_json(run, *args):
+    code, out, err = run("--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture
+def three(local_store, signing_key):
+    here = environment_fingerprint()
+    return [
+        make_snapshot(local_store, signing_key, [b"A" * 1000, b"B" * 2000], fingerprint=here),
+        make_snapshot(local_store, signing_key, [b"B" * 2000, b"C" * 3000], name="base",
+                      fingerprint=here, modules={"x1": ["gkeresume_gone_module"]}),
+        make_snapshot(local_store, None, [b"D" * 500], fingerprint=here),
+    ]
+
+
+def test_list_and_show(run, three):
+    rows = run_json(run, "list")
+    assert [r["id"] for r in rows] == [m.snapshot_id for m in reversed(three)]
+    assert "is unsigned" in rows[0]["error"]
+    assert rows[1]["name"] == "base" and rows[1]["verdict"]["level"] == "partial"
+    assert rows[2]["verdict"]["level"] == "exact" and rows[2]["bytes"] == three[0].total_bytes
+    shown = run_json(run, "show", "base")
+    assert shown["manifest"]["id"] == three[1].snapshot_id
+    assert shown["signature"] == "valid"
+    assert list(shown["verdict"]["objects_at_risk"]) == ["x1"]
+    code, out, _ = run("show", "base")
+    assert code == 0 and "AT RISK: needs gkeresume_gone_module" in out
+    code, out, _ = run("list")
+    assert f"{three[2].snapshot_id}  REFUSED: snapshot {three[2].snapshot_id} is unsigned" in out
+
+
+def test_verify_exit_codes_and_trust(run, three, local_store):
+    assert run("verify", three[0].snapshot_id)[0] == 0
+    code, out, _ = run("verify", "--all")
+    assert code == 1 and "FAILED" in out and "is unsigned: refused" in out
+    assert run("verify", "--all", "--trust")[0] == 0
+    blob = Path(local_store.blob_path(three[0].storages["s0"].blob))
+    blob.write_bytes(blob.read_bytes()[:-1] + b"?")
+    code, out, err = run("--json", "--progress", "verify", three[0].snapshot_id)
+    assert code == 1
+    report = json.loads(out)[0]
+    assert not report["ok"] and "does not match its digest" in report["problems"][0]
+    assert "100.0%" in err  # the progress bar went to stderr, stdout stayed JSON
+
+
+def test_rm_then_gc_frees_exactly_the_unreferenced_bytes(run, three, local_store):
+    only_first = {d: s for d, s in three[0].blobs.items() if d not in three[1].blobs}
+    removed = run_json(run, "rm", three[0].snapshot_id)
+    assert removed == {"removed": [three[0].snapshot_id]}
+    dry = run_json(run, "gc", "--dry-run", "--grace-hours", "0")
+    assert dry["swept"] == only_first and dry["bytes_freed"] == sum(only_first.values())
+    assert all(local_store.has_blob(d) for d in only_first)
+    done = run_json(run, "gc", "--grace-hours", "0")
+    assert done["swept"] == only_first
+    assert not any(local_store.has_blob(d) for d in only_first)
+    assert run("verify", "base")[0] == 0
+
+
+def test_gc_keeps_young_blobs_and_applies_retention(run, three, local_store):
+    fresh, size = put_blob(local_store, b"a checkpoint is writing this")
+    for digest in {d for m in three for d in m.blobs}:
+        os.utime(local_store.blob_path(digest), (1, 1))
+    report = run_json(run, "gc", "--keep-last", "1")
+    # the newest stays (last 1), 'base' is named; the oldest goes, with its own blobs
+    assert report["retention"]["delete"] == [three[0].snapshot_id]
+    assert report["snapshots_deleted"] == [three[0].snapshot_id]
+    assert report["young"] == {fresh: size}
+    assert set(report["swept"]) == set(three[0].blobs) - set(three[1].blobs)
+    assert local_store.list_snapshot_ids() == [three[1].snapshot_id, three[2].snapshot_id]
+
+
+def test_rm_refuses_the_paused_snapshot_without_force(run, three, local_store):
+    paused = {"kernels": [{"kernel_id": "k", "snapshot_id": three[1].snapshot_id}]}
+    local_store.write_record("paused", json.dumps(paused).encode())
+    code, _, err = run("rm", "base")
+    assert code == 2 and "the paused workspace resumes from it" in err
+    assert three[1].snapshot_id in local_store.list_snapshot_ids()
+    assert run("rm", "--force", "base")[0] == 0
+    assert three[1].snapshot_id not in local_store.list_snapshot_ids()
+
+
+def test_usage(run, three, local_store):
+    usage = run_json(run, "usage", "--price-per-gib-month", "0.5")
+    stored = sum(b.size for b in local_store.list_blobs())
+    assert usage["snapshots"] == 3 and usage["stored_bytes"] == stored
+    assert usage["unreferenced_bytes"] == 0
+    assert usage["monthly_cost"] == round(stored / (1 << 30) * 0.5, 4)
+    first = next(r for r in usage["per_snapshot"] if r["id"] == three[0].snapshot_id)
+    assert first["exclusive_bytes"] == sum(
+        s for d, s in three[0].blobs.items() if d not in three[1].blobs
+    )
+
+
+def test_advise_with_plot(run, local_store, tmp_path):
+    now = time.time()
+    record_events(local_store, [Event(now - 7200, "activity"), Event(now - 3600, "pause", 20),
+                                Event(now - 60, "resume", 40), Event(now, "activity")])
+    plot = tmp_path / "advice.png"
+    advice = run_json(run, "advise", "--thresholds", "15,30", "--plot", str(plot))
+    assert [o["threshold_minutes"] for o in advice["outcomes"]] == [None, 15, 30]
+    assert advice["outcomes"][1]["pauses"] == 1 and advice["measured"]
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    code, out, _ = run("advise")
+    assert code == 0 and "GPU-h held" in out
+
+
+def test_bad_input_is_a_clear_error(run, three, tmp_path):
+    code, _, err = run("show", "no-such-name")
+    assert code == 1 and "no snapshot 'no-such-name'" in err
+    code, _, err = run("show", "../../etc")
+    assert code == 2 and "not a usable snapshot name" in err
+    assert main(["--workspace", "../up", "--store", str(tmp_path), "list"]) == 2
+    code, _, err = run("advise")
+    assert code == 2 and "no events recorded" in err
+    with pytest.raises(SystemExit) as exited:
+        main(["frobnicate"])
+    assert exited.value.code == 2
+
+
+def test_global_options_after_the_command(local_store, signing_key, monkeypatch, capsys, three):
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", signing_key.secret.decode())
+    assert main(["list", "--store", local_store.url, "--workspace", local_store.workspace,
+                 "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 3
