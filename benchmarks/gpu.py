@@ -5,6 +5,7 @@ Usage (on a machine with a GPU; prints one JSON object, also written to ``--out`
     .venv/bin/python benchmarks/gpu.py                      # both parts, defaults below
     .venv/bin/python benchmarks/gpu.py --skip-e2e --bytes 8GiB
     .venv/bin/python benchmarks/gpu.py --skip-bandwidth --model-gib 6 --store /local/ssd/dir
+    .venv/bin/python benchmarks/gpu.py --skip-bandwidth --device cpu --model-gib 0.25  # dry run
 
 Part 1, device-to-host bandwidth, same bytes, same run, best of ``--repeat``:
   ``raw``: one ``cuMemcpyDtoH`` into a single pinned buffer as big as the data (the hardware's
@@ -111,15 +112,16 @@ MODEL = """
 import torch
 torch.manual_seed(0)
 layers, d = {layers}, 8192
-with torch.device("cuda"):
+with torch.device("{device}"):
     model = torch.nn.Sequential(*(torch.nn.Linear(d, d, bias=False) for _ in range(layers)))
     model = model.half()
-torch.cuda.synchronize()
+if torch.cuda.is_available():
+    torch.cuda.synchronize()
 print(sum(p.numel() * p.element_size() for p in model.parameters()))
 """
 
 
-def end_to_end(model_gib: float, store: Path) -> dict:
+def end_to_end(model_gib: float, store: Path, device: str = "cuda") -> dict:
     from jupyter_client.manager import start_new_kernel
 
     env = dict(os.environ, GKERESUME_STORE=str(store), GKERESUME_WORKSPACE="bench-gpu",
@@ -144,7 +146,7 @@ def end_to_end(model_gib: float, store: Path) -> dict:
 
     manager, client = start_new_kernel(kernel_name="python3", env=env)
     try:
-        _, out = run(client, MODEL.format(layers=layers))
+        _, out = run(client, MODEL.format(layers=layers, device=device))
         model_bytes = int(out.strip().splitlines()[-1])
         pause_s, _ = run(client, "import kernel_hooks; kernel_hooks.checkpoint('bench')")
     finally:
@@ -201,6 +203,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--model-gib", type=float, default=6.0)
     parser.add_argument("--store", type=Path, default=None, help="local store directory")
+    parser.add_argument("--device", default="cuda", help="cpu: dry-run the harness anywhere")
     parser.add_argument("--skip-bandwidth", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
@@ -212,7 +215,7 @@ def main() -> None:
         print(json.dumps(result["bandwidth"]), file=sys.stderr, flush=True)
     if not args.skip_e2e:
         with tempfile.TemporaryDirectory(dir=args.store) as store:
-            result["end_to_end"] = end_to_end(args.model_gib, Path(store))
+            result["end_to_end"] = end_to_end(args.model_gib, Path(store), args.device)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out is not None:
