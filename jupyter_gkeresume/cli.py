@@ -23,6 +23,7 @@ from .errors import GkeResumeError, InvalidInputError
 from .snapshot import SnapshotStore, environment_fingerprint, list_snapshots, load_signing_key
 from .snapshot.catalog import resolve
 from .snapshot.compat import check_compatible
+from .snapshot.cost import format_cost, monthly_cost, resolve_price
 from .snapshot.gc import (
     DEFAULT_GRACE_SECONDS,
     apply_retention,
@@ -34,10 +35,6 @@ from .snapshot.retention import RetentionPolicy, paused_snapshot_ids
 from .snapshot.signing import SigningKey, verify
 from .snapshot.verify import verify_snapshot
 from .workspace import resolve_store_url, resolve_workspace_id
-
-GIB = 1 << 30
-#: GCS Standard storage, one region, USD per GiB-month (an estimate: override per bucket).
-DEFAULT_PRICE_PER_GIB_MONTH = 0.020
 
 
 class Progress:
@@ -234,21 +231,21 @@ def cmd_usage(ctx: Context) -> int:
             refs[digest] = refs.get(digest, 0) + 1
     stored = sum(blobs.values())
     referenced = sum(s for d, s in blobs.items() if d in refs)
-    price = ctx.args.price_per_gib_month
+    price = resolve_price(ctx.args.price_per_gib_month)
     rows = [{"id": i, "bytes": sum(b.values()),
              "exclusive_bytes": sum(s for d, s in b.items() if refs.get(d) == 1)}
             for i, b in per_snapshot.items()]
     data = {
         "snapshots": len(per_snapshot), "blobs": len(blobs), "stored_bytes": stored,
         "referenced_bytes": referenced, "unreferenced_bytes": stored - referenced,
-        "price_per_gib_month": price, "monthly_cost": round(stored / GIB * price, 4),
+        "price_per_gib_month": price, "monthly_cost_usd": monthly_cost(stored, price),
         "per_snapshot": rows,
     }
 
     def human() -> None:
         print(f"{len(per_snapshot)} snapshots, {len(blobs)} blobs, {size(stored)} stored "
               f"({size(stored - referenced)} unreferenced: `gc` frees it)")
-        print(f"estimated cost: ${data['monthly_cost']:.2f}/month at ${price:g}/GiB-month")
+        print(f"estimated cost: {format_cost(data['monthly_cost_usd'])} at ${price:g}/GiB-month")
         for r in rows:
             print(f"  {r['id']}  {size(r['bytes']):>10}  ({size(r['exclusive_bytes'])} its own)")
 
@@ -346,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("references", nargs="+", help="snapshot ids or names")
     p.add_argument("--force", action="store_true", help="even one the paused record needs")
     p = command("usage", cmd_usage, "bytes, snapshots and estimated monthly cost")
-    p.add_argument("--price-per-gib-month", type=float, default=DEFAULT_PRICE_PER_GIB_MONTH,
-                   help="storage price in USD (default: %(default)g, GCS Standard)")
+    p.add_argument("--price-per-gib-month", type=float,
+                   help="USD (default: GKERESUME_PRICE_PER_GIB_MONTH, else GCS Standard $0.020)")
     p = command("advise", cmd_advise, "replay recorded activity under candidate idle thresholds")
     p.add_argument("--thresholds", type=thresholds,
                    default=list(advisor.DEFAULT_THRESHOLDS_MINUTES), help="minutes, e.g. 5,15,60")
