@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from jupyter_gkeresume.errors import InvalidInputError
 
@@ -176,22 +175,3 @@ def plan_placement(
             wanted = ", ".join(f"{n / 2**30:.2f} GiB on {d}" for d, n in sorted(need.items()))
             placement.warnings.append(f"{name}: needs {wanted}, not free here: restored on the CPU")
     return placement
-
-
-def remap_rng_states(saved: Mapping[str, Any], mapping: Mapping[str, str]) -> DeviceMapping:
-    """CUDA RNG states ``{saved device: state}`` moved to their devices here.
-
-    Two saved devices mapped onto one keep the state of the lower index; states whose device
-    maps to the CPU are dropped. Both cases are warnings. The result maps device -> state.
-    """
-    states: dict[str, Any] = {}
-    warnings: list[str] = []
-    for device in sorted(saved, key=lambda d: (cuda_index(d) is None, cuda_index(d) or 0, d)):
-        target = mapping.get(device, "cpu")
-        if cuda_index(target) is None:
-            warnings.append(f"CUDA RNG state of {device} dropped: no GPU for it here")
-        elif target in states:
-            warnings.append(f"CUDA RNG state of {device} dropped: {target} already has one")
-        else:
-            states[target] = saved[device]
-    return DeviceMapping(states, warnings)

@@ -1,4 +1,4 @@
-"""Pure GPU planning: the pinned ring schedules, device remapping, out-of-memory placement, RNG."""
+"""Pure GPU planning: the pinned ring schedules, device remapping, out-of-memory placement."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from kernel_hooks.cuda_plan import (
     plan_chunks,
     plan_device_mapping,
     plan_placement,
-    remap_rng_states,
 )
 
 sizes_st = st.lists(st.integers(0, 200), min_size=0, max_size=6)
@@ -148,12 +147,3 @@ def test_placement_counts_shared_storages_once_and_keeps_a_reserve():
 def test_placement_on_an_unknown_gpu_does_not_fit():
     placement = plan_placement([("x", ["s"])], {"s": ("cuda:1", 10)}, {"cuda:0": GIB})
     assert placement.devices == {"s": "cpu"} and placement.not_fitted == ["x"]
-
-
-def test_rng_states_follow_the_mapping():
-    saved = {"cuda:0": b"s0", "cuda:1": b"s1", "cuda:2": b"s2"}
-    states = remap_rng_states(saved, plan_device_mapping(list(saved), 2))
-    assert dict(states) == {"cuda:0": b"s0", "cuda:1": b"s1"}
-    assert states.warnings == ["CUDA RNG state of cuda:2 dropped: cuda:0 already has one"]
-    none = remap_rng_states(saved, plan_device_mapping(list(saved), 0))
-    assert dict(none) == {} and len(none.warnings) == 3
