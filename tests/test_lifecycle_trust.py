@@ -12,7 +12,14 @@ import pytest
 from fixtures_lifecycle import make_snapshot
 
 from jupyter_gkeresume.errors import IntegrityError, InvalidInputError, ManifestError
-from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, load_manifest, load_signing_key
+from jupyter_gkeresume.snapshot import (
+    Manifest,
+    SigningKey,
+    SnapshotStore,
+    load_manifest,
+    load_signing_key,
+    sign,
+)
 from jupyter_gkeresume.snapshot.verify import verify_snapshot
 
 
@@ -164,3 +171,18 @@ def test_key_from_env_and_missing_secret_file(tmp_path, monkeypatch):
     with pytest.raises(InvalidInputError, match="is empty"):
         load_signing_key(str(empty))
     assert "secret" not in repr(SigningKey(b"secret"))
+
+
+def test_references_outside_their_blobs_are_reported(local_store, signing_key):
+    m = make_snapshot(local_store, signing_key, [b"a" * 10])
+    data = m.to_dict(signed=False)
+    data["storages"]["s0"]["nbytes"] = 11
+    data["graph_ends"] = [10_000]
+    forged = Manifest.from_dict(data)
+    sign(forged, signing_key)  # signed by the key holder, yet inconsistent with its blobs
+    Path(local_store.manifest_path(m.snapshot_id)).write_bytes(forged.to_json())
+    report = verify_snapshot(local_store, m.snapshot_id, signing_key)
+    assert report.problems == [
+        f"storage s0 points outside blob {m.storages['s0'].blob[:12]}",
+        "graph records point past the end of the graph blob",
+    ]

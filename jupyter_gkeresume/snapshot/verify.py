@@ -123,6 +123,6 @@ def _check_references(
         if ref.entry >= len(layout.entry_sizes) or ref.nbytes > layout.entry_sizes[ref.entry]:
             report.problems.append(f"storage {key} points outside blob {ref.blob[:12]}")
     graph = layouts.get(manifest.graph_blob)
-    ends = getattr(manifest, "graph_ends", None)
+    ends = manifest.graph_ends
     if graph is not None and ends and ends[-1] > sum(graph.entry_sizes):
         report.problems.append("graph records point past the end of the graph blob")
