@@ -2,7 +2,7 @@
 
 ``GraphWriter`` pickles each name with ONE cloudpickle pickler, so its memo spans the names:
 ``b is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
-through ``persistent_id`` (``StorageCollector``); live resources become ``Uncaptured``
+through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects. A name whose pickling raises is
 dropped and the stream is rebuilt without it, so one bad object never sinks the snapshot.
 
@@ -31,6 +31,7 @@ from .storages import StorageCollector
 PROTOCOL = 5
 MAX_REBUILDS = 8
 _BY_REFERENCE = (type, types.FunctionType, types.BuiltinFunctionType)
+_PLAIN = frozenset({dict, list, tuple, set, frozenset, str, bytes, bytearray, complex, int, float})
 
 
 @dataclass
@@ -48,10 +49,13 @@ class _GraphPickler(cloudpickle.Pickler):
         self.note = RecordNote()
         self._app_saving: set[int] = set()
 
-    def persistent_id(self, obj: object) -> Any:
-        return self.collector.persistent_id(obj)
-
     def reducer_override(self, obj: object) -> Any:
+        """Called by pickle for every non-atomic object not yet in the memo: keep it lean."""
+        if type(obj) in _PLAIN:
+            return NotImplemented
+        reduced = self.collector.reduce(obj)
+        if reduced is not None:
+            return reduced
         app = registry.for_object(obj)
         if app is not None and id(obj) not in self._app_saving:
             self._app_saving.add(id(obj))
@@ -124,22 +128,14 @@ def _pickles_alone(value: object, collector_factory: Callable[[], StorageCollect
     return True
 
 
-class _GraphUnpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, persistent_load: Callable[[Any], Any]):
-        super().__init__(file)
-        self._load_storage = persistent_load
-
-    def persistent_load(self, pid: Any) -> Any:
-        return self._load_storage(pid)
-
-
 def read_graph(
-    data: bytes, ends: list[int], persistent_load: Callable[[Any], Any]
+    data: bytes, ends: list[int]
 ) -> tuple[list[object], dict[int, str], list[Uncaptured]]:
     """Load the records ending at ``ends``; returns the values (None where failed), the failures
-    by record index, and the placeholders that stand in for the failed records' objects."""
+    by record index, and the placeholders that stand in for the failed records' objects.
+    Storages are served by the loader installed with ``rebuild.loading``."""
     stream = io.BytesIO(data)
-    unpickler = _GraphUnpickler(stream, persistent_load)
+    unpickler = pickle.Unpickler(stream)
     values: list[object] = []
     failures: dict[int, str] = {}
     lost: list[Uncaptured] = []
@@ -160,7 +156,7 @@ def read_graph(
                 memo[i] = lost[-1]
             stream = io.BytesIO(data)
             stream.seek(end)
-            unpickler = _GraphUnpickler(stream, persistent_load)
+            unpickler = pickle.Unpickler(stream)
             unpickler.memo = memo
     return values, failures, lost
 

@@ -3,7 +3,7 @@
 Call order inside ``take_resume``: resolve the reference; load and verify the manifest; judge
 compatibility (``incompatible`` stops here); start reading every storage blob in parallel (each
 verified against its digest while read); unpickle the graph record by record, storages arriving
-through ``persistent_load``; find what a damaged blob or a failed record cost; then, only when all
+through ``rebuild``; find what a damaged blob or a failed record cost; then, only when all
 loading is done, assign the names in one step and apply the session state. A failure before that
 last step leaves the namespace as it was.
 """
@@ -29,7 +29,7 @@ from jupyter_gkeresume.snapshot import (
 )
 from jupyter_gkeresume.snapshot.blobfile import read_verified
 
-from . import session_state
+from . import rebuild, session_state
 from .blobwriter import default_concurrency
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .graph import read_graph
@@ -51,8 +51,7 @@ class StorageLoader:
         self.damaged: dict[str, str] = {}  # storage key -> reason
         self.bytes_read = 0
         self._buffers: dict[str, Any] = {}
-        self._typed_cache: dict[str, Any] = {}
-        self._arrays: dict[int, Any] = {}
+        self._untyped: dict[str, Any] = {}
         self._devices: dict[str, str] = {}
         self._total = sum(s.nbytes for s in manifest.storages.values())
         self._start = time.monotonic()
@@ -143,32 +142,16 @@ class StorageLoader:
                     self.warnings.append(f"{saved} does not exist here: mapped to cuda:{index % count}")
         return self._devices[saved]
 
-    def persistent_load(self, pid: Any) -> Any:
-        kind, key = pid[0], pid[1]
-        buffer = self._buffer(key)
-        if kind == "torch":
-            import torch
+    def torch_storage(self, key: str) -> Any:
+        """The untyped storage for ``key``, on its (remapped) device, one object per key."""
+        if key not in self._untyped:
+            untyped = self._buffer(key).untyped_storage()
+            device = self.target_device(self.manifest.storages[key].device)
+            self._untyped[key] = untyped if device == "cpu" else untyped.to(device=device)
+        return self._untyped[key]
 
-            if key not in self._typed_cache:
-                untyped = buffer.untyped_storage()
-                device = self.target_device(self.manifest.storages[key].device)
-                if device != "cpu":
-                    untyped = untyped.to(device=device)
-                self._typed_cache[key] = untyped
-            return torch.storage.TypedStorage(
-                wrap_storage=self._typed_cache[key], dtype=getattr(torch, pid[2]), _internal=True
-            )
-        if kind == "numpy":
-            import numpy
-
-            _, _, dtype, shape, strides, offset, writeable, serial = pid
-            array = self._arrays.get(serial)
-            if array is None:
-                array = numpy.ndarray(shape, dtype, buffer=buffer, offset=offset, strides=strides)
-                array.flags.writeable = writeable
-                self._arrays[serial] = array
-            return array
-        raise InvalidInputError(f"unknown storage kind {kind!r} in snapshot")
+    def numpy_buffer(self, key: str) -> Any:
+        return self._buffer(key)
 
     def storage_identities(self, keys: set[str]) -> set[int]:
         """ids of the buffers behind ``keys`` (to find objects that use damaged storages)."""
@@ -177,7 +160,7 @@ class StorageLoader:
             buf = self._buffers.get(key)
             if buf is not None:
                 ids.add(id(buf))
-            untyped = self._typed_cache.get(key)
+            untyped = self._untyped.get(key)
             if untyped is not None:
                 ids.add(untyped._cdata)
         return ids
@@ -243,9 +226,8 @@ def take_resume(
     loader = StorageLoader(store, manifest, default_concurrency(), progress, result.warnings)
     try:
         graph = loader.read_graph_blob()
-        values, failures, placeholders = read_graph(
-            graph, manifest.graph_ends, loader.persistent_load
-        )
+        with rebuild.loading(loader):
+            values, failures, placeholders = read_graph(graph, manifest.graph_ends)
     finally:
         loader.close()
     result.bytes_read = loader.bytes_read

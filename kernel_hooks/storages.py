@@ -1,10 +1,12 @@
-"""Capture side of out-of-pickle storages: ``StorageCollector.persistent_id``.
+"""Capture side of out-of-pickle storages: ``StorageCollector.reduce``.
 
 Like ``torch.save``, the graph pickler reuses torch's own tensor reduction and intercepts the
 storages it produces: each distinct untyped storage (by its C handle) becomes one key ``s<N>``
 whatever the number of tensors, views or dtypes that share it, so views and tied weights stay
 shared after restore. Large plain numpy arrays leave the same way, keyed by their root buffer, so
-numpy views keep sharing memory with their base.
+numpy views keep sharing memory with their base. The pickle holds calls to ``rebuild.storage`` /
+``rebuild.array`` in their place (a reducer, not ``persistent_id``, which pickle would call for
+every int and string of the graph).
 
 The collector keeps a reference to every storage it keys, so their addresses stay valid until the
 blobs are written.
@@ -16,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from . import rebuild
 from .memory import host_view
 
 NUMPY_MIN_BYTES = 64 << 10
@@ -50,7 +53,6 @@ class StorageCollector:
         self.numpy_min_bytes = numpy_min_bytes
         self.items: list[CollectedStorage] = []
         self._keys: dict[tuple[str, int], str] = {}
-        self._arrays: dict[int, tuple[int, Any]] = {}  # id(array) -> (serial, array kept alive)
         self.owner = ""
         torch = sys.modules.get("torch")
         numpy = sys.modules.get("numpy")
@@ -58,27 +60,32 @@ class StorageCollector:
         self._untyped = torch.UntypedStorage if torch else None
         self._ndarray = numpy.ndarray if numpy else None
 
-    def persistent_id(self, obj: object) -> tuple | None:
+    def reduce(self, obj: object) -> tuple | None:
+        """A reduce tuple for a storage or large array (its bytes are collected), else None."""
         t = type(obj)
         if self._typed is not None and (t is self._typed or isinstance(obj, self._typed)):
-            return self._torch_id(obj._untyped_storage, torch_dtype_name(obj.dtype))
+            dtype = torch_dtype_name(obj.dtype)
+            key = self._torch_key(obj._untyped_storage, dtype)
+            return None if key is None else (rebuild.storage, (key, dtype))
         if self._untyped is not None and t is self._untyped:
-            return self._torch_id(obj, "uint8")
+            key = self._torch_key(obj, "uint8")
+            return None if key is None else (rebuild.untyped, (key,))
         if t is self._ndarray and obj.nbytes >= self.numpy_min_bytes and not obj.dtype.hasobject:
-            return self._numpy_id(obj)
+            return self._numpy_reduce(obj)
         return None
 
-    def _torch_id(self, storage: Any, dtype: str) -> tuple | None:
+    def _torch_key(self, storage: Any, dtype: str) -> str | None:
+        """The key of an untyped storage; the first dtype seen labels its blob entry."""
         device = str(storage.device)
         if device == "meta":
             return None
-        handle = storage._cdata
-        key = self._keys.get(("torch", handle))
+        key = self._keys.get(("torch", storage._cdata))
         if key is None:
-            key = self._add("torch", dtype, storage.nbytes(), device, storage, storage.data_ptr(), handle)
-        return ("torch", key, dtype)
+            key = self._add("torch", dtype, storage.nbytes(), device, storage, storage.data_ptr(),
+                            storage._cdata)
+        return key
 
-    def _numpy_id(self, array: Any) -> tuple | None:
+    def _numpy_reduce(self, array: Any) -> tuple | None:
         root = array
         while isinstance(root.base, self._ndarray):
             root = root.base
@@ -88,13 +95,10 @@ class StorageCollector:
         key = self._keys.get(("numpy", root_address))
         if key is None:
             dtype = root.dtype.name if root.dtype.isnative and not root.dtype.names else "uint8"
-            key = self._add("numpy", dtype, root.nbytes, "cpu", root, root_address,
-                            root_address)
+            key = self._add("numpy", dtype, root.nbytes, "cpu", root, root_address, root_address)
         offset = array.__array_interface__["data"][0] - root_address
-        # persistent ids bypass the memo: the serial lets the loader return one object per array.
-        serial = self._arrays.setdefault(id(array), (len(self._arrays), array))[0]
-        return ("numpy", key, array.dtype, array.shape, array.strides, offset,
-                array.flags.writeable, serial)
+        return (rebuild.array, (key, array.dtype, array.shape, array.strides, offset,
+                                array.flags.writeable))
 
     def _add(self, kind: str, dtype: str, nbytes: int, device: str, source: Any,
              address: int, handle: int) -> str:
