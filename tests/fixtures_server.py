@@ -216,24 +216,7 @@ class ServerProcess:
         return body["kernel"]["id"]
 
     def run_cell(self, kernel_id: str, code: str) -> str:
-        """Run a cell through the kernel's connection file (a second client, like a console)."""
-        from jupyter_client import BlockingKernelClient
-
-        client = BlockingKernelClient(
-            connection_file=str(self.workdir / "runtime" / f"kernel-{kernel_id}.json"))
-        client.load_connection_file()
-        client.start_channels(hb=False)  # liveness: the server owns the kernel process
-        out: list[str] = []
-        try:
-            client.wait_for_ready(timeout=60)
-            reply = client.execute_interactive(
-                code, timeout=120,
-                output_hook=lambda m: out.append(m["content"].get("text", ""))
-                if m["msg_type"] == "stream" else None)
-        finally:
-            client.stop_channels()
-        assert reply["content"]["status"] == "ok", reply["content"]
-        return "".join(out)
+        return run_cell_in(self.workdir / "runtime" / f"kernel-{kernel_id}.json", code)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 120) -> int:
         assert self.process is not None
@@ -243,6 +226,27 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             raise AssertionError(f"server ignored signal {sig}:\n{self.log()}") from None
+
+
+def run_cell_in(connection_file: Path, code: str) -> str:
+    """Run a cell through a kernel's connection file (a second client, like a console);
+    return its stdout; fail on an error."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(connection_file))
+    client.load_connection_file()
+    client.start_channels(hb=False)  # liveness: the server owns the kernel process
+    out: list[str] = []
+    try:
+        client.wait_for_ready(timeout=60)
+        reply = client.execute_interactive(
+            code, timeout=120,
+            output_hook=lambda m: out.append(m["content"].get("text", ""))
+            if m["msg_type"] == "stream" else None)
+    finally:
+        client.stop_channels()
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return "".join(out)
 
 
 def _free_port() -> int:
