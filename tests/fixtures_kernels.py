@@ -82,7 +82,8 @@ def start_kernel(kernel_env):
 
     def start() -> Kernel:
         manager, client = start_new_kernel(kernel_name="python3", env=kernel_env,
-                                           cwd=kernel_env["GKERESUME_STORE"])
+                                           cwd=kernel_env.get("GKERESUME_TEST_CWD",
+                                                              kernel_env["GKERESUME_STORE"]))
         kernel = Kernel(manager, client)
         started.append(kernel)
         return kernel
