@@ -74,7 +74,8 @@ c.Spawner.environment = {{
 }}
 c.JupyterHub.services = [{{"name": "tester", "api_token": {ADMIN_TOKEN!r}}}]
 c.JupyterHub.load_roles = [{{"name": "tester", "services": ["tester"],
-    "scopes": ["admin:users", "admin:servers", "access:servers", "read:users"]}}]
+    "scopes": ["admin:users", "admin:servers", "access:servers", "read:users",
+               "tokens"]}}]
 """
         (workdir / "jupyterhub_config.py").write_text(config)
         self.log_path = workdir / "hub.log"
@@ -190,3 +191,19 @@ def test_pause_stops_the_hub_server_and_resume_brings_the_tensor_back(hub):
                       "torch.manual_seed(0)\nprint(torch.equal(t, torch.randn(64, 32)), "
                       "torch.equal(t, t_copy), t is not t_copy)")
     assert out == "True True True\n"
+
+
+def test_a_token_without_delete_scope_gets_the_admin_advice(hub, monkeypatch):
+    import asyncio
+
+    from jupyter_gkeresume.errors import ReleaseError
+    from jupyter_gkeresume.release import JupyterHubRelease
+
+    code, token = hub.call("POST", "hub/api/users/alice/tokens",
+                           {"scopes": ["read:users:name!user=alice"], "note": "no delete"})
+    assert code == 201, token
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
+    backend = JupyterHubRelease(api_url=f"{hub.url}/hub/api", user="alice")
+    with pytest.raises(ReleaseError, match="server_token_scopes"):
+        asyncio.run(backend.release())
+    assert hub.server_state() == "stopped"
