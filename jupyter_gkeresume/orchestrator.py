@@ -211,7 +211,7 @@ class Orchestrator:
         if self.operation:
             raise ConflictError(f"a {self.operation.kind} is in flight")
         if self.paused is None:
-            raise SnapshotNotFoundError("paused record", [])
+            raise ConflictError("nothing is paused here")
         await asyncio.to_thread(self.store.delete_record, "paused")
         self.paused = None
         if self.workspace.state in (State.PAUSED, State.FAILED):

@@ -156,7 +156,7 @@ async def test_unknown_ids_and_conflicts(api):
         assert code == 400, (bad_id, code, body)
         assert "not a snapshot id" in body["message"]
     code, body = await api.call("DELETE", "gkeresume/api/paused")
-    assert code == 404
+    assert code == 409 and "nothing is paused" in body["message"]
 
 
 async def test_delete_snapshot_and_the_paused_record_guard(api, store_dir):
