@@ -225,7 +225,7 @@ def cmd_usage(ctx: Context) -> int:
     for snapshot_id in ctx.store.list_snapshot_ids():
         try:
             per_snapshot[snapshot_id] = read_manifest(ctx.store, snapshot_id).blobs
-        except GkeResumeError:
+        except (GkeResumeError, FileNotFoundError):
             per_snapshot[snapshot_id] = {}
         for digest in per_snapshot[snapshot_id]:
             refs[digest] = refs.get(digest, 0) + 1
@@ -363,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except GkeResumeError as exc:
         print(f"jupyter gkeresume: error: {exc}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as exc:  # removed by someone else while this command ran
+        print(f"jupyter gkeresume: error: no longer in the store: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

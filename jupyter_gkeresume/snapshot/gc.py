@@ -75,6 +75,8 @@ def retention_plan(
     for snapshot_id in store.list_snapshot_ids():
         try:
             facts.append(SnapshotFacts(snapshot_id, read_manifest(store, snapshot_id).name))
+        except FileNotFoundError:
+            continue  # removed meanwhile
         except ManifestError:
             facts.append(SnapshotFacts(snapshot_id, readable=False))
     protected = paused_snapshot_ids(store.read_record("paused"))
@@ -85,7 +87,10 @@ def apply_retention(store: SnapshotStore, retention: RetentionPlan, *, dry_run: 
     """Delete the manifests ``retention`` drops (none in a dry run); returns their ids."""
     if not dry_run:
         for snapshot_id in retention.delete:
-            store.delete_manifest(snapshot_id)
+            try:
+                store.delete_manifest(snapshot_id)
+            except FileNotFoundError:
+                pass  # removed meanwhile: the plan is fulfilled
     return list(retention.delete)
 
 
