@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -73,6 +74,8 @@ class Context:
     @property
     def key(self) -> SigningKey:
         if self._key is None:
+            if self.args.key_file and not os.path.isfile(self.args.key_file):
+                raise InvalidInputError(f"--key-file {self.args.key_file} does not exist")
             self._key = load_signing_key(self.args.key_file)
         return self._key
 

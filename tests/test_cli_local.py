@@ -145,6 +145,8 @@ def test_bad_input_is_a_clear_error(run, three, tmp_path):
     assert main(["--workspace", "../up", "--store", str(tmp_path), "list"]) == 2
     code, _, err = run("advise")
     assert code == 2 and "no events recorded" in err
+    code, _, err = run("--key-file", str(tmp_path / "nope.key"), "list")
+    assert code == 2 and "does not exist" in err and not (tmp_path / "nope.key").exists()
     with pytest.raises(SystemExit) as exited:
         main(["frobnicate"])
     assert exited.value.code == 2
