@@ -204,7 +204,7 @@ def test_generic_fsspec_store_streams_and_discards_partial_writes():
 
 
 def test_concurrency_setting(monkeypatch):
-    assert resolve_concurrency(None, local=False, env={}) == 16
+    assert resolve_concurrency(None, local=False, env={}) == 8
     assert resolve_concurrency(None, local=True, env={"GKERESUME_CONCURRENCY": " 32 "}) == 32
     assert resolve_concurrency(3, local=True, env={"GKERESUME_CONCURRENCY": "32"}) == 3
     for bad in ("0", "many", "9999"):

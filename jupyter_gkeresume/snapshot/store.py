@@ -47,8 +47,8 @@ from .transfer import RangedReader, UploadInterrupted, upload
 RECORD_NAMES = ("paused", "events")
 LEASE_RECORD_RE = re.compile(r"^lease-[a-z0-9][a-z0-9._-]{0,150}$")
 WRITE_CHUNK = 16 << 20
-DEFAULT_CHUNK_BYTES = 16 << 20
-DEFAULT_CONCURRENCY = {"local": 4, "remote": 16}
+DEFAULT_CHUNK_BYTES = 32 << 20
+DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
 MAX_CONCURRENCY = 256
 DEFAULT_RETRIES = 3
 RETRY_BASE_DELAY = 0.5
@@ -144,8 +144,8 @@ class SnapshotStore:
 
     @contextmanager
     def open_blob(self, digest: str):
-        """A binary file for reading the blob; yields ``(file, size)``. On object stores each
-        read is one ranged request of the size asked for (read big pieces)."""
+        """A binary file for reading the blob; yields ``(file, size)``. On object stores reads
+        are ranged requests of at least ``chunk_bytes`` (``RangedReader``)."""
         path = self.blob_path(digest)
         with self._errors("read blob"):
             size = self.fs.info(path)["size"]
@@ -153,7 +153,7 @@ class SnapshotStore:
                 with self.fs.open(path, "rb") as f:
                     yield f, size
             else:
-                with RangedReader(self.fs, path, size) as f:
+                with RangedReader(self.fs, path, size, self.chunk_bytes) as f:
                     yield f, size
 
     def list_blobs(self) -> list[BlobInfo]:
@@ -305,7 +305,7 @@ class SnapshotStore:
 def resolve_concurrency(explicit: int | None = None, *, local: bool,
                         env: dict[str, str] | None = None) -> int:
     """Parallel transfers callers should run: ``explicit``, else ``GKERESUME_CONCURRENCY``, else
-    4 for a local directory and 16 for an object store."""
+    4 for a local directory and 8 for an object store."""
     env = os.environ if env is None else env
     value: object = explicit
     if value is None and env.get("GKERESUME_CONCURRENCY"):
