@@ -303,8 +303,10 @@ export function resumeSummary(status: IStatus, operation: IOperation): IMessage 
       ]
     };
   }
+  // A resume from the paused record starts its kernels as it goes: the ones it brought back
+  // are those it names, and those now `ready` (the state only a finished restore leaves).
   const results = status.kernels
-    .filter(k => operation.kernels.includes(k.kernel_id))
+    .filter(k => operation.kernels.includes(k.kernel_id) || k.state === 'ready')
     .map(k => k.result)
     .filter((r): r is IResumeResult => !!r && 'restored' in r);
   const restored = results.flatMap(r => r.restored);

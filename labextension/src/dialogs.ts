@@ -7,7 +7,7 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { IMessage, IResumeOffer, estimateText } from './describe';
-import { formatAge, formatBytes } from './format';
+import { formatAge, formatBytes, formatUTC } from './format';
 import { ISnapshotRow } from './types';
 
 export type ResumeChoice = 'full' | 'compatible' | 'files-only' | 'later';
@@ -55,7 +55,7 @@ export async function askResume(offer: IResumeOffer, now = Date.now()): Promise<
   const verdict = el('div', 'jp-gkeresume-row');
   verdict.append(el('span', 'jp-gkeresume-key', 'Compatibility'), verdictBadge(offer.level));
   const parts: HTMLElement[] = [
-    row('Paused', `${offer.pausedAt} (${formatAge(offer.pausedAt, now)})`),
+    row('Paused', `${formatUTC(offer.pausedAt)} (${formatAge(offer.pausedAt, now)})`),
     row('Notebooks', offer.notebooks.join(', ') || '(none)'),
     row('Size', formatBytes(offer.bytes)),
     row('Estimated restore', estimateText(offer)),

@@ -62,3 +62,9 @@ export function formatAge(iso: string | null | undefined, now: number): string {
 export function plural(count: number, noun: string): string {
   return `${count} ${noun}${count === 1 ? '' : 's'}`;
 }
+
+/** "2026-11-30T10:15:00Z" -> "2026-11-30 10:15 UTC" (other strings are returned as they are). */
+export function formatUTC(iso: string): string {
+  const match = /^(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(\.\d+)?)?Z$/.exec(iso);
+  return match ? `${match[1]} ${match[2]} UTC` : iso;
+}

@@ -114,6 +114,8 @@ export class StatusModel {
     }
     if (status.operation && this._operation?.id !== status.operation.id) {
       this.track(status.operation, before);
+    } else if (status.operation) {
+      this._operation = status.operation; // same operation, newer details (kernels started)
     }
     if (this._operation) {
       this.collect(status, this._operation);

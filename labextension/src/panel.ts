@@ -7,7 +7,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { confirmDelete, el, verdictBadge } from './dialogs';
-import { formatAge, formatBytes } from './format';
+import { formatAge, formatBytes, plural } from './format';
 import { StatusModel } from './model';
 import { ISnapshotRow } from './types';
 
@@ -84,7 +84,7 @@ export class SnapshotsPanel extends Widget {
           'div',
           'jp-gkeresume-snapshot-meta',
           `${formatAge(snapshot.created, now)} · ${snapshot.notebook ?? 'no notebook'} · ` +
-            `${formatBytes(snapshot.bytes)} · ${snapshot.objects} objects` +
+            `${formatBytes(snapshot.bytes)} · ${plural(snapshot.objects, 'object')}` +
             (snapshot.skipped ? ` (${snapshot.skipped} not saved)` : '')
         );
         meta.title = snapshot.created ?? '';

@@ -158,6 +158,8 @@ export interface IPauseRequest {
   kernels?: string[];
   release?: boolean;
   name?: string;
+  /** Checkpoint a busy kernel once its running cell ends (default: a busy kernel is a 409). */
+  when_idle?: boolean;
 }
 
 export interface IResumeRequest {

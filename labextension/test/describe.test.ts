@@ -232,6 +232,8 @@ test('resume summary: restored objects, the rest with reasons, or the failure', 
   const failed = resumeSummary(status('failed', { reason: 'resume failed: boom' }), op);
   assert.equal(failed.title, 'Resume failed');
   assert.equal(failed.lines[0], 'resume failed: boom');
+  const unnamed = resumeSummary(ready, operation({ kind: 'resume', mode: 'full', kernels: [] }));
+  assert.equal(unnamed.lines[0], 'Restored 2 objects into 1 kernel: x, model');
   const fresh = resumeSummary(status('ready'), operation({ kind: 'resume', mode: 'files-only' }));
   assert.equal(fresh.title, 'Started fresh');
 });

@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { formatAge, formatBytes, formatDuration, formatRate, plural } from '../src/format';
+import {
+  formatAge,
+  formatBytes,
+  formatDuration,
+  formatRate,
+  formatUTC,
+  plural
+} from '../src/format';
 
 test('bytes use binary units with one decimal below 100', () => {
   assert.equal(formatBytes(0), '0 B');
@@ -31,4 +38,10 @@ test('ages are relative to now', () => {
   assert.equal(formatAge(null, now), 'unknown time');
   assert.equal(plural(1, 'object'), '1 object');
   assert.equal(plural(2, 'object'), '2 objects');
+});
+
+test('ISO times are shown as UTC minutes', () => {
+  assert.equal(formatUTC('2026-11-30T10:15:00Z'), '2026-11-30 10:15 UTC');
+  assert.equal(formatUTC('2026-11-30T10:15:00.123Z'), '2026-11-30 10:15 UTC');
+  assert.equal(formatUTC('yesterday'), 'yesterday');
 });

@@ -87,3 +87,15 @@ test('a failed poll is kept as the error, and cleared by the next good one', asy
   assert.deepEqual(seen.map(s => s?.state ?? null), [null, 'ready']);
   model.dispose();
 });
+
+test('the finished operation carries its latest details (kernels started on the way)', async () => {
+  const started = operation({ id: 'op-r', kind: 'resume', mode: 'full', kernels: [] });
+  const { model, finished } = scripted(
+    status('waiting_for_resources', { operation: { ...started, kernels: ['k9'] } }),
+    status('ready')
+  );
+  await model.follow(started);
+  await model.refresh();
+  assert.deepEqual(finished[0].operation.kernels, ['k9']);
+  model.dispose();
+});

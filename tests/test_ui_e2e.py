@@ -1,0 +1,179 @@
+"""End to end in a real browser: issue 5's scenario in Debian's chromium, driven by playwright-core
+(ui-tests/pause_resume.mjs) against a real JupyterLab with the extension and release backend
+``none``.
+
+Open a notebook, run ``x = 41 + 1``, Pause, status ``paused``; reload; the resume dialog; Resume;
+status ``ready``; ``print(x)`` prints ``42``. Then the dark theme and the Snapshots panel.
+Screenshots go to test-artifacts/ui/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from fixtures_ui import ROOT
+
+ARTIFACTS = ROOT / "test-artifacts" / "ui"
+STARTUP_LIMIT = 180.0  # a safety net against a server that never comes up, not a speed check
+NOTEBOOK = {
+    "cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {},
+               "outputs": [], "source": []}],
+    "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                "name": "python3"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, dict | None]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.status, json.loads(reply.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+class Lab:
+    """A JupyterLab server started for one test, with its own config, settings and store."""
+
+    def __init__(self, tmp: Path, env: dict[str, str]):
+        self.port = _free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.root = tmp / "notebooks"
+        self.store = tmp / "store"
+        self.log_path = tmp / "lab.log"
+        self.root.mkdir()
+        (self.root / "e2e.ipynb").write_text(json.dumps(NOTEBOOK))
+        settings = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+        settings.mkdir(parents=True)
+        (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+        self.env = {
+            **{k: v for k, v in env.items() if not k.startswith("GKERESUME_")},
+            "GKERESUME_SIGNING_KEY": "ui-e2e-key-" + secrets.token_hex(16),
+            "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+            "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+            "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+            "OMP_NUM_THREADS": "1",
+        }
+        self.command = [
+            sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
+            "--GkeResume.release_backend=none", f"--GkeResume.store_url={self.store}",
+            "--GkeResume.workspace_id=ui-e2e", "--GkeResume.shutdown_checkpoint_timeout=0",
+            "--LabApp.news_url=None", "--LabApp.expose_app_in_browser=True",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ] + (["--allow-root"] if os.geteuid() == 0 else [])
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                            env=self.env, cwd=self.root)
+        deadline = time.monotonic() + STARTUP_LIMIT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"JupyterLab exited ({self.process.returncode}):\n{self.log()}")
+            try:
+                if _get(self.api("status"))[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        pytest.fail(f"JupyterLab did not answer within {STARTUP_LIMIT} s:\n{self.log()}")
+
+    def api(self, path: str) -> str:
+        return f"{self.url}gkeresume/api/{path}?token={self.token}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def lab(tmp_path, ui_env):
+    server = Lab(tmp_path, ui_env)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("chromium is not installed: scripts/test.sh installs it (apt-get)")
+    return path
+
+
+def _luminance(css: str) -> float:
+    red, green, blue = (float(v) for v in re.findall(r"[\d.]+", css)[:3])
+    return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+
+def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    env = {**ui_env, "LAB_URL": lab.url, "LAB_TOKEN": lab.token, "NOTEBOOK": "e2e.ipynb",
+           "CHROMIUM": chromium, "ARTIFACTS": str(ARTIFACTS)}
+    run = subprocess.run(["node", "ui-tests/pause_resume.mjs"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=540)
+    lines = run.stdout.strip().splitlines()
+    seen = json.loads(lines[-1]) if lines else {}
+    assert run.returncode == 0 and "error" not in seen, (
+        f"browser run failed at step {seen.get('steps', ['?'])[-1:]}: {seen.get('error')}\n"
+        f"{run.stderr[-3000:]}\n--- server log ---\n{lab.log()}"
+    )
+
+    # Pause: saved first, the status told the truth, the message said what was saved.
+    assert seen["pausedLabel"] == "Paused"
+    # (the names of what was saved show only when a poll saw the kernel's result before the
+    # kernel stopped: the status drops stopped kernels, so a fast pause leaves only the counts)
+    assert "Saved 1 object (" in seen["pauseMessage"]
+    assert "GPU was released (release backend: none)" in seen["pauseMessage"]
+    assert seen["firstCellAfterReload"].strip() == "x = 41 + 1"
+
+    # The resume dialog after the reload: when, size, estimate, verdict, the choices.
+    for field in ("Paused", "Notebooks", "e2e.ipynb", "Size", "Estimated restore", "exact"):
+        assert field in seen["resumeDialog"]
+    assert seen["resumeButtons"] == ["Later", "Start fresh with files only", "Resume"]
+
+    # Resume brought x back into the notebook's kernel.
+    assert seen["resumeMessage"].startswith("Restored 1 object into 1 kernel: x")
+    assert seen["output"] == "42"
+    status = _get(lab.api("status"))[1]
+    assert status["state"] in ("ready", "running") and status["paused"] is None
+
+    # The Snapshots panel lists the pause's snapshot; the dark theme is dark, text readable.
+    assert seen["snapshots"] >= 1
+    assert _luminance(seen["darkPanel"]["background"]) < 80
+    assert _luminance(seen["darkPanel"]["color"]) > 150
+    assert _luminance(seen["darkStatus"]["color"]) > 150
+    for name in ("paused-status", "resume-dialog", "after-resume", "dark-snapshots"):
+        assert (ARTIFACTS / f"{name}.png").stat().st_size > 0

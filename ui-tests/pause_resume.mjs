@@ -1,0 +1,171 @@
+/**
+ * End to end in a real browser: Debian's chromium driven by playwright-core (no browser download).
+ * Run by tests/test_ui_e2e.py, which starts JupyterLab (release backend `none`) and passes:
+ *   LAB_URL (http://127.0.0.1:PORT/), LAB_TOKEN, NOTEBOOK (path in the root dir),
+ *   CHROMIUM (executable), ARTIFACTS (folder for screenshots).
+ *
+ * The scenario of issue 5: open the notebook, run `x = 41 + 1`, click Pause, see the status reach
+ * `paused`; reload; the resume dialog appears; click Resume; the status reaches `ready`; run
+ * `print(x)` and read `42`. Prints one JSON line with what it saw; exits 1 on any failure (with a
+ * screenshot of the page at that moment).
+ */
+
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const { LAB_URL, LAB_TOKEN, NOTEBOOK, CHROMIUM, ARTIFACTS } = process.env;
+const WAIT = 120_000; // a safety net against hangs, not a speed requirement
+const seen = { steps: [] };
+
+function step(name) {
+  seen.steps.push(name);
+  console.error(`[e2e] ${name}`);
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+}
+
+/** The current notebook's kernel is connected and idle (JupyterLab runs with
+ * expose_app_in_browser, so the app's own state says it, not a widget that may render early). */
+async function kernelIdle(page) {
+  await page.waitForFunction(
+    () => {
+      const widget = window.jupyterapp?.shell.currentWidget;
+      const kernel = widget?.sessionContext?.session?.kernel;
+      return kernel?.connectionStatus === 'connected' && kernel.status === 'idle';
+    },
+    null,
+    { timeout: WAIT, polling: 250 }
+  );
+}
+
+async function statusState(page, state) {
+  await page.locator(`.jp-gkeresume-status[data-state="${state}"]`).waitFor({ timeout: WAIT });
+}
+
+async function dismiss(page, bodyClass) {
+  const dialog = page.locator('.jp-Dialog', { has: page.locator(bodyClass) });
+  await dialog.waitFor({ timeout: WAIT });
+  const text = await dialog.locator(bodyClass).innerText();
+  await dialog.getByRole('button', { name: 'OK', exact: true }).click();
+  await dialog.waitFor({ state: 'detached', timeout: WAIT });
+  return text;
+}
+
+async function main() {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+      '--disable-dev-shm-usage'
+    ]
+  });
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  page.on('pageerror', error => console.error(`[page error] ${error.message}`));
+  try {
+    const url = `${LAB_URL}lab/tree/${NOTEBOOK}?token=${LAB_TOKEN}`;
+    step('open the notebook');
+    await page.goto(url);
+    await page.locator('.jp-gkeresume-status[data-state="running"]').waitFor({ timeout: WAIT });
+    await kernelIdle(page);
+
+    step('run x = 41 + 1');
+    const editor = page.locator('.jp-Notebook .jp-Cell').first().locator('.cm-content');
+    await editor.click();
+    await page.keyboard.type('x = 41 + 1');
+    await page.keyboard.press('Shift+Enter');
+    await page
+      .locator('.jp-Notebook .jp-Cell')
+      .first()
+      .locator('.jp-InputPrompt', { hasText: '[1]' })
+      .waitFor({ timeout: WAIT });
+    await kernelIdle(page);
+
+    step('click Pause');
+    await page.locator('.jp-gkeresume-pause-button').first().click();
+    await statusState(page, 'paused');
+    seen.pausedLabel = await page.locator('.jp-gkeresume-status').innerText();
+    step('status reached paused');
+    seen.pauseMessage = await page
+      .locator('.jp-Dialog .jp-gkeresume-message')
+      .innerText({ timeout: WAIT });
+    await shot(page, 'paused-status');
+    await dismiss(page, '.jp-gkeresume-message');
+    await shot(page, 'paused-status-bar');
+
+    step('reload');
+    await page.reload();
+    const dialog = page.locator('.jp-Dialog', { has: page.locator('.jp-gkeresume-resume-dialog') });
+    await dialog.waitFor({ timeout: WAIT });
+    step('resume dialog shown');
+    seen.resumeDialog = await dialog.locator('.jp-gkeresume-resume-dialog').innerText();
+    seen.resumeButtons = await dialog.locator('.jp-Dialog-button').allInnerTexts();
+    seen.firstCellAfterReload = await page
+      .locator('.jp-Notebook .jp-Cell')
+      .first()
+      .locator('.cm-content')
+      .innerText();
+    await shot(page, 'resume-dialog');
+    await kernelIdle(page);
+
+    step('click Resume');
+    await dialog.getByRole('button', { name: 'Resume', exact: true }).click();
+    await statusState(page, 'ready');
+    step('status reached ready');
+    seen.resumeMessage = await dismiss(page, '.jp-gkeresume-message');
+    await kernelIdle(page);
+
+    step('run print(x)');
+    const cells = page.locator('.jp-Notebook .jp-Cell');
+    await cells.first().locator('.cm-content').click();
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('b');
+    await page.keyboard.press('Enter');
+    await page.keyboard.type('print(x)');
+    await page.keyboard.press('Shift+Enter');
+    const output = cells.nth(1).locator('.jp-OutputArea-output');
+    await output.waitFor({ timeout: WAIT });
+    seen.output = (await output.innerText()).trim();
+    await shot(page, 'after-resume');
+
+    step('dark theme: Snapshots panel');
+    await page.evaluate(() =>
+      window.jupyterapp.commands.execute('apputils:change-theme', { theme: 'JupyterLab Dark' })
+    );
+    await page.waitForFunction(() => document.body.dataset.jpThemeLight === 'false', null, {
+      timeout: WAIT
+    });
+    await page.evaluate(() => window.jupyterapp.commands.execute('gkeresume:snapshots'));
+    await page.locator('.jp-gkeresume-snapshot').first().waitFor({ timeout: WAIT });
+    seen.snapshots = await page.locator('.jp-gkeresume-snapshot').count();
+    seen.darkPanel = await page.evaluate(() => {
+      const style = getComputedStyle(document.querySelector('.jp-gkeresume-panel'));
+      return { color: style.color, background: style.backgroundColor };
+    });
+    seen.darkStatus = await page.evaluate(() => {
+      const style = getComputedStyle(document.querySelector('.jp-gkeresume-label'));
+      return { color: style.color };
+    });
+    await shot(page, 'dark-snapshots');
+    step('done');
+    console.log(JSON.stringify(seen));
+  } catch (error) {
+    await shot(page, 'failure').catch(() => undefined);
+    console.log(JSON.stringify({ ...seen, error: String(error) }));
+    process.exitCode = 1;
+  } finally {
+    await browser.close();
+  }
+}
+
+await main();
