@@ -140,12 +140,16 @@ class FaultProxy:
     def _forward(self, method, path, headers, body):
         upstream = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=60)
         try:
+            upstream.connect()  # OSError here: the server is down
             upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
             for name, value in headers:
                 if name.lower() not in ("connection", "content-length"):
                     upstream.putheader(name, value)
             upstream.putheader("Content-Length", str(len(body)))
-            upstream.endheaders(body)
+            try:
+                upstream.endheaders(body)
+            except OSError:
+                pass  # the server answered early (e.g. 404 for an unknown upload) and closed
             response = upstream.getresponse()
             return response.status, response.reason, response.getheaders(), response.read()
         finally:

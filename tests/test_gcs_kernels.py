@@ -89,8 +89,7 @@ def test_permanent_failure_commits_nothing_and_the_previous_snapshot_restores(
 
 def test_server_killed_mid_checkpoint(start_kernel, kernel_env, gcs_faulty):
     """SIGKILL the GCS server while the big blob is halfway up, start it again: the checkpoint
-    either completes (the upload restarts) or fails cleanly; never a partial snapshot, and the
-    earlier snapshot still restores."""
+    completes (the lost upload session is restarted), and both snapshots restore."""
     store = use_bucket(kernel_env, gcs_faulty.bucket)
     a = start_kernel()
     a.run("import torch\nx = torch.ones(1000)\n")
@@ -124,18 +123,18 @@ def test_server_killed_mid_checkpoint(start_kernel, kernel_env, gcs_faulty):
     gcs_faulty.emulator.start()
     writer.join(300)
     assert not writer.is_alive()
-    names = [m["name"] for m in manifests(store)]
-    if isinstance(outcome[0], str):
-        assert names == ["before", "during"]
-    else:
-        assert names == ["before"] and "Traceback" not in str(outcome[0])
+    # gcsfs retried the chunk until the server was back, the lost session was restarted
+    assert isinstance(outcome[0], str) and "checkpoint" in outcome[0], outcome
+    assert [m["name"] for m in manifests(store)] == ["before", "during"]
+    assert proxy.outcomes("upload_id=").count("404") >= 1
     a.kill()
     b = start_kernel()
     b.run("%resume before")
     assert b.run("print(float(x.sum()), 'big' in globals())") == "1000.0 False\n"
-    if names[-1] == "during":
-        b.run("%resume during")
-        assert b.run("print(big.numel())") == "10000000\n"
+    b.run("%resume during")
+    assert b.run("print(bool(big.eq(torch.arange(10_000_000, dtype=torch.float32)).all()))") == (
+        "True\n"
+    )
 
 
 RESUME_UNDER_LEASE = r"""
