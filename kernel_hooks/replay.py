@@ -7,8 +7,9 @@ transformed; ``missing`` the names that did not come back. It returns the execut
 re-run, in order: for each name, the last cell before the point of need that binds it, the cells
 after that one that change the same object in place (``df["c"] = ...``, ``model.fit(x)``,
 ``items.append(...)``), and, transitively, what those cells read before binding it themselves.
-Functions defined by a chosen cell also pull in what their bodies read (resolved as of the end
-of the history).
+Functions and classes defined by a chosen cell also pull in what their bodies read, as bound where
+they are used (for a missing function: at the end of the history). A binding inside a branch or a
+loop may not have run, so the binding before it is chosen too.
 
 Limits, by design of a static analysis (say them to the user with the plan): mutation through a
 function call (``train(model)``), ``exec``/``globals()``, and ``from m import *`` are not seen;
@@ -56,6 +57,7 @@ class CellFacts:
     """What one cell does to the module namespace."""
 
     binds: frozenset[str]
+    binds_always: frozenset[str]  # bound whenever the cell runs to its end (not in a branch/loop)
     mutates: frozenset[str]
     needs: frozenset[str]  # read before the cell binds them, while it runs
     needs_later: frozenset[str]  # read by functions and lambdas it defines, when they are called
@@ -82,14 +84,18 @@ def plan_replay(history: Sequence[str], missing: Iterable[str]) -> ReplayPlan:
         if not binders:
             plan.unresolved.setdefault(name, _why_unresolved(name, before, facts, plan.unparsed))
             continue
-        first = binders[-1]
-        cells = [first] + [c for c, f in facts.items()
-                           if first < c < before and f and name in f.mutates]
+        cells = []
+        for cell in reversed(binders):  # a binding that may not have run keeps the one before
+            cells.append(cell)
+            if name in facts[cell].binds_always:
+                break
+        cells += [c for c, f in facts.items() if cells[-1] < c < before and f and name in f.mutates]
         for cell in cells:
             if cell not in chosen:
                 chosen.add(cell)
                 queue.extend((n, cell) for n in sorted(facts[cell].needs))
-                queue.extend((n, end) for n in sorted(facts[cell].needs_later))
+            # functions it defines run where ``name`` is used: what they read is needed there
+            queue.extend((n, before) for n in sorted(facts[cell].needs_later))
     plan.cells = sorted(chosen)
     plan.sources = [history[c] for c in plan.cells]
     bound = set().union(*(facts[c].binds for c in plan.cells)) if plan.cells else set()
@@ -111,9 +117,9 @@ def analyze_cell(source: str) -> CellFacts | None:
     except RecursionError:
         return None
     if scan.snapshot_magic:
-        return CellFacts(frozenset(), frozenset(), frozenset(), frozenset())
-    return CellFacts(frozenset(scan.bound), frozenset(scan.mutated), frozenset(scan.needs),
-                     frozenset(scan.later))
+        return CellFacts(frozenset(), frozenset(), frozenset(), frozenset(), frozenset())
+    return CellFacts(frozenset(scan.bound), frozenset(scan.always), frozenset(scan.mutated),
+                     frozenset(scan.needs), frozenset(scan.later))
 
 
 def _as_python(source: str) -> str:
@@ -152,6 +158,8 @@ class _ModuleScan:
 
     def __init__(self) -> None:
         self.bound: set[str] = set()
+        self.always: set[str] = set()
+        self.branch_depth = 0
         self.mutated: set[str] = set()
         self.needs: set[str] = set()
         self.later: set[str] = set()
@@ -186,10 +194,15 @@ class _ModuleScan:
         for node in nodes:
             self.load(node)
 
+    def bind_name(self, name: str) -> None:
+        self.bound.add(name)
+        if not self.branch_depth:
+            self.always.add(name)
+
     def bind(self, target: ast.AST) -> None:
         """An assignment target: names are bound, attributes/items mutate their root name."""
         if isinstance(target, ast.Name):
-            self.bound.add(target.id)
+            self.bind_name(target.id)
         elif isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
                 self.bind(element)
@@ -207,7 +220,7 @@ class _ModuleScan:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 if alias.name != "*":
-                    self.bound.add(alias.asname or alias.name.split(".")[0])
+                    self.bind_name(alias.asname or alias.name.split(".")[0])
         elif isinstance(node, ast.Assign):
             self.load(node.value)
             for target in node.targets:
@@ -224,10 +237,10 @@ class _ModuleScan:
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self.load(node.iter)
             self.bind(node.target)
-            self._block(node.body + node.orelse)
+            self._block(node.body + node.orelse, branch=True)
         elif isinstance(node, (ast.While, ast.If)):
             self.load(node.test)
-            self._block(node.body + node.orelse)
+            self._block(node.body + node.orelse, branch=True)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 self.load(item.context_expr)
@@ -235,19 +248,23 @@ class _ModuleScan:
                     self.bind(item.optional_vars)
             self._block(node.body)
         elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
-            self._block(node.body)
+            self._block(node.body + node.orelse, branch=True)
             for handler in node.handlers:
                 self.load(handler.type)
+                self.branch_depth += 1
                 if handler.name:
-                    self.bound.add(handler.name)
-                self._block(handler.body)
-            self._block(node.orelse + node.finalbody)
+                    self.bind_name(handler.name)
+                self.branch_depth -= 1
+                self._block(handler.body, branch=True)
+            self._block(node.finalbody)
         elif isinstance(node, ast.Match):
             self.load(node.subject)
+            self.branch_depth += 1
             for case in node.cases:
                 self._pattern(case.pattern)
                 self.load(case.guard)
                 self._block(case.body)
+            self.branch_depth -= 1
         elif isinstance(node, ast.Delete):
             for target in node.targets:
                 if not isinstance(target, ast.Name):
@@ -264,9 +281,12 @@ class _ModuleScan:
         elif not isinstance(node, (ast.Global, ast.Nonlocal)):
             self.load(node)
 
-    def _block(self, body: list[ast.stmt]) -> None:
+    def _block(self, body: list[ast.stmt], *, branch: bool = False) -> None:
+        """Statements in order; in a ``branch`` (loop, if, except, ...) they may not run."""
+        self.branch_depth += branch
         for stmt in body:
             self.statement(stmt)
+        self.branch_depth -= branch
 
     def _definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
         self.load_all(_evaluated_on_definition(node))
@@ -275,14 +295,14 @@ class _ModuleScan:
             self.later |= _method_free_names(node)
         else:
             self.later |= _free_names(node)
-        self.bound.add(node.name)
+        self.bind_name(node.name)
 
     def _pattern(self, pattern: ast.pattern) -> None:
         for child in ast.walk(pattern):
             if isinstance(child, (ast.MatchAs, ast.MatchStar)) and child.name:
-                self.bound.add(child.name)
+                self.bind_name(child.name)
             elif isinstance(child, ast.MatchMapping) and child.rest:
-                self.bound.add(child.rest)
+                self.bind_name(child.rest)
             elif isinstance(child, ast.MatchValue):
                 self.load(child.value)
             elif isinstance(child, ast.MatchClass):
