@@ -1,10 +1,11 @@
-"""End to end in a real browser: issue 5's scenario in Debian's chromium, driven by playwright-core
-(ui-tests/pause_resume.mjs) against a real JupyterLab with the extension and release backend
+"""End to end in a real browser: Debian's chromium, driven by playwright-core
+(ui-tests/pause_resume.mjs), against a real JupyterLab with the extension and release backend
 ``none``.
 
-Open a notebook, run ``x = 41 + 1``, Pause, status ``paused``; reload; the resume dialog; Resume;
-status ``ready``; ``print(x)`` prints ``42``. Then the dark theme and the Snapshots panel.
-Screenshots go to test-artifacts/ui/.
+First a Pause while a cell runs: the server refuses (409) and the lab shows its message. Then
+issue 5's scenario: run ``x = 41 + 1``, Pause, status ``paused``; reload; the resume dialog;
+Resume; status ``ready``; ``print(x)`` prints ``42``. Then the dark theme and the Snapshots
+panel. Screenshots go to test-artifacts/ui/.
 """
 
 from __future__ import annotations
@@ -151,13 +152,17 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
         f"{run.stderr[-3000:]}\n--- server log ---\n{lab.log()}"
     )
 
+    # A pause the server refuses (a cell is running): its message is shown, nothing changes.
+    assert "is busy running a cell" in seen["busyError"]
+    assert seen["labelAfterRefusal"] == "Running"
+
     # Pause: saved first, the status told the truth, the message said what was saved.
     assert seen["pausedLabel"] == "Paused"
     # (the names of what was saved show only when a poll saw the kernel's result before the
     # kernel stopped: the status drops stopped kernels, so a fast pause leaves only the counts)
     assert "Saved 1 object (" in seen["pauseMessage"]
     assert "GPU was released (release backend: none)" in seen["pauseMessage"]
-    assert seen["firstCellAfterReload"].strip() == "x = 41 + 1"
+    assert "x = 41 + 1" in [text.strip() for text in seen["cellsAfterReload"]]
 
     # The resume dialog after the reload: when, size, estimate, verdict, the choices.
     for field in ("Paused", "Notebooks", "e2e.ipynb", "Size", "Estimated restore", "exact"):
@@ -175,5 +180,6 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert _luminance(seen["darkPanel"]["background"]) < 80
     assert _luminance(seen["darkPanel"]["color"]) > 150
     assert _luminance(seen["darkStatus"]["color"]) > 150
-    for name in ("paused-status", "resume-dialog", "after-resume", "dark-snapshots"):
+    for name in ("pause-refused", "paused-status", "resume-dialog", "after-resume",
+                 "dark-snapshots"):
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 0

@@ -4,7 +4,8 @@
  *   LAB_URL (http://127.0.0.1:PORT/), LAB_TOKEN, NOTEBOOK (path in the root dir),
  *   CHROMIUM (executable), ARTIFACTS (folder for screenshots).
  *
- * The scenario of issue 5: open the notebook, run `x = 41 + 1`, click Pause, see the status reach
+ * First, Pause while a cell runs: the server refuses (409) and its message is shown.
+ * Then the scenario of issue 5: open the notebook, run `x = 41 + 1`, click Pause, see the status reach
  * `paused`; reload; the resume dialog appears; click Resume; the status reaches `ready`; run
  * `print(x)` and read `42`. Prints one JSON line with what it saw; exits 1 on any failure (with a
  * screenshot of the page at that moment).
@@ -39,6 +40,21 @@ async function kernelIdle(page) {
     null,
     { timeout: WAIT, polling: 250 }
   );
+}
+
+/** Type `code` into the notebook's last (empty) cell and run it; returns that cell. Running
+ * the last cell appends a new empty one, so the last cell is always the next to use. */
+async function runCode(page, code) {
+  const cells = page.locator('.jp-Notebook .jp-Cell');
+  const cell = cells.nth((await cells.count()) - 1);
+  await cell.locator('.cm-content').click();
+  await page.keyboard.type(code);
+  await page.keyboard.press('Shift+Enter');
+  return cell;
+}
+
+async function executed(cell) {
+  await cell.locator('.jp-InputPrompt', { hasText: /\[\d+\]/ }).waitFor({ timeout: WAIT });
 }
 
 async function statusState(page, state) {
@@ -79,16 +95,26 @@ async function main() {
     await page.locator('.jp-gkeresume-status[data-state="running"]').waitFor({ timeout: WAIT });
     await kernelIdle(page);
 
+    step('pause while a cell runs: the server refuses and the lab shows its message');
+    await runCode(page, "__import__('time').sleep(600)");
+    await page.waitForFunction(
+      () => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'busy',
+      null,
+      { timeout: WAIT }
+    );
+    await page.locator('.jp-gkeresume-pause-button').first().click();
+    const refusal = page.locator('.jp-Dialog', { hasText: 'Pause failed' });
+    await refusal.waitFor({ timeout: WAIT });
+    seen.busyError = await refusal.locator('.jp-Dialog-body').innerText();
+    await shot(page, 'pause-refused');
+    await refusal.locator('.jp-Dialog-button').first().click();
+    await refusal.waitFor({ state: 'detached', timeout: WAIT });
+    seen.labelAfterRefusal = await page.locator('.jp-gkeresume-status').innerText();
+    await page.evaluate(() => window.jupyterapp.commands.execute('notebook:interrupt-kernel'));
+    await kernelIdle(page);
+
     step('run x = 41 + 1');
-    const editor = page.locator('.jp-Notebook .jp-Cell').first().locator('.cm-content');
-    await editor.click();
-    await page.keyboard.type('x = 41 + 1');
-    await page.keyboard.press('Shift+Enter');
-    await page
-      .locator('.jp-Notebook .jp-Cell')
-      .first()
-      .locator('.jp-InputPrompt', { hasText: '[1]' })
-      .waitFor({ timeout: WAIT });
+    await executed(await runCode(page, 'x = 41 + 1'));
     await kernelIdle(page);
 
     step('click Pause');
@@ -110,11 +136,7 @@ async function main() {
     step('resume dialog shown');
     seen.resumeDialog = await dialog.locator('.jp-gkeresume-resume-dialog').innerText();
     seen.resumeButtons = await dialog.locator('.jp-Dialog-button').allInnerTexts();
-    seen.firstCellAfterReload = await page
-      .locator('.jp-Notebook .jp-Cell')
-      .first()
-      .locator('.cm-content')
-      .innerText();
+    seen.cellsAfterReload = await page.locator('.jp-Notebook .jp-Cell .cm-content').allInnerTexts();
     await shot(page, 'resume-dialog');
     await kernelIdle(page);
 
@@ -126,14 +148,8 @@ async function main() {
     await kernelIdle(page);
 
     step('run print(x)');
-    const cells = page.locator('.jp-Notebook .jp-Cell');
-    await cells.first().locator('.cm-content').click();
-    await page.keyboard.press('Escape');
-    await page.keyboard.press('b');
-    await page.keyboard.press('Enter');
-    await page.keyboard.type('print(x)');
-    await page.keyboard.press('Shift+Enter');
-    const output = cells.nth(1).locator('.jp-OutputArea-output');
+    const last = await runCode(page, 'print(x)');
+    const output = last.locator('.jp-OutputArea-output');
     await output.waitFor({ timeout: WAIT });
     seen.output = (await output.innerText()).trim();
     await shot(page, 'after-resume');

@@ -179,10 +179,7 @@ export function pauseSummary(status: IStatus, results: ICheckpointResult[]): IMe
     lines.push(`Saved ${plural(objects, 'object')} (${formatBytes(bytes)}).`);
     const skipped = status.last_snapshot?.skipped ?? 0;
     if (skipped) {
-      lines.push(
-        `${plural(skipped, 'object')} could not be saved; the Snapshots panel and ` +
-          '%snapshots list them with the reason.'
-      );
+      lines.push(`${plural(skipped, 'object')} could not be saved.`);
     }
   }
   if (released) {
