@@ -1,7 +1,7 @@
 """Checkpoint and resume through gs:// (fake-gcs-server) against plain parallel gcsfs transfers of
 the same bytes, in the same run; and a concurrency sweep.
 
-    .venv/bin/python benchmarks/gcs.py [--mib 512] [--tensors 16] [--concurrency 1,4,8,16] [--repeat 2]
+    .venv/bin/python benchmarks/gcs.py [--mib 1024] [--tensors 16] [--concurrency 1,4,8,16] [--repeat 2]
 
 For each concurrency C (``GKERESUME_CONCURRENCY``, read by the store and the kernel_hooks thread
 pools), on a fresh bucket each time:
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mib", type=int, default=512, help="session size in MiB")
+    parser.add_argument("--mib", type=int, default=1024, help="session size in MiB")
     parser.add_argument("--tensors", type=int, default=16, help="number of tensors")
     parser.add_argument("--concurrency", default="1,4,8,16", help="comma-separated sweep")
     parser.add_argument("--repeat", type=int, default=2, help="best of this many runs")
@@ -121,6 +121,8 @@ def run(emulator, mib: int, count: int, concurrency: int, repeat: int) -> dict:
         fetched = fs.cat(list(payload), batch_size=concurrency)
         cat_s = min(cat_s, time.perf_counter() - started)
         assert sum(len(v) for v in fetched.values()) == sum(len(v) for v in payload.values())
+        del restored, fetched
+        fs.rm([f"{bucket}/plain", f"{store[5:]}"], recursive=True)  # the emulator keeps it in RAM
     print(f"concurrency {concurrency}: checkpoint {checkpoint_s:.2f}s put {put_s:.2f}s "
           f"resume {resume_s:.2f}s cat {cat_s:.2f}s re-checkpoint {again_s:.2f}s", flush=True)
     return {"c": concurrency, "checkpoint": checkpoint_s, "put": put_s, "resume": resume_s,

@@ -148,12 +148,15 @@ class SnapshotStore:
         are ranged requests of at least ``chunk_bytes`` (``RangedReader``)."""
         path = self.blob_path(digest)
         with self._errors("read blob"):
-            size = self.fs.info(path)["size"]
             if self.local:
+                size = self.fs.info(path)["size"]
                 with self.fs.open(path, "rb") as f:
                     yield f, size
             else:
-                with RangedReader(self.fs, path, size, self.chunk_bytes) as f:
+                # The first window tells the size of a blob smaller than it: no metadata request.
+                first = self.fs.cat_file(path, start=0, end=self.chunk_bytes)
+                size = len(first) if len(first) < self.chunk_bytes else self.fs.info(path)["size"]
+                with RangedReader(self.fs, path, size, self.chunk_bytes, first) as f:
                     yield f, size
 
     def list_blobs(self) -> list[BlobInfo]:

@@ -203,11 +203,11 @@ class RangedReader(io.RawIOBase):
     one request: a blob's small header reads and the first data reads after it cost one
     request, not three. Memory: one window per open reader."""
 
-    def __init__(self, fs: Any, path: str, size: int, window: int):
+    def __init__(self, fs: Any, path: str, size: int, window: int, first: bytes = b""):
         super().__init__()
         self.fs, self.path, self.size, self.window = fs, path, size, window
         self.pos = 0
-        self.cached_at, self.cached = 0, b""
+        self.cached_at, self.cached = 0, first  # ``first``: bytes from offset 0, if fetched
 
     def readable(self) -> bool:
         return True
