@@ -96,6 +96,8 @@ class GkeResumeApp(ExtensionApp):
         self.handlers.extend(handlers())
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
+        # Kernels inherit it: ``%pause`` finds this server's REST API there.
+        os.environ["GKERESUME_SERVER_URL"] = serverapp.connection_url
         await self.orchestrator.ensure_started()
         if self.gkeresume.idle_timeout > 0:
             self.idle_watcher = IdleWatcher(

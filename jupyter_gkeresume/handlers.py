@@ -99,10 +99,11 @@ class PauseHandler(GkeResumeHandler):
     @authorized
     async def post(self) -> None:
         body = self._body({"kernels": (list, type(None)), "release": bool,
-                           "name": (str, type(None))})
+                           "name": (str, type(None)), "when_idle": bool})
         kernels = _string_list(body, "kernels")
         op = await self._run(lambda: self.orchestrator.start_pause(
             kernels, release=body.get("release", True), name=body.get("name"),
+            allow_busy=body.get("when_idle", False),
         ))
         self.set_status(202)
         self.finish(json.dumps({"operation": op.to_dict(),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import Callable
 from queue import Empty
 from typing import Any
@@ -37,11 +38,10 @@ async def call_kernel(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``server_api.run(action, request)`` in the kernel; return its outcome dict."""
-    kernel = kernel_manager.get_kernel(kernel_id)
-    client = kernel.client()
+    client = own_client(kernel_manager.get_kernel(kernel_id))
     client.start_channels()
     try:
-        await client.wait_for_ready(timeout=min(timeout, 60))
+        await client.wait_for_ready(timeout=timeout)  # a busy kernel answers after its cell
         code = CODE.format(action=action, request=json.dumps(request))
         msg_id = client.execute(
             code, silent=True, store_history=False, user_expressions={"result": RESULT_EXPR}
@@ -71,6 +71,19 @@ async def call_kernel(
             f"({expr.get('ename', 'no kernel_hooks?')}: {expr.get('evalue', '')})"
         )
     return outcome
+
+
+def own_client(kernel: Any) -> Any:
+    """A client of ``kernel`` with a session id (hence ZMQ identity) of its own.
+
+    ``KernelManager.client()`` clones the manager's session, id included, and the id is the
+    shell socket's identity; ipykernel sets ROUTER_HANDOVER, so a second client with the same
+    identity takes the route over and the first one (another extension's, a test's) stops
+    receiving its replies. A fresh id keeps every other client's replies where they belong.
+    """
+    client = kernel.client()
+    client.session.session = str(uuid.uuid4())
+    return client
 
 
 async def _follow_iopub(client: Any, msg_id: str, deadline: float, on_progress, reply_task) -> None:

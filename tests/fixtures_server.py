@@ -27,6 +27,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gkeresume.errors import ReleaseError
+from jupyter_gkeresume.kernel_client import own_client
 from jupyter_gkeresume.release import ReleaseBackend
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
@@ -113,7 +114,7 @@ class Api:
 
     async def run_cell(self, kernel_id: str, code: str, timeout: float = 120) -> str:
         """Run ``code`` as a cell in the kernel; return its stdout; fail on an error."""
-        client = self.serverapp.kernel_manager.get_kernel(kernel_id).client()
+        client = own_client(self.serverapp.kernel_manager.get_kernel(kernel_id))
         client.start_channels()
         out: list[str] = []
         try:
@@ -130,6 +131,15 @@ class Api:
             client.stop_channels()
         assert reply["content"]["status"] == "ok", "".join(out)
         return "".join(out)
+
+
+async def reply_to(client, msg_id: str, timeout: float = 60) -> dict[str, Any]:
+    """The shell reply to ``msg_id`` (skipping stale replies, e.g. extra kernel_info ones)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = await client.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.1))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
 
 
 @pytest.fixture

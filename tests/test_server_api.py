@@ -10,8 +10,10 @@ import asyncio
 import json
 
 import pytest
-from fixtures_server import RecordingRelease, server_config
+from fixtures_server import RecordingRelease, reply_to, server_config
 from prometheus_client import REGISTRY
+
+from jupyter_gkeresume.kernel_client import own_client
 
 
 @pytest.fixture
@@ -217,3 +219,34 @@ async def test_metrics_are_exposed(api):
                  "gkeresume_resume_seconds", "gkeresume_failures_total",
                  "gkeresume_accelerator_seconds_released_total"):
         assert name in text
+
+
+async def test_busy_kernel_is_refused_or_checkpointed_when_its_cell_ends(api, tmp_path):
+    kid = await api.new_session("busy.ipynb")
+    await api.run_cell(kid, "before = 'set before the long cell'")
+    flag = tmp_path / "end-the-cell"
+    kernel = api.serverapp.kernel_manager.get_kernel(kid)
+    client = own_client(kernel)
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        cell = client.execute(f"import os, time\nwhile not os.path.exists({str(flag)!r}): "
+                       "time.sleep(0.05)\nafter = 'set by the long cell'")
+        for _ in range(1200):
+            if kernel.execution_state == "busy":
+                break
+            await asyncio.sleep(0.05)
+        assert kernel.execution_state == "busy"
+        code, body = await api.call("POST", "gkeresume/api/pause", {})
+        assert code == 409 and "busy" in body["message"]
+        code, body = await api.call("POST", "gkeresume/api/pause",
+                                    {"when_idle": True, "release": False})
+        assert code == 202, body
+        assert (await api.status())["state"] == "pausing"  # queued behind the running cell
+        flag.write_text("go")
+        await reply_to(client, cell)
+    finally:
+        client.stop_channels()
+    status = await api.settle()
+    assert status["state"] == "running" and status["last_error"] is None, status
+    assert {"before", "after"} <= set(status["kernels"][0]["result"]["saved"])

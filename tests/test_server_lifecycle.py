@@ -8,9 +8,10 @@ import os
 import time
 
 import pytest
-from fixtures_server import server_config
+from fixtures_server import reply_to, server_config
 
 from jupyter_gkeresume.idle import IdleWatcher
+from jupyter_gkeresume.kernel_client import own_client
 
 
 def gk_config(store, **traits):
@@ -92,10 +93,11 @@ async def test_idle_policy_skips_busy_kernels(api, tmp_path):
     kid = await api.new_session("busy.ipynb")
     flag = tmp_path / "release-the-cell"
     kernel = api.serverapp.kernel_manager.get_kernel(kid)
-    client = kernel.client()
+    client = own_client(kernel)
     client.start_channels()
     await client.wait_for_ready(timeout=60)
-    client.execute(f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.05)")
+    cell = client.execute(
+        f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.05)")
     deadline = time.monotonic() + 60
     while kernel.execution_state != "busy" and time.monotonic() < deadline:
         await _sleep()
@@ -104,7 +106,7 @@ async def test_idle_policy_skips_busy_kernels(api, tmp_path):
     assert (await api.status())["state"] == "running"
 
     flag.write_text("go")
-    await client.get_shell_msg(timeout=60)
+    await reply_to(client, cell)
     client.stop_channels()
     while kernel.execution_state != "idle" and time.monotonic() < deadline:
         await _sleep()
