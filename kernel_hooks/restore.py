@@ -55,15 +55,17 @@ class StorageLoader:
         self._devices: dict[str, str] = {}
         self._total = sum(s.nbytes for s in manifest.storages.values())
         self._start = time.monotonic()
-        by_blob: dict[str, dict[int, str]] = {}
+        # Equal content is stored once, so one blob entry may hold several distinct storages.
+        by_blob: dict[str, dict[int, list[str]]] = {}
         for key, ref in manifest.storages.items():
-            by_blob.setdefault(ref.blob, {})[ref.entry] = key
+            by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="gkeresume-read")
         self._futures: dict[str, Future] = {}
         for digest, entries in sorted(by_blob.items(), key=lambda kv: -manifest.blobs[kv[0]]):
             future = self._pool.submit(self._read_blob, digest, entries)
-            for key in entries.values():
-                self._futures[key] = future
+            for keys in entries.values():
+                for key in keys:
+                    self._futures[key] = future
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -89,24 +91,29 @@ class StorageLoader:
 
         return numpy.empty(nbytes, dtype=numpy.uint8)
 
-    def _read_blob(self, digest: str, entries: dict[int, str]) -> dict[str, Any]:
+    def _read_blob(self, digest: str, entries: dict[int, list[str]]) -> dict[str, Any]:
+        """Read one blob into fresh buffers, one per storage key; a failure marks all its keys."""
         buffers: dict[str, Any] = {}
 
         def destination(entry: int, nbytes: int) -> memoryview | None:
-            key = entries.get(entry)
-            if key is None:
+            keys = entries.get(entry)
+            if not keys:
                 return None
-            buffers[key] = buf = self._allocate(key, nbytes)
-            address = buf.data_ptr() if hasattr(buf, "data_ptr") else buf.ctypes.data
-            return host_view(address, nbytes)
+            buffers[keys[0]] = buf = self._allocate(keys[0], nbytes)
+            return host_view(_address(buf), nbytes)
 
         try:
             with self.store.open_blob(digest) as (f, size):
                 read_verified(f, digest, size, destination)
         except (GkeResumeError, OSError) as exc:
             reason = f"blob {digest[:12]} unreadable: {exc}"
-            return {key: reason for key in entries.values()}
-        self.bytes_read += sum(self.manifest.storages[k].nbytes for k in entries.values())
+            return {key: reason for keys in entries.values() for key in keys}
+        for first, *others in entries.values():
+            for key in others:  # equal bytes, but a distinct storage: its own copy
+                buffers[key] = self._allocate(key, self.manifest.storages[key].nbytes)
+                host_view(_address(buffers[key]), self.manifest.storages[key].nbytes)[:] = \
+                    host_view(_address(buffers[first]), self.manifest.storages[first].nbytes)
+        self.bytes_read += sum(self.manifest.storages[k].nbytes for k in buffers)
         if self.progress is not None:
             self.progress(Progress("reading", self.bytes_read, self._total,
                                    time.monotonic() - self._start))
@@ -164,6 +171,11 @@ class StorageLoader:
             if untyped is not None:
                 ids.add(untyped._cdata)
         return ids
+
+
+def _address(buffer: Any) -> int:
+    """Host address of a torch uint8 tensor or numpy array buffer."""
+    return buffer.data_ptr() if hasattr(buffer, "data_ptr") else buffer.ctypes.data
 
 
 def _uses(value: object, damaged: set[int], lost: set[int]) -> str | None:

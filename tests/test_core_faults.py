@@ -184,3 +184,17 @@ pool = {"w": Worker(3)}
     b = start_kernel()
     b.run("%resume")
     assert b.run("print(pool['w'].n, type(pool['w'].lock).__name__)") == "3 lock\n"
+
+
+def test_equal_storages_share_a_blob_but_come_back_distinct(start_kernel):
+    a = start_kernel()
+    a.run("import torch, numpy as np\nt = torch.randn(64, 32)\nt_copy = t.clone()\n"
+          "big = torch.ones(400_000)\nbig_copy = big.clone()\nn = np.ones(20_000)\nn_copy = n.copy()")
+    out = a.run("%checkpoint")
+    assert "not captured" not in out
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "not restored" not in out and "warning" not in out
+    assert b.run("t_copy.add_(1); big_copy.add_(1); n_copy += 1\n"
+                 "print(bool((t_copy - t == 1).all()), float(big.sum()), float(n.sum()))") \
+        == "True 400000.0 20000.0\n"
