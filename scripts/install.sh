@@ -17,7 +17,6 @@ install_system_packages() {
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  require_node
 }
 
 require_node() {
@@ -32,7 +31,8 @@ require_node() {
   fi
 }
 
-install_python_env() {  # $1: "test" or "lab"
+install_python_env() {  # $1: "test" or "lab"; pip builds the lab extension (needs Node.js)
+  require_node
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "$TORCH_PIN" numpy

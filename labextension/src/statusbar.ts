@@ -35,9 +35,15 @@ export class StatusItem extends Widget {
     const node = this.node;
     if (this.model.error || !status) {
       const why = this.model.error?.message ?? 'loading';
-      node.dataset.state = 'unknown';
-      node.dataset.tone = this.model.error ? 'bad' : 'idle';
-      this._label.textContent = this.model.error ? 'Pause: status unavailable' : 'Pause: …';
+      // Once paused, a release backend may stop this very server: say so, not "broken".
+      const gone = this.model.error && status?.state === 'paused';
+      node.dataset.state = gone ? 'paused' : 'unknown';
+      node.dataset.tone = gone ? 'good' : this.model.error ? 'bad' : 'idle';
+      this._label.textContent = gone
+        ? 'Paused (server stopped)'
+        : this.model.error
+          ? 'Pause: status unavailable'
+          : 'Pause: …';
       node.title = `Pause/resume status: ${why}`;
       node.setAttribute('aria-label', node.title);
       this._bar.hidden = true;
