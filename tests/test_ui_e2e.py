@@ -180,6 +180,13 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert _luminance(seen["darkPanel"]["background"]) < 80
     assert _luminance(seen["darkPanel"]["color"]) > 150
     assert _luminance(seen["darkStatus"]["color"]) > 150
+    # Restore from the panel into the running kernel; Delete only after the confirmation.
+    assert seen["restoreMessage"].startswith("Restored 1 object into 1 kernel: x")
+    assert seen["outputAfterRestore"] == "42"
+    assert "cannot be undone" in seen["deleteQuestion"]
+    assert seen["panelMessage"].startswith("No snapshot yet")
+    assert _get(lab.api("snapshots"))[1] == {"snapshots": []}
+
     for name in ("pause-refused", "paused-status", "resume-dialog", "after-resume",
                  "dark-snapshots"):
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 0

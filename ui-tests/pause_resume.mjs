@@ -173,6 +173,26 @@ async function main() {
       return { color: style.color };
     });
     await shot(page, 'dark-snapshots');
+
+    step('Snapshots panel: Restore brings x back after it changed');
+    await executed(await runCode(page, 'x = 0'));
+    await kernelIdle(page);
+    const item = page.locator('.jp-gkeresume-snapshot').first();
+    await item.getByRole('button', { name: /^Restore snapshot / }).click();
+    seen.restoreMessage = await dismiss(page, '.jp-gkeresume-message');
+    await kernelIdle(page);
+    const again = await runCode(page, 'print(x)');
+    await again.locator('.jp-OutputArea-output').waitFor({ timeout: WAIT });
+    seen.outputAfterRestore = (await again.locator('.jp-OutputArea-output').innerText()).trim();
+
+    step('Snapshots panel: Delete asks first, then the list is empty');
+    await item.getByRole('button', { name: /^Delete snapshot / }).click();
+    const confirm = page.locator('.jp-Dialog', { hasText: 'Delete snapshot' });
+    await confirm.waitFor({ timeout: WAIT });
+    seen.deleteQuestion = await confirm.locator('.jp-Dialog-body').innerText();
+    await confirm.getByRole('button', { name: 'Delete', exact: true }).click();
+    await page.locator('.jp-gkeresume-snapshot').first().waitFor({ state: 'detached', timeout: WAIT });
+    seen.panelMessage = await page.locator('.jp-gkeresume-panel-message').innerText();
     step('done');
     console.log(JSON.stringify(seen));
   } catch (error) {
