@@ -156,6 +156,12 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert "is busy running a cell" in seen["busyError"]
     assert seen["labelAfterRefusal"] == "Running"
 
+    # The menu has the four commands; a checkpoint leaves the kernel running.
+    assert seen["menu"] == ["Pause Workspace", "Checkpoint This Notebook", "Resume…",
+                            "Show Snapshots"]
+    assert "Saved 1 object (" in seen["checkpointMessage"]
+    assert "The kernels keep running." in seen["checkpointMessage"]
+
     # Pause: saved first, the status told the truth, the message said what was saved.
     assert seen["pausedLabel"] == "Paused"
     # (the names of what was saved show only when a poll saw the kernel's result before the
@@ -176,7 +182,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert status["state"] in ("ready", "running") and status["paused"] is None
 
     # The Snapshots panel lists the pause's snapshot; the dark theme is dark, text readable.
-    assert seen["snapshots"] >= 1
+    assert seen["snapshots"] == 2  # the checkpoint and the pause
     assert _luminance(seen["darkPanel"]["background"]) < 80
     assert _luminance(seen["darkPanel"]["color"]) > 150
     assert _luminance(seen["darkStatus"]["color"]) > 150
@@ -184,8 +190,9 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert seen["restoreMessage"].startswith("Restored 1 object into 1 kernel: x")
     assert seen["outputAfterRestore"] == "42"
     assert "cannot be undone" in seen["deleteQuestion"]
-    assert seen["panelMessage"].startswith("No snapshot yet")
-    assert _get(lab.api("snapshots"))[1] == {"snapshots": []}
+    assert seen["snapshotsAfterDelete"] == seen["snapshotsBeforeDelete"] - 1
+    remaining = [row["id"] for row in _get(lab.api("snapshots"))[1]["snapshots"]]
+    assert len(remaining) == seen["snapshotsAfterDelete"] and seen["deleted"] not in remaining
 
     for name in ("pause-refused", "paused-status", "resume-dialog", "after-resume",
                  "dark-snapshots"):

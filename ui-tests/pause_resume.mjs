@@ -5,7 +5,7 @@
  *   CHROMIUM (executable), ARTIFACTS (folder for screenshots).
  *
  * First, Pause while a cell runs: the server refuses (409) and its message is shown.
- * Then the scenario of issue 5: open the notebook, run `x = 41 + 1`, click Pause, see the status reach
+ * Then the scenario of issue 5 (with a checkpoint from the GPU menu before the pause): open the notebook, run `x = 41 + 1`, click Pause, see the status reach
  * `paused`; reload; the resume dialog appears; click Resume; the status reaches `ready`; run
  * `print(x)` and read `42`. Prints one JSON line with what it saw; exits 1 on any failure (with a
  * screenshot of the page at that moment).
@@ -117,6 +117,16 @@ async function main() {
     await executed(await runCode(page, 'x = 41 + 1'));
     await kernelIdle(page);
 
+    step('GPU menu, then Checkpoint This Notebook: the kernel keeps running');
+    await page.locator('.lm-MenuBar-itemLabel', { hasText: /^GPU$/ }).click();
+    const menu = page.locator('.lm-Menu').last();
+    await menu.waitFor({ timeout: WAIT });
+    seen.menu = await menu.locator('.lm-Menu-itemLabel').allInnerTexts();
+    await menu.locator('.lm-Menu-itemLabel', { hasText: 'Checkpoint This Notebook' }).click();
+    seen.checkpointMessage = await dismiss(page, '.jp-gkeresume-message');
+    await statusState(page, 'running');
+    await kernelIdle(page);
+
     step('click Pause');
     await page.locator('.jp-gkeresume-pause-button').first().click();
     await statusState(page, 'paused');
@@ -185,14 +195,19 @@ async function main() {
     await again.locator('.jp-OutputArea-output').waitFor({ timeout: WAIT });
     seen.outputAfterRestore = (await again.locator('.jp-OutputArea-output').innerText()).trim();
 
-    step('Snapshots panel: Delete asks first, then the list is empty');
+    step('Snapshots panel: Delete asks first, then the snapshot is gone');
+    seen.snapshotsBeforeDelete = await page.locator('.jp-gkeresume-snapshot').count();
+    const deleted = await item.getAttribute('data-id');
     await item.getByRole('button', { name: /^Delete snapshot / }).click();
     const confirm = page.locator('.jp-Dialog', { hasText: 'Delete snapshot' });
     await confirm.waitFor({ timeout: WAIT });
     seen.deleteQuestion = await confirm.locator('.jp-Dialog-body').innerText();
     await confirm.getByRole('button', { name: 'Delete', exact: true }).click();
-    await page.locator('.jp-gkeresume-snapshot').first().waitFor({ state: 'detached', timeout: WAIT });
-    seen.panelMessage = await page.locator('.jp-gkeresume-panel-message').innerText();
+    await page
+      .locator(`.jp-gkeresume-snapshot[data-id="${deleted}"]`)
+      .waitFor({ state: 'detached', timeout: WAIT });
+    seen.deleted = deleted;
+    seen.snapshotsAfterDelete = await page.locator('.jp-gkeresume-snapshot').count();
     step('done');
     console.log(JSON.stringify(seen));
   } catch (error) {
