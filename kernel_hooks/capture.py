@@ -30,6 +30,7 @@ from jupyter_gkeresume.snapshot import (
 
 from . import registry, session_state
 from .blobwriter import BlobWriter, plan_blobs
+from .cuda_engine import get_engine
 from .graph import write_graph
 from .placeholders import type_name, uncapturable_reason
 from .results import CheckpointResult, Progress, Skipped
@@ -53,7 +54,12 @@ def user_names(namespace: Mapping[str, Any], hidden: Mapping[str, Any]) -> list[
 
 
 def synchronize_devices() -> None:
-    """Wait for in-flight device work so no half-computed tensor is copied."""
+    """Wait for in-flight device work (every stream of every context, CuPy and Numba included)
+    so no half-computed tensor is copied."""
+    engine = get_engine()
+    if engine is not None:
+        engine.synchronize_all()
+        return
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         for index in range(torch.cuda.device_count()):

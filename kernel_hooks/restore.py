@@ -32,6 +32,8 @@ from jupyter_gkeresume.snapshot.blobfile import read_verified
 from . import rebuild, session_state
 from .blobwriter import default_concurrency
 from .capture import HOOKS_RECORD, SESSION_RECORD
+from .cuda_engine import get_engine
+from .cuda_plan import DeviceMapping, cuda_index, plan_device_mapping
 from .graph import read_graph
 from .memory import host_view
 from .results import Progress, ResumeResult, Skipped
@@ -49,10 +51,11 @@ class StorageLoader:
         self.progress = progress
         self.warnings = warnings
         self.damaged: dict[str, str] = {}  # storage key -> reason
+        self.not_fitted: dict[str, str] = {}  # storage key -> the device it did not fit on
+        self._mapping: DeviceMapping | None = None
         self.bytes_read = 0
         self._buffers: dict[str, Any] = {}
         self._untyped: dict[str, Any] = {}
-        self._devices: dict[str, str] = {}
         self._total = sum(s.nbytes for s in manifest.storages.values())
         self._start = time.monotonic()
         # Equal content is stored once, so one blob entry may hold several distinct storages.
@@ -132,30 +135,41 @@ class StorageLoader:
         return self._buffers[key]
 
     def target_device(self, saved: str) -> str:
-        """Where a storage saved on ``saved`` goes here (same index, else by order, else CPU)."""
-        if saved == "cpu" or not saved.startswith("cuda"):
-            return "cpu"
-        if saved not in self._devices:
+        """Where a storage saved on ``saved`` goes here (``cuda_plan.plan_device_mapping``)."""
+        if self._mapping is None:
             import torch
 
-            if not torch.cuda.is_available():
-                self._devices[saved] = "cpu"
-                self.warnings.append(f"no GPU here: tensors from {saved} restored on the CPU")
-            else:
-                index = int(saved.partition(":")[2] or 0)
-                count = torch.cuda.device_count()
-                self._devices[saved] = f"cuda:{index % count}"
-                if index >= count:
-                    self.warnings.append(f"{saved} does not exist here: mapped to cuda:{index % count}")
-        return self._devices[saved]
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            saved_devices = sorted({s.device for s in self.manifest.storages.values()})
+            self._mapping = plan_device_mapping(saved_devices, count)
+            self.warnings.extend(self._mapping.warnings)
+        return self._mapping.get(saved, "cpu")
 
     def torch_storage(self, key: str) -> Any:
         """The untyped storage for ``key``, on its (remapped) device, one object per key."""
         if key not in self._untyped:
-            untyped = self._buffer(key).untyped_storage()
+            host = self._buffer(key).untyped_storage()
             device = self.target_device(self.manifest.storages[key].device)
-            self._untyped[key] = untyped if device == "cpu" else untyped.to(device=device)
+            self._untyped[key] = host if device == "cpu" else self._to_device(key, host, device)
         return self._untyped[key]
+
+    def _to_device(self, key: str, host: Any, device: str) -> Any:
+        """Copy to the GPU (through the CUDA engine when there is one); when it does not fit,
+        keep it on the CPU and remember it, so the objects using it are reported."""
+        import torch
+
+        try:
+            target = torch.UntypedStorage(host.nbytes(), device=device)
+        except torch.OutOfMemoryError:
+            self.not_fitted[key] = device
+            return host
+        engine = get_engine()
+        if engine is None:
+            target.copy_(host)
+        else:
+            engine.host_to_device(host_view(host.data_ptr(), host.nbytes()), target.data_ptr(),
+                                  cuda_index(device))
+        return target
 
     def numpy_buffer(self, key: str) -> Any:
         return self._buffer(key)
@@ -178,8 +192,9 @@ def _address(buffer: Any) -> int:
     return buffer.data_ptr() if hasattr(buffer, "data_ptr") else buffer.ctypes.data
 
 
-def _uses(value: object, damaged: set[int], lost: set[int]) -> str | None:
-    """Why ``value`` cannot be trusted (it reaches a damaged storage or a lost object), or None."""
+def _reaches(value: object, storages: set[int], objects: set[int]) -> bool:
+    """Whether ``value`` reaches one of ``objects`` (by id) or a tensor/array whose storage is in
+    ``storages`` (untyped storage handles, buffer ids)."""
     torch = sys.modules.get("torch")
     numpy = sys.modules.get("numpy")
     seen: set[int] = set()
@@ -189,23 +204,23 @@ def _uses(value: object, damaged: set[int], lost: set[int]) -> str | None:
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        if id(obj) in lost:
-            return "refers to an object that failed to load"
+        if id(obj) in objects:
+            return True
         if torch is not None and isinstance(obj, torch.Tensor):
-            if obj.untyped_storage()._cdata in damaged:
-                return "uses a damaged blob"
+            if obj.untyped_storage()._cdata in storages:
+                return True
             continue
         if numpy is not None and isinstance(obj, numpy.ndarray):
             base = obj
             while isinstance(base, numpy.ndarray) and base.base is not None:
                 base = base.base
-            if id(base) in damaged:
-                return "uses a damaged blob"
+            if id(base) in storages:
+                return True
             continue
         if isinstance(obj, (str, bytes, int, float, type(None))):
             continue
         stack.extend(gc.get_referents(obj))
-    return None
+    return False
 
 
 def take_resume(
@@ -248,12 +263,18 @@ def take_resume(
 
     damaged = loader.storage_identities(set(loader.damaged))
     lost = {id(p) for p in placeholders}
-    for name in manifest.saved_names:
-        if name not in reasons and (damaged or lost):
-            why = _uses(loaded[name], damaged, lost)
-            if why:
-                reasons[name] = why if not loader.damaged else (
-                    f"{why} ({'; '.join(sorted(set(loader.damaged.values())))})"
+    if damaged or lost:
+        why = "; ".join(sorted(set(loader.damaged.values()))) or "a record it uses failed"
+        for name in manifest.saved_names:
+            if name not in reasons and _reaches(loaded[name], damaged, lost):
+                reasons[name] = f"uses what could not be restored: {why}"
+    not_fitted = loader.storage_identities(set(loader.not_fitted))
+    if not_fitted:
+        for name in manifest.saved_names:
+            if name not in reasons and _reaches(loaded[name], not_fitted, set()):
+                result.warnings.append(
+                    f"{name}: did not fit on {', '.join(sorted(set(loader.not_fitted.values())))}"
+                    ": restored on the CPU"
                 )
     wanted = only or manifest.saved_names
     restored = {n: loaded[n] for n in wanted if n not in reasons}
