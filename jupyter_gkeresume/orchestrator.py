@@ -265,7 +265,8 @@ class Orchestrator:
             try:
                 items = await self._checkpoint_all(op.kernels, name, timeout)
                 t1 = time.monotonic()
-                gpus = max([await asyncio.to_thread(self._verify, i["snapshot_id"]) for i in items])
+                gpus = max([await asyncio.to_thread(self._verify, i["kernel_id"], i["snapshot_id"])
+                            for i in items])
                 t2 = time.monotonic()
                 metrics.PAUSE_SECONDS.labels("checkpoint").observe(t1 - t0)
                 metrics.PAUSE_SECONDS.labels("verify").observe(t2 - t1)
@@ -289,7 +290,7 @@ class Orchestrator:
                 try:
                     await self.backend.release()
                 except Exception as exc:  # nothing released: the record must not claim it was
-                    await asyncio.to_thread(self.store.delete_record, "paused")
+                    await self._forget_record()
                     self._back_to_running(op, "release", exc)
                     return
                 metrics.PAUSE_SECONDS.labels("release").observe(time.monotonic() - t3)
@@ -318,10 +319,18 @@ class Orchestrator:
                           "bytes_total": result.get("bytes_total", 0)})
         return items
 
-    def _verify(self, snapshot_id: str) -> int:
+    def _verify(self, kid: str, snapshot_id: str) -> int:
         """Read the committed snapshot back in full (``verify_snapshot``: signature, every blob's
-        size and digest); return the number of GPUs it was taken on."""
-        report = verify_snapshot(self.store, snapshot_id, self.key)
+        size and digest), reporting progress as phase ``verifying``; return the number of GPUs
+        it was taken on. Runs in a worker thread."""
+        entry, start = self._entry(kid), time.monotonic()
+
+        def progress(done: int, total: int) -> None:
+            seconds = time.monotonic() - start
+            entry.progress = {"phase": "verifying", "done_bytes": done, "total_bytes": total,
+                              "seconds": seconds, "rate": done / seconds if seconds > 0 else 0.0}
+
+        report = verify_snapshot(self.store, snapshot_id, self.key, progress=progress)
         if not report.ok:
             raise IntegrityError(f"snapshot {snapshot_id} failed verification: "
                                  + "; ".join(report.problems))
@@ -350,6 +359,12 @@ class Orchestrator:
         self._move_all(op.kernels, State.RUNNING, message)
         self.workspace.move(State.RUNNING, message)
         self._fail_note(stage, exc, message)
+
+    async def _forget_record(self) -> None:
+        try:
+            await asyncio.to_thread(self.store.delete_record, "paused")
+        except GkeResumeError as exc:  # the kernels still run; a later resume restores the pause
+            self.log.error("gkeresume: could not delete the paused record: %s", exc)
 
     async def _stop_kernels(self, ids: list[str]) -> None:
         for kid in ids:

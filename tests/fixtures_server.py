@@ -113,7 +113,8 @@ class Api:
         return body["kernel"]["id"]
 
     async def run_cell(self, kernel_id: str, code: str, timeout: float = 120) -> str:
-        """Run ``code`` as a cell in the kernel; return its stdout; fail on an error."""
+        """Run ``code`` as a cell in the kernel; return its stdout once the server sees the
+        kernel idle again; fail on an error."""
         client = own_client(self.serverapp.kernel_manager.get_kernel(kernel_id))
         client.start_channels()
         out: list[str] = []
@@ -130,6 +131,11 @@ class Api:
         finally:
             client.stop_channels()
         assert reply["content"]["status"] == "ok", "".join(out)
+        kernel = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        for _ in range(600):  # the server learns "idle" from IOPub a moment after the reply
+            if kernel.execution_state != "busy":
+                break
+            await asyncio.sleep(0.05)
         return "".join(out)
 
 

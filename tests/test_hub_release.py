@@ -165,8 +165,9 @@ def test_pause_stops_the_hub_server_and_resume_brings_the_tensor_back(hub):
     kid = session["kernel"]["id"]
     run_cell_in(hub.runtime / f"kernel-{kid}.json",
                 "import torch\ntorch.manual_seed(0)\nt = torch.randn(64, 32)\nt_copy = t.clone()")
-    code, status = hub.gk("GET", "gkeresume/api/status")
-    assert code == 200 and status["release_backend"] == "jupyterhub", status
+    status = hub.wait(lambda: (s := hub.gk("GET", "gkeresume/api/status")[1])["kernels"][0][
+        "execution_state"] == "idle" and s, "the server sees the kernel idle")
+    assert status["release_backend"] == "jupyterhub", status
     assert status["workspace"] == "hub-alice"
 
     code, body = hub.gk("POST", "gkeresume/api/pause", {})

@@ -84,6 +84,9 @@ async def test_checkpoint_without_release_keeps_the_kernel(api, store_dir):
     assert status["state"] == "running" and status["paused"] is None
     assert RecordingRelease.calls == [] and paused_record(store_dir) is None
     assert status["kernels"][0]["snapshot_id"] == status["last_snapshot"]["id"]
+    progress = status["kernels"][0]["progress"]  # the last report: the server's read-back
+    assert progress["phase"] == "verifying"
+    assert progress["done_bytes"] == progress["total_bytes"] == status["last_snapshot"]["bytes"]
     assert await api.run_cell(kid, "print(y)") == "still here\n"
 
     # restore that snapshot, partially, into the same running kernel
