@@ -108,7 +108,7 @@ class BlobWriter:
         views = [memoryview(b).cast("B") for _, b in entries]
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
         digest = _cached_digest(layout, [d for d, _ in entries], views)
-        if self.store.has_blob(digest, layout.size):
+        if self.store.claim_blob(digest, layout.size):
             return digest, layout.size, False
         self.store.write_blob(digest, [layout.header, *views])
         return digest, layout.size, True
@@ -136,7 +136,7 @@ class BlobWriter:
         (hash, then write only if the store lacks it): host memory stays within the ring."""
         layout = layout_for([(m.dtype, m.nbytes) for m in plan])
         digest = blob_digest(layout, _entry_parts(engine, plan))
-        if self.store.has_blob(digest, layout.size):
+        if self.store.claim_blob(digest, layout.size):
             return digest, layout.size, False
         self.store.write_blob(digest, itertools.chain([layout.header], _entry_parts(engine, plan)))
         return digest, layout.size, True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 
 import numpy as np
 import pytest
@@ -97,3 +98,36 @@ def test_store_url_resolution_order(tmp_path):
     assert resolve_store_url("gs://b/p", env={"GKERESUME_STORE": "x"}) == "gs://b/p"
     assert resolve_store_url(None, env={"GKERESUME_STORE": str(tmp_path)}) == str(tmp_path)
     assert resolve_store_url(None, env={}).endswith(os.path.join("gkeresume", "store"))
+
+
+def test_claiming_a_blob_refreshes_its_age_for_gc(tmp_path):
+    store = SnapshotStore(str(tmp_path), "ws")
+    data, digest = make_blob([np.arange(10, dtype=np.float32)])
+    assert not store.claim_blob(digest, len(data))
+    store.write_blob(digest, [data])
+    path = store.blob_path(digest)
+    os.utime(path, (1_000_000, 1_000_000))
+    (before,) = store.list_blobs()
+    assert before.mtime == 1_000_000
+    assert store.claim_blob(digest, len(data))
+    (after,) = store.list_blobs()
+    assert after.mtime > 1_000_000_000
+    assert not store.claim_blob(digest, len(data) + 1)
+
+
+def test_deeply_nested_blob_header_is_an_integrity_error():
+    header = b"[" * 100_000
+    raw = len(header).to_bytes(8, "little") + header
+    with pytest.raises(IntegrityError):
+        read_verified(io.BytesIO(raw), "0" * 64, len(raw), lambda i, n: None)
+
+
+def test_claiming_a_blob_on_gcs_refreshes_its_age(gcs_bucket):
+    store = SnapshotStore(gcs_bucket.url, "ws", gcs_bucket.storage_options)
+    data, digest = make_blob([np.arange(10, dtype=np.float32)])
+    store.write_blob(digest, [data])
+    (before,) = store.list_blobs()
+    time.sleep(1.1)
+    assert store.claim_blob(digest, len(data))
+    (after,) = store.list_blobs()
+    assert after.mtime >= before.mtime + 1

@@ -85,7 +85,7 @@ def read_layout(f: BinaryIO, size: int) -> BlobLayout:
     raw = f.read(n)
     try:
         header = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise IntegrityError("blob header is not valid JSON") from None
     if not isinstance(header, dict):
         raise IntegrityError("blob header is not a JSON object")

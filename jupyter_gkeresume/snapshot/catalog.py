@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import GkeResumeError, SnapshotNotFoundError
+from ..errors import GkeResumeError, ManifestError, SnapshotNotFoundError
 from .compat import Verdict, check_compatible
 from .cost import monthly_cost
 from .format import SNAPSHOT_ID_RE, Manifest, validate_snapshot_name
@@ -32,10 +32,11 @@ def load_manifest(
 ) -> Manifest:
     """Read, parse and verify one manifest. ``trust_unsigned`` skips only the signature check."""
     manifest = Manifest.from_json(store.read_manifest_bytes(snapshot_id))
-    if manifest.snapshot_id != snapshot_id:
-        from ..errors import ManifestError
-
-        raise ManifestError(f"manifest {snapshot_id} names itself {manifest.snapshot_id}")
+    if manifest.snapshot_id != snapshot_id or manifest.workspace != store.workspace:
+        raise ManifestError(
+            f"manifest {snapshot_id} names itself {manifest.snapshot_id} of workspace "
+            f"{manifest.workspace}: it was copied or moved here"
+        )
     if not trust_unsigned:
         verify(manifest, key)
     return manifest

@@ -124,6 +124,26 @@ class SnapshotStore:
                 return False
         return size is None or info.get("size") == size
 
+    def claim_blob(self, digest: str, size: int) -> bool:
+        """Reuse an existing blob: True when it exists with ``size`` bytes, after refreshing its
+        age, so that gc's grace period protects it until the manifest that reuses it commits.
+
+        Call order for a writer: ``claim_blob`` (or ``write_blob``) for every blob, then
+        ``commit_manifest``, then check every blob is still there (a gc that swept in between
+        makes the checkpoint fail cleanly instead of committing a hole)."""
+        if not self.has_blob(digest, size):
+            return False
+        path = self.blob_path(digest)
+        with self._errors("refresh blob"):
+            try:
+                if self.local:
+                    os.utime(path)
+                else:
+                    self.fs.setxattrs(path, gkeresume_touched=f"{time.time():.3f}")
+            except FileNotFoundError:
+                return False
+        return True
+
     def write_blob(self, digest: str, parts: Iterable[object]) -> None:
         """Write a blob from its parts (buffers, in order) and make it durable.
 
@@ -383,6 +403,17 @@ def _write_parts(f: BinaryIO, parts: Iterable[object]) -> None:
 
 
 def _mtime(info: dict[str, Any]) -> float | None:
+    """Last write or ``claim_blob`` refresh of an object, from fsspec's ``info``."""
+    touched = (info.get("metadata") or {}).get("gkeresume_touched")
+    if touched:
+        try:
+            return max(float(touched), _modified(info) or 0.0)
+        except ValueError:
+            pass
+    return _modified(info)
+
+
+def _modified(info: dict[str, Any]) -> float | None:
     for key in ("mtime", "updated", "LastModified"):
         value = info.get(key)
         if isinstance(value, (int, float)):
