@@ -136,6 +136,7 @@ class Orchestrator:
             record = _parse_record(raw) if raw is not None else None
         except GkeResumeError as exc:
             self._fail_note("startup", exc)
+            self._started = None  # the store may come back: the next request tries again
             return
         if record is None:
             return
@@ -170,7 +171,7 @@ class Orchestrator:
             "workspace": self.store.workspace, "store": _safe_url(self.settings.store_url),
             "release_backend": self.backend.name, **self.workspace.to_dict(),
             "operation": self.operation.to_dict() if self.operation else None,
-            "kernels": kernels, "last_snapshot": await self.last_snapshot(),
+            "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error(),
             "paused": self.paused, "last_error": self.last_error,
         }
 
@@ -180,6 +181,13 @@ class Orchestrator:
             self._last_snapshot = await asyncio.to_thread(self._read_last_snapshot)
             self._last_snapshot_stale = False
         return self._last_snapshot
+
+    async def _last_snapshot_or_error(self) -> dict[str, Any] | None:
+        """For status: a store that cannot be read must not hide the rest of the status."""
+        try:
+            return await self.last_snapshot()
+        except GkeResumeError as exc:
+            return {"id": None, "error": str(exc)}
 
     def _read_last_snapshot(self) -> dict[str, Any] | None:
         ids = self.store.list_snapshot_ids()

@@ -4,6 +4,8 @@ fault-injecting proxy, a real in-process jupyter_server and a real kernel."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fixtures_server import RecordingRelease, server_config
 
@@ -40,3 +42,24 @@ async def test_store_failure_mid_pause_releases_nothing(api, gcs_faulty):
     status = await api.settle()
     assert status["state"] == "paused", status
     assert len(RecordingRelease.calls) == 1
+
+
+async def test_store_down_at_startup_then_back(api, gcs_faulty):
+    from jupyter_gkeresume.snapshot import SnapshotStore
+
+    store = SnapshotStore(gcs_faulty.bucket.url, "server-ws", gcs_faulty.bucket.storage_options)
+    record = {"version": 1, "workspace": "server-ws", "paused_at": "2026-11-30T10:15:00Z",
+              "reason": "user", "release_backend": "recording", "gpus": 0,
+              "kernels": [{"kernel_id": "old", "kernel_name": "python3", "notebook": "a.ipynb",
+                           "snapshot_id": "20261130T101500Z-a1b2c3", "bytes_total": 1}]}
+    store.write_record("paused", json.dumps(record).encode())
+    gcs_faulty.proxy.inject("status", count=10_000, match="/b/", status=403)
+
+    status = await api.status()  # the first request reads the paused record: the store refuses
+    assert status["state"] == "running" and status["paused"] is None
+    assert status["last_error"]["operation"] == "startup"
+    assert status["last_snapshot"]["error"]
+
+    gcs_faulty.proxy.clear()
+    status = await api.status()  # the next request tries again
+    assert status["state"] == "paused" and status["paused"] == record
