@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from logging import Logger
 from typing import Any
 
+from tornado import web
+
 from . import metrics
 from .errors import (
     ConflictError,
@@ -57,6 +59,7 @@ from .snapshot.verify import verify_snapshot
 from .states import State, StateMachine, check_transition
 
 MODES = ("full", "partial", "files-only")
+KERNEL_GONE = (KeyError, web.HTTPError)  # jupyter_server's kernel manager raises a 404 HTTPError
 RECORD_VERSION = 1
 
 
@@ -241,6 +244,8 @@ class Orchestrator:
         unknown = [k for k in ids if k not in live]
         if unknown:
             raise KernelNotFoundError(f"no running kernel {unknown[0]!r}")
+        if release and self.backend.releases_pod:  # the others would die unsaved
+            ids += [k for k in live if k not in ids]
         if not ids:
             raise ConflictError("there is no kernel to pause")
         busy = [k for k in ids if self.kernel_manager.get_kernel(k).execution_state == "busy"]
@@ -378,7 +383,7 @@ class Orchestrator:
         for kid in ids:
             try:
                 await self.kernel_manager.shutdown_kernel(kid)
-            except KeyError:
+            except KERNEL_GONE:
                 continue
 
     # -- resume -----------------------------------------------------------------------------
@@ -536,7 +541,7 @@ class Orchestrator:
     def _kernel(self, kid: str) -> Any:
         try:
             return self.kernel_manager.get_kernel(kid)
-        except KeyError:
+        except KERNEL_GONE:
             return None
 
     def _entry(self, kid: str) -> KernelEntry:
@@ -547,9 +552,15 @@ class Orchestrator:
             self._entry(kid).machine.move(state, reason)
 
     async def _notebooks(self) -> dict[str, str]:
-        """kernel id -> notebook path of every session."""
-        sessions = await self.session_manager.list_sessions()
-        return {s["kernel"]["id"]: s["path"] for s in sessions if s.get("kernel")}
+        """kernel id -> notebook path of every session. Listing races with kernels shutting
+        down (jupyter_server raises for a kernel that vanished mid-listing): try again."""
+        for _ in range(3):
+            try:
+                sessions = await self.session_manager.list_sessions()
+            except KERNEL_GONE:
+                continue
+            return {s["kernel"]["id"]: s["path"] for s in sessions if s.get("kernel")}
+        return {}
 
     async def _call(self, kid: str, action: str, request: dict[str, Any],
                     timeout: float) -> dict[str, Any]:

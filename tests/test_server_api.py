@@ -253,3 +253,17 @@ async def test_busy_kernel_is_refused_or_checkpointed_when_its_cell_ends(api, tm
     status = await api.settle()
     assert status["state"] == "running" and status["last_error"] is None, status
     assert {"before", "after"} <= set(status["kernels"][0]["result"]["saved"])
+
+
+async def test_a_pod_release_pauses_every_kernel_whatever_the_list(api, store_dir):
+    first = await api.new_session("one.ipynb")
+    second = await api.new_session("two.ipynb")
+    await api.run_cell(first, "a = 1")
+    await api.run_cell(second, "b = 2")
+    code, body = await api.call("POST", "gkeresume/api/pause", {"kernels": [first]})
+    assert code == 202, body
+    assert sorted(body["operation"]["kernels"]) == sorted([first, second])
+    status = await api.settle()
+    assert status["state"] == "paused", status
+    notebooks = sorted(k["notebook"] for k in paused_record(store_dir)["kernels"])
+    assert notebooks == ["one.ipynb", "two.ipynb"]
