@@ -267,3 +267,20 @@ async def test_a_pod_release_pauses_every_kernel_whatever_the_list(api, store_di
     assert status["state"] == "paused", status
     notebooks = sorted(k["notebook"] for k in paused_record(store_dir)["kernels"])
     assert notebooks == ["one.ipynb", "two.ipynb"]
+
+
+async def test_files_only_resume_starts_fresh_kernels_for_the_notebooks(api, store_dir):
+    kid = await api.new_session("fresh.ipynb")
+    await api.run_cell(kid, "gone = 'not restored on purpose'")
+    await api.call("POST", "gkeresume/api/pause", {})
+    assert (await api.settle())["state"] == "paused"
+    code, body = await api.call("POST", "gkeresume/api/resume", {"mode": "files-only"})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "ready" and status["paused"] is None, status
+    assert paused_record(store_dir) is None
+    [kernel] = status["kernels"]
+    assert kernel["notebook"] == "fresh.ipynb" and kernel["state"] == "ready"
+    assert await api.run_cell(kernel["kernel_id"], "print('gone' in dir())") == "False\n"
+    code, body = await api.call("GET", "gkeresume/api/snapshots")
+    assert len(body["snapshots"]) == 1  # the snapshot stays, for a later resume
