@@ -426,7 +426,6 @@ class Orchestrator:
 
     async def _run_resume(self, op: Operation, items: list[ResumeItem], mode: str,
                           only: list[str] | None, *, from_record: bool) -> None:
-        t0 = time.monotonic()
         try:
             kids = []
             for item in items:
@@ -462,7 +461,7 @@ class Orchestrator:
         else:
             self.workspace.move(State.READY)
             self.last_error = None
-            seconds = time.monotonic() - t0
+            seconds = time.time() - op.started  # from the request, as the user waits
             metrics.RESUME_SECONDS.observe(seconds)
             metrics.OPERATIONS.labels("resume", "ok").inc()
             metrics.log_event(self.log, "resume", outcome="ok", mode=mode,

@@ -31,7 +31,13 @@ def paused_record(store_dir):
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def test_pause_then_resume_brings_the_variables_back(api, store_dir):
+    pauses, resumes = sample("gkeresume_pause_seconds_count", phase="total"), sample(
+        "gkeresume_resume_seconds_count")
     kid = await api.new_session("work/train.ipynb")
     await api.run_cell(kid, "import numpy as np\nx = 41 + 1\narr = np.arange(10_000.0)\n"
                             "alias = arr")
@@ -73,6 +79,8 @@ async def test_pause_then_resume_brings_the_variables_back(api, store_dir):
     assert "x" in kernel["result"]["restored"]
     out = await api.run_cell(kernel["kernel_id"], "print(x, arr.sum(), alias is arr)")
     assert out.split() == ["42", str(float(sum(range(10_000)))), "True"]
+    assert sample("gkeresume_pause_seconds_count", phase="total") == pauses + 1
+    assert sample("gkeresume_resume_seconds_count") == resumes + 1
 
 
 async def test_checkpoint_without_release_keeps_the_kernel(api, store_dir):
@@ -198,8 +206,7 @@ async def test_twenty_concurrent_resumes_make_one_restore(api):
     assert (await api.settle())["state"] == "paused"
 
     def restores() -> float:
-        return REGISTRY.get_sample_value(
-            "gkeresume_operations_total", {"operation": "resume", "outcome": "ok"}) or 0.0
+        return sample("gkeresume_operations_total", operation="resume", outcome="ok")
 
     before = restores()
     answers = await asyncio.gather(*[api.call("POST", "gkeresume/api/resume", {})
