@@ -7,7 +7,9 @@ Tests queue faults with ``inject``; each applies to the next ``count`` requests 
 - ``drop_request``: read ``after_bytes`` of the body, then close the connection (the server never
   sees the request: a connection that died in the middle of an upload);
 - ``drop_response``: forward the request, then close the connection instead of answering (the
-  request took effect, the client never hears it).
+  request took effect, the client never hears it);
+- ``cut_response``: forward, answer with the headers and ``after_bytes`` of the body, then reset
+  the connection (a download cut in the middle).
 
 While the upstream server is down (killed), connections are closed without an answer. ``log``
 records ``(method, path, outcome)`` for every request, for the test to inspect.
@@ -60,7 +62,7 @@ class FaultProxy:
         self.server.server_close()
 
     def inject(self, kind: str, count: int = 1, match: str = "", **options) -> Fault:
-        assert kind in ("status", "drop_request", "drop_response"), kind
+        assert kind in ("status", "drop_request", "drop_response", "cut_response"), kind
         fault = Fault(kind, count, match, **options)
         with self.lock:
             self.faults.append(fault)
@@ -128,12 +130,17 @@ class FaultProxy:
             self._record(method, path, f"dropped response {status}")
             _abort(conn)
             return False
-        self._record(method, path, str(status))
         head = f"HTTP/1.1 {status} {reason}\r\n"
         for name, value in out_headers:
             if name.lower() not in ("transfer-encoding", "content-length", "connection"):
                 head += f"{name}: {value}\r\n"
         head += f"Content-Length: {len(out_body)}\r\n\r\n"
+        if fault and fault.kind == "cut_response":
+            self._record(method, path, f"cut response {status}")
+            conn.sendall(head.encode("latin-1") + out_body[: fault.after_bytes])
+            _abort(conn)
+            return False
+        self._record(method, path, str(status))
         conn.sendall(head.encode("latin-1") + out_body)
         return True
 

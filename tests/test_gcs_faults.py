@@ -38,6 +38,19 @@ def test_503_for_a_while_is_retried(gcs_faulty):
     assert outcomes.count("injected 500") == 2
 
 
+def test_streamed_read_survives_errors_and_a_cut_download(gcs_faulty):
+    """Big reads stream into the caller's buffer; a 500 is retried, and a download cut in the
+    middle resumes after the bytes already received."""
+    store = store_on(gcs_faulty)
+    digest, parts, _ = make_blob(3 << 20, 5 << 20)
+    store.write_blob(digest, parts)
+    gcs_faulty.proxy.inject("status", count=1, match="GET /download", status=500)
+    gcs_faulty.proxy.inject("cut_response", count=2, match="GET /download", after_bytes=700_000)
+    assert read_back(store, digest) == content(parts)
+    outcomes = gcs_faulty.proxy.outcomes("GET /download")
+    assert outcomes.count("injected 500") == 1 and outcomes.count("cut response 206") == 2
+
+
 def test_connection_dropped_mid_chunk_is_retried(gcs_faulty):
     store = store_on(gcs_faulty)
     digest, parts, _ = make_blob(3 * CHUNK)

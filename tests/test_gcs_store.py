@@ -73,6 +73,23 @@ def test_ranged_reads_seek_and_read(gcs_bucket):
         assert f.read(0) == b""
 
 
+def test_big_reads_stream_into_the_callers_buffer(gcs_bucket):
+    store = gcs_store(gcs_bucket)
+    digest, parts, size = make_blob(3 << 20)
+    store.write_blob(digest, parts)
+    whole = b"".join(bytes(p) for p in parts)
+    with store.open_blob(digest) as (f, stored):
+        assert stored == size
+        f.seek(12345)  # inside the first window: served from it (a short read is allowed)
+        head = f.read(2 << 20)
+        assert head == whole[12345 : 12345 + len(head)] and len(head) > 1000
+        f.seek((1 << 20) + 5)  # past the window: streamed straight into the buffer
+        target = bytearray(3 << 19)
+        assert f.readinto(target) == len(target)
+        assert target == whole[(1 << 20) + 5 : (1 << 20) + 5 + len(target)]
+        assert f.read() == whole[(1 << 20) + 5 + len(target) :]
+
+
 def test_half_written_blob_is_never_visible(gcs_bucket):
     store = gcs_store(gcs_bucket)
     digest, parts, _ = make_blob(4 * CHUNK)

@@ -42,7 +42,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import CommitConflictError, InvalidInputError, StoreError
 from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapshot_id
-from .transfer import RangedReader, UploadInterrupted, upload
+from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, upload
 
 RECORD_NAMES = ("paused", "events")
 LEASE_RECORD_RE = re.compile(r"^lease-[a-z0-9][a-z0-9._-]{0,150}$")
@@ -164,8 +164,8 @@ class SnapshotStore:
 
     @contextmanager
     def open_blob(self, digest: str):
-        """A binary file for reading the blob; yields ``(file, size)``. On object stores reads
-        are ranged requests of at least ``chunk_bytes`` (``RangedReader``)."""
+        """A binary file for reading the blob; yields ``(file, size)``. On object stores big
+        reads stream straight into the caller's buffer (``RangedReader``): read big pieces."""
         path = self.blob_path(digest)
         with self._errors("read blob"):
             if self.local:
@@ -174,9 +174,9 @@ class SnapshotStore:
                     yield f, size
             else:
                 # The first window tells the size of a blob smaller than it: no metadata request.
-                first = self.fs.cat_file(path, start=0, end=self.chunk_bytes)
-                size = len(first) if len(first) < self.chunk_bytes else self.fs.info(path)["size"]
-                with RangedReader(self.fs, path, size, self.chunk_bytes, first) as f:
+                first = self.fs.cat_file(path, start=0, end=READ_WINDOW)
+                size = len(first) if len(first) < READ_WINDOW else self.fs.info(path)["size"]
+                with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
                     yield f, size
 
     def list_blobs(self) -> list[BlobInfo]:
