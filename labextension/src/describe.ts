@@ -273,7 +273,10 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
     problems,
     compatibleObjects: compatible,
     canResume: usable,
-    canResumeCompatible: usable && level === 'partial' && !!compatible?.length
+    // The server applies one `only` list to every kernel and a kernel refuses names its
+    // snapshot lacks: offered for one notebook until the server picks the names per kernel.
+    canResumeCompatible:
+      usable && level === 'partial' && !!compatible?.length && record.kernels.length === 1
   };
 }
 

@@ -186,7 +186,11 @@ test('resume offer: when, size, estimate, the worst verdict with every reason', 
   rows[0].saved = ['y'];
   const named = resumeOffer(status('paused', { paused: RECORD }), rows)!;
   assert.deepEqual(named.compatibleObjects, ['y', 'model', 'x']);
-  assert.equal(named.canResumeCompatible, true);
+  assert.equal(named.canResumeCompatible, false, 'one `only` list cannot serve two kernels');
+  const one = { ...RECORD, kernels: RECORD.kernels.slice(1) };
+  const single = resumeOffer(status('paused', { paused: one }), rows)!;
+  assert.deepEqual(single.compatibleObjects, ['model', 'x']);
+  assert.equal(single.canResumeCompatible, true);
 });
 
 test('resume offer: unreadable or incompatible snapshots only allow starting fresh', () => {
