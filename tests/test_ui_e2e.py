@@ -168,7 +168,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     # kernel stopped: the status drops stopped kernels, so a fast pause leaves only the counts)
     assert "Saved 1 object (" in seen["pauseMessage"]
     assert "GPU was released (release backend: none)" in seen["pauseMessage"]
-    assert "x = 41 + 1" in [text.strip() for text in seen["cellsAfterReload"]]
+    assert "x = 41 + 1" in seen["savedCells"]
 
     # The resume dialog after the reload: when, size, estimate, verdict, the choices.
     for field in ("Paused", "Notebooks", "e2e.ipynb", "Size", "Estimated restore", "exact"):

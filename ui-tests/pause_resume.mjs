@@ -132,6 +132,15 @@ async function main() {
     await statusState(page, 'paused');
     seen.pausedLabel = await page.locator('.jp-gkeresume-status').innerText();
     step('status reached paused');
+    // Pause saved the notebook first: the file on the server has the cell just run.
+    seen.savedCells = await page.evaluate(
+      async ({ url, token, path }) => {
+        const reply = await fetch(`${url}api/contents/${path}?content=1&token=${token}`);
+        const cells = (await reply.json()).content.cells;
+        return cells.map(cell => [cell.source].flat().join(''));
+      },
+      { url: LAB_URL, token: LAB_TOKEN, path: NOTEBOOK }
+    );
     seen.pauseMessage = await page
       .locator('.jp-Dialog .jp-gkeresume-message')
       .innerText({ timeout: WAIT });
@@ -146,7 +155,6 @@ async function main() {
     step('resume dialog shown');
     seen.resumeDialog = await dialog.locator('.jp-gkeresume-resume-dialog').innerText();
     seen.resumeButtons = await dialog.locator('.jp-Dialog-button').allInnerTexts();
-    seen.cellsAfterReload = await page.locator('.jp-Notebook .jp-Cell .cm-content').allInnerTexts();
     await shot(page, 'resume-dialog');
     await kernelIdle(page);
 
