@@ -14,8 +14,9 @@ partial upload is never visible on GCS) and the manifest is created with a creat
 precondition (``ifGenerationMatch=0``, a simple upload). Either way a crash at any point leaves no
 manifest that names a missing blob, and every earlier snapshot intact.
 
-Object stores (``transfer``): a blob streams up in ``chunk_bytes`` pieces through one resumable
-session (never the whole blob in memory) and reads back with ranged requests. gcsfs retries every
+Object stores (``transfer``): a blob up to ``chunk_bytes`` goes up in one request, a bigger one
+streams up in ``chunk_bytes`` pieces through one resumable session (never the whole blob in
+memory); reads are ranged requests streamed into the caller's buffers. gcsfs retries every
 request on transient errors (5xx, 408, 429, dropped connections); on top of that a blob upload
 that still failed on a transient error is restarted, up to ``retries`` times with exponential
 backoff and full jitter, when its parts can be read again (a list or tuple). A create-only write
