@@ -41,8 +41,5 @@ export const api = {
   snapshots: async (): Promise<ISnapshotRow[]> =>
     (await requestAPI<ISnapshotsReply>('snapshots')).snapshots,
   deleteSnapshot: (id: string): Promise<void> =>
-    requestAPI<void>(`snapshots/${encodeURIComponent(id)}`, { method: 'DELETE' }),
-  discardPaused: (): Promise<void> => requestAPI<void>('paused', { method: 'DELETE' })
+    requestAPI<void>(`snapshots/${encodeURIComponent(id)}`, { method: 'DELETE' })
 };
-
-export type API = typeof api;

@@ -31,8 +31,7 @@ export class Controller {
 
   /** First status, then the resume dialog if the workspace is paused. */
   async start(): Promise<void> {
-    this.model.start();
-    const status = await this.model.refresh();
+    const status = await this.model.start();
     if (status?.paused && (status.state === 'paused' || status.state === 'failed')) {
       await this.offerResume();
     }
@@ -100,10 +99,6 @@ export class Controller {
     } catch (error) {
       await showErrorMessage(title, error as Error);
     }
-  }
-
-  dispose(): void {
-    this.model.finished.disconnect(this.onFinished, this);
   }
 
   private refuseWhileBusy(): void {

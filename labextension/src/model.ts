@@ -54,12 +54,10 @@ export class StatusModel {
     return !!s && (s.operation !== null || ACTIVE_STATES.has(s.state));
   }
 
-  start(): void {
-    if (!this._stopped) {
-      return;
-    }
+  /** Start polling; resolves with the first status (null if it could not be read). */
+  start(): Promise<IStatus | null> {
     this._stopped = false;
-    void this.refresh();
+    return this.refresh();
   }
 
   /** Poll now (and re-arm the timer). Resolves with the status, or null on failure. */
