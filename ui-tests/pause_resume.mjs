@@ -112,6 +112,9 @@ async function main() {
     seen.labelAfterRefusal = await page.locator('.jp-gkeresume-status').innerText();
     await page.evaluate(() => window.jupyterapp.commands.execute('notebook:interrupt-kernel'));
     await kernelIdle(page);
+    await page.evaluate(() =>
+      window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')
+    );
 
     step('run x = 41 + 1');
     await executed(await runCode(page, 'x = 41 + 1'));
