@@ -9,7 +9,7 @@ ids that exist.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -77,6 +77,7 @@ class SnapshotSummary:
     skipped: int = 0
     verdict: Verdict | None = None
     error: str | None = None
+    saved: list[str] = field(default_factory=list)
 
     @property
     def monthly_cost_usd(self) -> float:
@@ -89,6 +90,7 @@ class SnapshotSummary:
             "notebook": self.notebook, "bytes": self.bytes, "objects": self.objects,
             "skipped": self.skipped, "verdict": self.verdict.to_dict() if self.verdict else None,
             "error": self.error, "monthly_cost_usd": self.monthly_cost_usd,
+            "saved": list(self.saved),
         }
 
 
@@ -97,7 +99,7 @@ def summarize(manifest: Manifest, here: dict[str, Any]) -> SnapshotSummary:
     return SnapshotSummary(
         manifest.snapshot_id, manifest.name, manifest.created, manifest.notebook,
         manifest.total_bytes, saved, len(manifest.objects) - saved,
-        check_compatible(manifest, here),
+        check_compatible(manifest, here), saved=manifest.saved_names,
     )
 
 
