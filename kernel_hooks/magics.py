@@ -7,7 +7,6 @@ printed as one clear line, never as a traceback from deep inside.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -17,7 +16,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError, SnapshotNotFoundError
 
-from . import api
+from . import api, server_link
 from .progress import CellProgress, human_bytes
 from .results import CheckpointResult, ResumeResult
 
@@ -174,8 +173,10 @@ class ResumeMagics(Magics):
     def pause(self, line: str = ""):
         """%pause [-n NAME]
 
-        Checkpoint this kernel, then hand over to the server to release the pod (and its GPU).
-        Without the jupyter-gkeresume server extension it only checkpoints and says so.
+        Pause this workspace: the jupyter-gkeresume server extension checkpoints the kernels as
+        soon as this cell ends, verifies the snapshots, then releases the pod (and its GPU).
+        Follow it in the status bar or with GET /gkeresume/api/status. Without the server
+        extension it checkpoints here and says that no release backend is configured.
 
         Options:
           -n NAME, --name NAME   give the snapshot a name
@@ -183,7 +184,12 @@ class ResumeMagics(Magics):
         args = _parse(self.pause.__doc__, "pause", line, lambda p: p.add_argument("-n", "--name"))
         if args is None:
             return None
-        print(format_checkpoint(self._run(lambda: api.checkpoint(args.name, progress=CellProgress()))))
-        if not os.environ.get("GKERESUME_SERVER_URL"):
+        if server_link.server_url() is None:
+            print(format_checkpoint(self._run(lambda: api.checkpoint(args.name,
+                                                                      progress=CellProgress()))))
             print("no release backend is configured here: the snapshot is saved, the pod is kept")
+            return None
+        self._run(lambda: server_link.request_pause(args.name))
+        print("pause requested: the server checkpoints this workspace when this cell ends, "
+              "then releases the pod")
         return None
