@@ -17,6 +17,9 @@ install_system_packages() {
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  # The JupyterHub end-to-end test runs a real Hub, whose proxy comes from npm.
+  command -v configurable-http-proxy >/dev/null 2>&1 ||
+    as_root npm install -g --silent configurable-http-proxy >/dev/null
 }
 
 require_node() {

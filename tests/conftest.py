@@ -1,1 +1,8 @@
-pytest_plugins = ["fixtures_kernels", "fixtures_gcs", "fixtures_lifecycle", "fixtures_gpu", "fixtures_server", "fixtures_ui"]
+pytest_plugins = [
+    "fixtures_kernels",
+    "fixtures_gcs",
+    "fixtures_lifecycle",
+    "fixtures_gpu",
+    "fixtures_server",
+    "fixtures_ui",
+]
