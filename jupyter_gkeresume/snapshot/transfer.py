@@ -10,7 +10,8 @@ are safe to call from many threads at once: each call owns its session/reader, a
 every request on its own event-loop thread.
 
 The GCS path uses a few gcsfs internals (``initiate_upload``, ``quote``, ``fs._location``,
-``fs.call``); it is tested with gcsfs 2026.10 against fake-gcs-server.
+``fs.call``, ``fs.session``, ``fs._get_headers``, ``fs._get_params``, ``fs.url``); it is tested
+with gcsfs 2026.10 against fake-gcs-server.
 
 Every HTTP request gcsfs makes is retried by gcsfs itself on 5xx, 408, 429 and dropped
 connections (6 attempts, exponential backoff with jitter, about 35 s at most); what is left to
