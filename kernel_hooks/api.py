@@ -11,15 +11,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_gkeresume.errors import InvalidInputError
 from jupyter_gkeresume.snapshot import (
     SnapshotStore,
     SnapshotSummary,
     environment_fingerprint,
     load_signing_key,
 )
-from jupyter_gkeresume.snapshot import (
-    list_snapshots as catalog_list,
-)
+from jupyter_gkeresume.snapshot import list_snapshots as catalog_list
 from jupyter_gkeresume.snapshot.format import validate_snapshot_name
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
 
@@ -33,12 +32,20 @@ def open_store(store: str | None = None, workspace: str | None = None) -> Snapsh
     return SnapshotStore(resolve_store_url(store), resolve_workspace_id(workspace))
 
 
-def _shell() -> Any:
+def _target(namespace: dict[str, Any] | None) -> tuple[dict[str, Any], Any]:
+    """The namespace to work on, and the IPython shell when it is that shell's user namespace
+    (then execution count, history and IPython's hidden names apply)."""
     try:
         from IPython import get_ipython
     except ImportError:
-        return None
-    return get_ipython()
+        shell = None
+    else:
+        shell = get_ipython()
+    if namespace is None:
+        if shell is None:
+            raise InvalidInputError("no IPython shell here: pass namespace=")
+        namespace = shell.user_ns
+    return namespace, shell if shell is not None and namespace is shell.user_ns else None
 
 
 def checkpoint(
@@ -53,23 +60,16 @@ def checkpoint(
     """Write a snapshot of the namespace and return what was saved, skipped and written."""
     if name is not None:
         validate_snapshot_name(name)
-    shell = _shell()
-    if namespace is None:
-        if shell is None:
-            from jupyter_gkeresume.errors import InvalidInputError
-
-            raise InvalidInputError("no IPython shell here: pass namespace=")
-        namespace = shell.user_ns
-    use_shell = shell is not None and namespace is shell.user_ns
+    namespace, shell = _target(namespace)
     return take_checkpoint(
         namespace,
         open_store(store, workspace),
         load_signing_key(),
         name=name,
         notebook=notebook or os.environ.get("JPY_SESSION_NAME"),
-        hidden=shell.user_ns_hidden if use_shell else None,
-        execution_count=shell.execution_count if use_shell else 0,
-        history=list(shell.history_manager.input_hist_raw) if use_shell else None,
+        hidden=shell.user_ns_hidden if shell else None,
+        execution_count=shell.execution_count if shell else 0,
+        history=list(shell.history_manager.input_hist_raw) if shell else None,
         progress=progress,
     )
 
@@ -90,14 +90,7 @@ def resume(
     ``trust=True`` accepts this one snapshot even if its signature does not verify.
     ``continuing_cell`` is for callers running inside a counted cell (the magics).
     """
-    shell = _shell()
-    if namespace is None:
-        if shell is None:
-            from jupyter_gkeresume.errors import InvalidInputError
-
-            raise InvalidInputError("no IPython shell here: pass namespace=")
-        namespace = shell.user_ns
-    use_shell = shell is not None and namespace is shell.user_ns
+    namespace, shell = _target(namespace)
     return take_resume(
         namespace,
         open_store(store, workspace),
@@ -107,7 +100,7 @@ def resume(
         trust=trust,
         progress=progress,
         continuing_cell=continuing_cell,
-        shell=shell if use_shell else None,
+        shell=shell,
     )
 
 
