@@ -3,9 +3,10 @@
 Lifecycle: ``GkeResumeApp.initialize_settings`` builds the ``GkeResume`` configuration, the
 release backend and the ``Orchestrator`` (nothing touches the store yet);
 ``_start_jupyter_server_extension`` (event loop running) reads the paused record, auto-resumes
-if configured and starts the idle watcher; handlers also call ``ensure_started`` so an embedded
-server (tests) behaves the same; ``stop_extension`` (SIGTERM, culler, preemption) checkpoints
-every kernel within ``shutdown_checkpoint_timeout`` before jupyter_server stops the kernels.
+if configured and starts the idle watcher and the activity sampler (advisor events); handlers
+also call ``ensure_started`` so an embedded server (tests) behaves the same; ``stop_extension``
+(SIGTERM, culler, preemption) checkpoints every kernel within ``shutdown_checkpoint_timeout``
+before jupyter_server stops the kernels.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Float, Type, Unicode, Union
 from traitlets.config import LoggingConfigurable
 
+from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
 from .orchestrator import Orchestrator
@@ -88,6 +90,7 @@ class GkeResumeApp(ExtensionApp):
             session_manager=self.serverapp.session_manager, backend=backend, log=self.log,
         )
         self.idle_watcher: IdleWatcher | None = None
+        self.activity_sampler: ActivitySampler | None = None
         self.settings["gkeresume_orchestrator"] = self.orchestrator
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
@@ -99,6 +102,8 @@ class GkeResumeApp(ExtensionApp):
         # Kernels inherit it: ``%pause`` finds this server's REST API there.
         os.environ["GKERESUME_SERVER_URL"] = serverapp.connection_url
         await self.orchestrator.ensure_started()
+        self.activity_sampler = ActivitySampler(self.orchestrator, serverapp.web_app.last_activity)
+        self.activity_sampler.start()
         if self.gkeresume.idle_timeout > 0:
             self.idle_watcher = IdleWatcher(
                 self.orchestrator, serverapp.web_app.last_activity,
@@ -110,6 +115,8 @@ class GkeResumeApp(ExtensionApp):
     async def stop_extension(self) -> None:
         if self.idle_watcher:
             self.idle_watcher.stop()
+        if self.activity_sampler:
+            self.activity_sampler.stop()
         timeout = self.gkeresume.shutdown_checkpoint_timeout
         if timeout > 0:
             await self.orchestrator.shutdown(timeout)

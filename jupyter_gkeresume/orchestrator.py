@@ -14,6 +14,9 @@ Invariants:
   release; the kernels stop after that. Any failure before the release call leaves the kernels as
   they were and the state back at ``running``; a failed release also removes the paused record.
 - Resume from the paused record deletes the record only when every kernel is ``ready``.
+- The advisor's events (``events.EventLog``): a pause that writes the paused record is recorded
+  before the release (a released server may not live to record it), a resume when it is ready;
+  recording never fails either. ``own_activity_until`` marks the end of our own kernel traffic.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 from tornado import web
 
 from . import metrics
+from .advisor import Event
 from .errors import (
     ConflictError,
     GkeResumeError,
@@ -41,6 +45,7 @@ from .errors import (
     KernelNotFoundError,
     SnapshotNotFoundError,
 )
+from .events import EventLog
 from .kernel_client import call_kernel
 from .release import ReleaseBackend
 from .snapshot import (
@@ -61,6 +66,7 @@ from .states import State, StateMachine, check_transition
 MODES = ("full", "partial", "files-only")
 KERNEL_GONE = (KeyError, web.HTTPError)  # jupyter_server's kernel manager raises a 404 HTTPError
 RECORD_VERSION = 1
+OWN_ACTIVITY_GRACE = 5.0  # seconds after an operation in which kernel traffic is still ours
 
 
 @dataclass
@@ -114,6 +120,8 @@ class Orchestrator:
         self.backend = backend
         self.log = log
         self.store = SnapshotStore(settings.store_url, settings.workspace_id)
+        self.events = EventLog(self.store, log)
+        self.own_activity_until = 0.0
         self.workspace = StateMachine()
         self.entries: dict[str, KernelEntry] = {}
         self.operation: Operation | None = None
@@ -296,6 +304,8 @@ class Orchestrator:
             if paused is None:
                 self._finish_pause(op, State.RUNNING, t0)
                 return
+            await self.events.record(Event(op.started, "pause", seconds=time.monotonic() - t0,
+                                           gpus=max(paused["gpus"], 1)))
             self._move_all(op.kernels, State.RELEASING)
             self.workspace.move(State.RELEASING)
             if release:
@@ -311,8 +321,7 @@ class Orchestrator:
             self.paused = paused
             self._finish_pause(op, State.PAUSED, t0)
         finally:
-            if self.operation is op:
-                self.operation = None
+            self._operation_over(op)
 
     async def _checkpoint_all(self, ids: list[str], name: str | None,
                               timeout: float) -> list[dict[str, Any]]:
@@ -329,7 +338,10 @@ class Orchestrator:
             items.append({"kernel_id": kid,
                           "kernel_name": self.kernel_manager.get_kernel(kid).kernel_name,
                           "notebook": entry.notebook, "snapshot_id": result["snapshot_id"],
-                          "bytes_total": result.get("bytes_total", 0)})
+                          "bytes_total": result.get("bytes_total", 0),
+                          "bytes_new": result.get("bytes_new", 0),
+                          "saved": result.get("saved", []),
+                          "skipped": result.get("skipped", [])})
         return items
 
     def _verify(self, kid: str, snapshot_id: str) -> int:
@@ -467,9 +479,11 @@ class Orchestrator:
             metrics.log_event(self.log, "resume", outcome="ok", mode=mode,
                               seconds=round(seconds, 3), kernels=len(kids),
                               snapshots=[i.snapshot_id for i in items])
+            # a files-only resume restores nothing: its time says nothing of a restore
+            await self.events.record(Event(op.started, "activity") if mode == "files-only"
+                                     else Event(op.started, "resume", seconds=seconds))
         finally:
-            if self.operation is op:
-                self.operation = None
+            self._operation_over(op)
 
     async def _start_kernel(self, item: ResumeItem) -> str:
         """A kernel for ``item``: the notebook's session (reused or created), else a bare one."""
@@ -545,6 +559,11 @@ class Orchestrator:
 
     def _entry(self, kid: str) -> KernelEntry:
         return self.entries.setdefault(kid, KernelEntry(kid))
+
+    def _operation_over(self, op: Operation) -> None:
+        if self.operation is op:
+            self.operation = None
+        self.own_activity_until = time.time() + OWN_ACTIVITY_GRACE
 
     def _move_all(self, ids: list[str], state: State, reason: str | None = None) -> None:
         for kid in ids:

@@ -182,8 +182,11 @@ async def test_delete_snapshot_and_the_paused_record_guard(api, store_dir):
     assert status["state"] == "paused"
     paused_id = status["paused"]["kernels"][0]["snapshot_id"]
     code, body = await api.call("GET", "gkeresume/api/snapshots")
-    [newest, older] = [r["id"] for r in body["snapshots"]]
-    assert newest == paused_id
+    ids = [r["id"] for r in body["snapshots"]]
+    # (not by position: ids have one-second resolution, two pauses in one second sort by
+    # their random suffix)
+    assert len(ids) == 2 and paused_id in ids
+    [older] = [i for i in ids if i != paused_id]
     code, body = await api.call("DELETE", f"gkeresume/api/snapshots/{paused_id}")
     assert code == 409 and "paused record" in body["message"]
     code, body = await api.call("POST", "gkeresume/api/pause", {})

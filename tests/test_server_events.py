@@ -1,0 +1,107 @@
+"""What a pause leaves behind for the user and the platform team, on a real in-process server
+with real kernels and a local store:
+
+- the advisor's events record (issue 7): user activity, each pause with its measured seconds and
+  GPU count, each resume with its seconds from request to ready; a record that cannot be written
+  never fails a pause or a resume;
+- the paused record names, per kernel, what was saved and what was skipped and why (issue 5: the
+  lab's post-pause message once the kernels are gone);
+- "Resume compatible objects only": ``mode: partial`` with ``only`` on the paused record.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fixtures_server import server_config
+
+from jupyter_gkeresume import advisor
+from jupyter_gkeresume.events import ActivitySampler
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def jp_server_config(store_dir):
+    return server_config(str(store_dir))
+
+
+def orchestrator(api):
+    return api.serverapp.web_app.settings["gkeresume_orchestrator"]
+
+
+async def pause_and_settle(api) -> dict:
+    code, body = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "paused", status
+    return status
+
+
+async def test_pause_and_resume_are_recorded_for_the_advisor(api):
+    orch = orchestrator(api)
+    sampler = ActivitySampler(orch, api.serverapp.web_app.last_activity)
+    kid = await api.new_session("events.ipynb")
+    await api.run_cell(kid, "x = 41 + 1\nimport threading\nlock = threading.Lock()")
+    assert await sampler.sample()  # the cell ran: user activity
+    assert not await sampler.sample()  # nothing new since
+
+    status = await pause_and_settle(api)
+    # The paused record says what each kernel saved and skipped (status returns it).
+    [entry] = status["paused"]["kernels"]
+    assert "x" in entry["saved"] and "lock" not in entry["saved"]
+    assert [s["name"] for s in entry["skipped"]] == ["lock"]
+    assert entry["skipped"][0]["reason"] and entry["bytes_new"] > 0
+    # The kernel traffic of the pause moved last_activity: that is not the user's.
+    assert not await sampler.sample()
+
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 202, body
+    assert (await api.settle())["state"] == "ready"
+
+    events = advisor.read_events(orch.store)
+    assert [e.kind for e in events] == ["activity", "pause", "resume"]
+    activity, pause, resume = events
+    assert activity.at == sampler.recorded
+    assert pause.seconds > 0 and pause.gpus == 1  # no GPU here: counted as one accelerator
+    assert resume.seconds > 0 and resume.at > pause.at
+    advice = advisor.advise(events, [1])
+    assert advice.measured
+    assert advice.pause_seconds == pause.seconds and advice.resume_seconds == resume.seconds
+
+
+async def test_a_record_that_cannot_be_written_fails_nothing(api, store_dir):
+    (store_dir / "server-ws" / "records" / "events.json").mkdir(parents=True)
+    kid = await api.new_session("unrecorded.ipynb")
+    await api.run_cell(kid, "x = 42")
+    status = await pause_and_settle(api)
+    assert status["last_error"] is None
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "ready" and status["last_error"] is None, status
+    assert await api.run_cell(status["kernels"][0]["kernel_id"], "print(x)") == "42\n"
+
+
+async def test_resume_compatible_objects_only_from_the_paused_record(api):
+    """The lab's 'Resume compatible objects only': the paused record, ``mode: partial``, ``only``
+    = the snapshot row's ``saved`` minus the objects at risk."""
+    kid = await api.new_session("partial.ipynb")
+    await api.run_cell(kid, "x = 42\ny = 'left behind'")
+    status = await pause_and_settle(api)
+    code, body = await api.call("GET", "gkeresume/api/snapshots")
+    [row] = body["snapshots"]
+    assert row["id"] == status["paused"]["kernels"][0]["snapshot_id"]
+    assert {"x", "y"} <= set(row["saved"])
+
+    code, body = await api.call("POST", "gkeresume/api/resume", {"mode": "partial",
+                                                                  "only": ["x"]})
+    assert code == 202, body
+    assert body["operation"]["mode"] == "partial"
+    status = await api.settle()
+    assert status["state"] == "ready" and status["paused"] is None, status
+    [kernel] = status["kernels"]
+    assert kernel["notebook"] == "partial.ipynb" and kernel["result"]["restored"] == ["x"]
+    assert await api.run_cell(kernel["kernel_id"], "print(x, 'y' in dir())") == "42 False\n"
