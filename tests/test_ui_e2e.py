@@ -164,9 +164,9 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
 
     # Pause: saved first, the status told the truth, the message said what was saved.
     assert seen["pausedLabel"] == "Paused"
-    # (the names of what was saved show only when a poll saw the kernel's result before the
-    # kernel stopped: the status drops stopped kernels, so a fast pause leaves only the counts)
+    # (the names come from the paused record, which status returns once the kernels are gone)
     assert "Saved 1 object (" in seen["pauseMessage"]
+    assert "from 1 kernel: x" in seen["pauseMessage"]
     assert "GPU was released (release backend: none)" in seen["pauseMessage"]
     assert "x = 41 + 1" in seen["savedCells"]
 

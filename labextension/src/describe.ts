@@ -10,6 +10,7 @@ import { formatBytes, formatDuration, formatRate, plural } from './format';
 import {
   ICheckpointResult,
   IOperation,
+  IPausedRecord,
   IResumeResult,
   IKernelStatus,
   IProgress,
@@ -149,15 +150,36 @@ export interface IMessage {
   lines: string[];
 }
 
+/** What a pause saved in one kernel: a checkpoint result or a paused record's kernel entry. */
+export type SavedSummary = Pick<
+  ICheckpointResult,
+  'bytes_total' | 'bytes_new' | 'saved' | 'skipped'
+>;
+
+/** The paused record's per-kernel results; empty when a kernel's entry lacks them. */
+export function recordedResults(record: IPausedRecord): SavedSummary[] {
+  if (!record.kernels.every(k => Array.isArray(k.saved))) {
+    return [];
+  }
+  return record.kernels.map(k => ({
+    bytes_total: k.bytes_total,
+    bytes_new: k.bytes_new ?? 0,
+    saved: k.saved!,
+    skipped: k.skipped ?? []
+  }));
+}
+
 /**
- * What a finished pause saved. `results` are the checkpoint results seen while it ran (the
- * kernels are gone once the pod is released); without them the paused record and the last
- * snapshot row still give sizes and counts.
+ * What a finished pause saved. A released pause's record names every kernel's saved and
+ * skipped objects; otherwise `results` are the checkpoint results seen while it ran; without
+ * either the paused record and the last snapshot row still give sizes and counts.
  */
-export function pauseSummary(status: IStatus, results: ICheckpointResult[]): IMessage {
+export function pauseSummary(status: IStatus, polled: ICheckpointResult[]): IMessage {
   const released = status.state === 'paused' && status.paused !== null;
   const title = released ? 'Workspace paused' : 'Checkpoint saved';
   const lines: string[] = [];
+  const recorded = released ? recordedResults(status.paused!) : [];
+  const results: SavedSummary[] = recorded.length ? recorded : polled;
   if (results.length) {
     const bytes = results.reduce((n, r) => n + r.bytes_total, 0);
     const fresh = results.reduce((n, r) => n + r.bytes_new, 0);

@@ -118,6 +118,10 @@ export interface IPausedKernel {
   notebook: string | null;
   snapshot_id: string;
   bytes_total: number;
+  /** What the kernel's checkpoint saved and skipped (absent in records from older servers). */
+  bytes_new?: number;
+  saved?: string[];
+  skipped?: ISkipped[];
 }
 
 /** The paused record (records/paused.json in the store). */

@@ -145,6 +145,19 @@ test('pause summary lists what was saved, what was not and why, and the release'
   assert.ok(message.lines.includes('Notebooks: work/train.ipynb, eval.ipynb.'));
 });
 
+test('pause summary names what the paused record says each kernel saved', () => {
+  const kernels = RECORD.kernels.map((k, i) => ({
+    ...k,
+    bytes_new: MIB,
+    saved: [['x'], ['model', 'opt']][i],
+    skipped: i ? [] : [{ name: 'lock', type: 'lock', reason: 'cannot pickle lock objects' }]
+  }));
+  const paused = status('paused', { paused: { ...RECORD, kernels }, kernels: [] });
+  const message = pauseSummary(paused, [checkpoint()]); // the record wins: it names every kernel
+  assert.equal(message.lines[0], 'Saved 3 objects (1000 MiB, 2.0 MiB new) from 2 kernels: x, model, opt');
+  assert.ok(message.lines.includes('Not saved: lock (lock): cannot pickle lock objects'));
+});
+
 test('pause summary without results falls back on the record and the last snapshot', () => {
   const paused = status('paused', {
     paused: RECORD,
