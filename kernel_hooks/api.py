@@ -84,11 +84,13 @@ def resume(
     trust: bool = False,
     progress: Callable[[Progress], None] | None = None,
     continuing_cell: bool = False,
+    lease_wait: float | None = None,
 ) -> ResumeResult:
     """Restore a snapshot (id, name or ``latest``) into the namespace; report what came back.
 
     ``trust=True`` accepts this one snapshot even if its signature does not verify.
     ``continuing_cell`` is for callers running inside a counted cell (the magics).
+    ``lease_wait``: seconds to wait while another restore of the same snapshot runs.
     """
     namespace, shell = _target(namespace)
     return take_resume(
@@ -101,6 +103,7 @@ def resume(
         progress=progress,
         continuing_cell=continuing_cell,
         shell=shell,
+        lease_wait=lease_wait,
     )
 
 

@@ -14,7 +14,6 @@ only if the store lacks the blob, once to write.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -40,10 +39,6 @@ DIGEST_CACHE_SIZE = 200_000
 
 _digest_cache: OrderedDict[tuple, str] = OrderedDict()
 _cache_lock = threading.Lock()
-
-
-def default_concurrency() -> int:
-    return max(1, int(os.environ.get("GKERESUME_CONCURRENCY", "4")))
 
 
 def plan_blobs(items: list[CollectedStorage]) -> list[list[CollectedStorage]]:
@@ -77,7 +72,7 @@ class BlobWriter:
     def __init__(self, store: SnapshotStore, concurrency: int | None = None,
                  progress: Callable[[Progress], None] | None = None):
         self.store = store
-        self.concurrency = concurrency or default_concurrency()
+        self.concurrency = concurrency or store.concurrency
         self.progress = progress
         self._lock = threading.Lock()
         self._done = 0

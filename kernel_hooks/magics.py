@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError, SnapshotNotFoundError
+from jupyter_gkeresume.snapshot.cost import format_cost, workspace_cost
 
 from . import api, server_link
 from .progress import CellProgress, human_bytes
@@ -132,14 +133,18 @@ class ResumeMagics(Magics):
             print("no snapshots in this workspace yet (%checkpoint makes one)")
             return None
         print(f"{'id':<24} {'name':<16} {'created':<12} {'notebook':<24} {'size':>9} "
-              f"{'objects':>7}  here")
+              f"{'objects':>7} {'$/month':>8}  here")
         for r in rows:
             if r.error:
                 print(f"{r.snapshot_id:<24} unreadable: {r.error}")
                 continue
             print(f"{r.snapshot_id:<24} {(r.name or '-'):<16} {_age(r.created):<12} "
-                  f"{(r.notebook or '-')[-24:]:<24} {human_bytes(r.bytes):>9} {r.objects:>7}  "
+                  f"{(r.notebook or '-')[-24:]:<24} {human_bytes(r.bytes):>9} {r.objects:>7} "
+                  f"{format_cost(r.monthly_cost_usd).removesuffix('/month'):>8}  "
                   f"{r.verdict.level if r.verdict else '?'}")
+        usage = self._run(lambda: workspace_cost(api.open_store()))
+        print(f"workspace: {usage.snapshots} snapshots, {human_bytes(usage.bytes)} stored "
+              f"(shared blobs once), about {format_cost(usage.monthly_usd)}")
         return None
 
     @line_magic

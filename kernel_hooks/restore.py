@@ -11,6 +11,7 @@ last step leaves the namespace as it was.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -28,9 +29,9 @@ from jupyter_gkeresume.snapshot import (
     resolve,
 )
 from jupyter_gkeresume.snapshot.blobfile import read_verified
+from jupyter_gkeresume.snapshot.lease import RestoreLease
 
 from . import rebuild, session_state
-from .blobwriter import default_concurrency
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import get_engine
 from .cuda_plan import DeviceMapping, cuda_index, plan_device_mapping
@@ -39,6 +40,7 @@ from .memory import host_view
 from .results import Progress, ResumeResult, Skipped
 
 MAX_WALK = 2_000_000
+DEFAULT_LEASE_WAIT = 600.0
 
 
 class StorageLoader:
@@ -234,10 +236,28 @@ def take_resume(
     progress: Callable[[Progress], None] | None = None,
     continuing_cell: bool = False,
     shell: Any = None,
+    lease_wait: float | None = None,
 ) -> ResumeResult:
-    """Restore a snapshot into ``namespace``; see the module docstring for the order."""
+    """Restore a snapshot into ``namespace``; see the module docstring for the order.
+
+    One restore of a snapshot runs at a time, across kernels, tabs and pods: the others wait for
+    its ``RestoreLease`` up to ``lease_wait`` seconds (``GKERESUME_LEASE_WAIT``, default 600),
+    then get ``LeaseHeldError`` naming the holder."""
     started = time.monotonic()
     snapshot_id = resolve(store, reference, key)
+    if lease_wait is None:
+        lease_wait = float(os.environ.get("GKERESUME_LEASE_WAIT", DEFAULT_LEASE_WAIT))
+    with RestoreLease(store, snapshot_id.lower()).hold(wait=lease_wait):
+        return _restore(namespace, store, key, snapshot_id, only=only, trust=trust,
+                        progress=progress, continuing_cell=continuing_cell, shell=shell,
+                        started=started)
+
+
+def _restore(
+    namespace: dict[str, Any], store: SnapshotStore, key: SigningKey, snapshot_id: str, *,
+    only: list[str] | None, trust: bool, progress: Callable[[Progress], None] | None,
+    continuing_cell: bool, shell: Any, started: float,
+) -> ResumeResult:
     manifest = load_manifest(store, snapshot_id, key, trust_unsigned=trust)
     verdict = check_compatible(manifest, environment_fingerprint())
     if verdict.level == "incompatible":
@@ -250,7 +270,7 @@ def take_resume(
                 f"(it has: {', '.join(manifest.saved_names)})"
             )
     result = ResumeResult(snapshot_id, verdict=verdict.to_dict())
-    loader = StorageLoader(store, manifest, default_concurrency(), progress, result.warnings)
+    loader = StorageLoader(store, manifest, store.concurrency, progress, result.warnings)
     try:
         graph = loader.read_graph_blob()
         with rebuild.loading(loader):

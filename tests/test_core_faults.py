@@ -36,6 +36,8 @@ def test_second_checkpoint_writes_only_what_changed(start_kernel):
                         "print(__import__('json').dumps([r.bytes_new, r.bytes_reused]))")
     assert second[0] < 16_000, "only the graph and the small pack are new"
     assert second[1] > 2_500_000
+    listing = k.run("%snapshots")
+    assert "$/month" in listing and "workspace: 2 snapshots" in listing and "/month" in listing
 
 
 def test_kill_during_checkpoint_leaves_no_partial_snapshot(start_kernel, kernel_env, tmp_path):
@@ -198,3 +200,36 @@ def test_equal_storages_share_a_blob_but_come_back_distinct(start_kernel):
     assert b.run("t_copy.zero_(); big_copy.zero_(); n_copy[:] = 0\n"
                  "print(bool(t.abs().sum() > 0), float(big.sum()), float(n.sum()))") \
         == "True 400000.0 20000.0\n"
+
+
+def test_two_restores_of_one_snapshot_run_one_at_a_time(start_kernel, tmp_path):
+    """The restore lease: while tab 1 restores, tab 2 is told who holds it, or waits."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    a = start_kernel()
+    a.run(f'''
+import os, time, kernel_hooks
+@kernel_hooks.on_resume
+def hold_until_go(result):
+    if os.environ.get("HOLD_RESTORE"):
+        open({str(started)!r}, "w").close()
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.05)
+y = 7''')
+    a.run("%checkpoint")
+    tab1, tab2 = start_kernel(), start_kernel()
+    tab1.run("import os\nos.environ['HOLD_RESTORE'] = '1'")
+    tab1.client.execute("import kernel_hooks\nr1 = kernel_hooks.resume()")
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert time.monotonic() < deadline, "tab 1 never started restoring"
+        time.sleep(0.05)
+    told = tab2.run_json(
+        "import json, kernel_hooks\nfrom jupyter_gkeresume.errors import LeaseHeldError\n"
+        "try:\n    kernel_hooks.resume(lease_wait=0)\n    print(json.dumps('ran'))\n"
+        "except LeaseHeldError as exc:\n    print(json.dumps(exc.holder))")
+    assert told != "ran" and "pid" in told
+    tab2.client.execute("r2 = kernel_hooks.resume(lease_wait=120)")
+    go.touch()
+    expected = "7 ['os', 'time', 'kernel_hooks', 'hold_until_go', 'y']\n"
+    assert tab2.run("print(y, r2.restored)", timeout=180) == expected
+    assert tab1.run("print(y, r1.restored)") == expected
