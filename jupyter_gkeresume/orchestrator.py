@@ -101,12 +101,21 @@ class Operation:
 
 @dataclass
 class ResumeItem:
-    """One kernel to bring back: into ``kernel_id`` or a kernel started for ``notebook``."""
+    """One kernel to bring back: into ``kernel_id`` or a kernel started for ``notebook``.
+    ``saved``: the names its snapshot holds, when the paused record says (``None``: unknown)."""
 
     snapshot_id: str
     notebook: str | None
     kernel_name: str | None
     kernel_id: str | None = None
+    saved: list[str] | None = None
+
+    def only(self, names: list[str] | None) -> list[str] | None:
+        """The names of ``names`` to restore here: one ``only`` list serves every kernel of the
+        paused record, each restores those its snapshot holds (all of them when not known)."""
+        if names is None or self.saved is None:
+            return names
+        return [n for n in names if n in self.saved]
 
 
 class Orchestrator:
@@ -419,8 +428,10 @@ class Orchestrator:
             if snapshot is None:
                 if self.paused is None:
                     raise ConflictError("nothing is paused here: give a 'snapshot' to restore")
-                items = [ResumeItem(k["snapshot_id"], k["notebook"], k["kernel_name"])
+                items = [ResumeItem(k["snapshot_id"], k["notebook"], k["kernel_name"],
+                                    saved=k.get("saved"))
                          for k in self.paused["kernels"]]
+                _check_only(only, items)
             else:
                 items = [await asyncio.to_thread(self._plan_snapshot, snapshot, kernel)]
             check_transition(self.workspace.state, State.WAITING_FOR_RESOURCES)
@@ -452,10 +463,13 @@ class Orchestrator:
             if mode != "files-only":
                 self.workspace.move(State.RESTORING)
                 for item, kid in zip(items, kids, strict=True):
+                    names = item.only(only)
+                    if names == []:  # a partial resume that wants nothing of this snapshot
+                        continue
                     entry = self._entry(kid)
                     entry.machine.move(State.RESTORING)
                     await self._call(kid, "resume", {"reference": item.snapshot_id,
-                                                     "only": only},
+                                                     "only": names},
                                      self.settings.kernel_call_timeout)
                     entry.snapshot_id = item.snapshot_id
             self._move_all(kids, State.READY)
@@ -608,6 +622,18 @@ class Orchestrator:
 
 def _utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_only(only: list[str] | None, items: list[ResumeItem]) -> None:
+    """A partial resume of the paused record: every name must be saved by some kernel (when the
+    record says what each saved)."""
+    if only is None or any(item.saved is None for item in items):
+        return
+    held = {name for item in items for name in item.saved or []}
+    missing = [n for n in only if n not in held]
+    if missing:
+        raise InvalidInputError(f"no paused snapshot holds {', '.join(map(repr, missing))}; "
+                                f"saved: {', '.join(sorted(held)) or 'nothing'}")
 
 
 def _safe_notebook_path(path: str) -> str:

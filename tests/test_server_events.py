@@ -87,21 +87,35 @@ async def test_a_record_that_cannot_be_written_fails_nothing(api, store_dir):
 
 async def test_resume_compatible_objects_only_from_the_paused_record(api):
     """The lab's 'Resume compatible objects only': the paused record, ``mode: partial``, ``only``
-    = the snapshot row's ``saved`` minus the objects at risk."""
-    kid = await api.new_session("partial.ipynb")
-    await api.run_cell(kid, "x = 42\ny = 'left behind'")
+    = the snapshot rows' ``saved`` minus the objects at risk. One list serves every notebook:
+    each kernel restores the names its own snapshot holds (none: a fresh kernel)."""
+    one = await api.new_session("one.ipynb")
+    await api.run_cell(one, "x = 42\ny = 'left behind'")
+    two = await api.new_session("two.ipynb")
+    await api.run_cell(two, "b = 'bee'\nc = 'left behind too'")
+    three = await api.new_session("three.ipynb")
+    await api.run_cell(three, "z = 'nothing wanted from here'")
     status = await pause_and_settle(api)
     code, body = await api.call("GET", "gkeresume/api/snapshots")
-    [row] = body["snapshots"]
-    assert row["id"] == status["paused"]["kernels"][0]["snapshot_id"]
-    assert {"x", "y"} <= set(row["saved"])
+    saved = {row["notebook"]: set(row["saved"]) for row in body["snapshots"]}
+    assert {"x", "y"} <= saved["one.ipynb"] and {"b", "c"} <= saved["two.ipynb"]
 
     code, body = await api.call("POST", "gkeresume/api/resume", {"mode": "partial",
-                                                                  "only": ["x"]})
+                                                                  "only": ["x", "nope"]})
+    assert code == 400 and "no paused snapshot holds 'nope'" in body["message"], body
+    code, body = await api.call("POST", "gkeresume/api/resume", {"mode": "partial",
+                                                                  "only": ["x", "b"]})
     assert code == 202, body
     assert body["operation"]["mode"] == "partial"
     status = await api.settle()
     assert status["state"] == "ready" and status["paused"] is None, status
-    [kernel] = status["kernels"]
-    assert kernel["notebook"] == "partial.ipynb" and kernel["result"]["restored"] == ["x"]
-    assert await api.run_cell(kernel["kernel_id"], "print(x, 'y' in dir())") == "42 False\n"
+    kernels = {k["notebook"]: k for k in status["kernels"]}
+    assert kernels["one.ipynb"]["result"]["restored"] == ["x"]
+    assert kernels["two.ipynb"]["result"]["restored"] == ["b"]
+    out = await api.run_cell(kernels["one.ipynb"]["kernel_id"], "print(x, 'y' in dir())")
+    assert out == "42 False\n"
+    out = await api.run_cell(kernels["two.ipynb"]["kernel_id"], "print(b, 'c' in dir())")
+    assert out == "bee False\n"
+    assert kernels["three.ipynb"]["state"] == "ready" and kernels["three.ipynb"]["result"] is None
+    out = await api.run_cell(kernels["three.ipynb"]["kernel_id"], "print('z' in dir())")
+    assert out == "False\n"

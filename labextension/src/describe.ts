@@ -295,10 +295,14 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
     problems,
     compatibleObjects: compatible,
     canResume: usable,
-    // The server applies one `only` list to every kernel and a kernel refuses names its
-    // snapshot lacks: offered for one notebook until the server picks the names per kernel.
+    // One `only` list serves every kernel: the server gives each kernel the names its
+    // snapshot holds when the record lists them (`saved`); an older record names none, and a
+    // kernel refuses names its snapshot lacks, so then only a one-notebook pause qualifies.
     canResumeCompatible:
-      usable && level === 'partial' && !!compatible?.length && record.kernels.length === 1
+      usable &&
+      level === 'partial' &&
+      !!compatible?.length &&
+      (record.kernels.length === 1 || recordedResults(record).length > 0)
   };
 }
 

@@ -199,11 +199,15 @@ test('resume offer: when, size, estimate, the worst verdict with every reason', 
   rows[0].saved = ['y'];
   const named = resumeOffer(status('paused', { paused: RECORD }), rows)!;
   assert.deepEqual(named.compatibleObjects, ['y', 'model', 'x']);
-  assert.equal(named.canResumeCompatible, false, 'one `only` list cannot serve two kernels');
+  assert.equal(named.canResumeCompatible, false, 'an older record: one list for two kernels');
   const one = { ...RECORD, kernels: RECORD.kernels.slice(1) };
   const single = resumeOffer(status('paused', { paused: one }), rows)!;
   assert.deepEqual(single.compatibleObjects, ['model', 'x']);
   assert.equal(single.canResumeCompatible, true);
+  // A record naming each kernel's saved objects: the server splits the list per kernel.
+  const kernels = RECORD.kernels.map((k, i) => ({ ...k, saved: rows[i].saved, skipped: [] }));
+  const perKernel = resumeOffer(status('paused', { paused: { ...RECORD, kernels } }), rows)!;
+  assert.equal(perKernel.canResumeCompatible, true);
 });
 
 test('resume offer: unreadable or incompatible snapshots only allow starting fresh', () => {
