@@ -659,6 +659,9 @@ def _parse_record(raw: bytes) -> dict[str, Any]:
         raise InvalidInputError("paused record: 'kernels' is not a list of kernel entries")
     for k in kernels:
         validate_snapshot_id(k["snapshot_id"])
+        saved = k.get("saved", [])
+        if not (isinstance(saved, list) and all(isinstance(n, str) for n in saved)):
+            raise InvalidInputError("paused record: 'saved' is not a list of names")
         if k.get("notebook") is not None:
             _safe_notebook_path(k["notebook"])
     return record
