@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,7 +45,14 @@ DEFAULT_LEASE_WAIT = 600.0
 
 
 class StorageLoader:
-    """Reads storage blobs in parallel and serves them to the unpickler by key."""
+    """Reads storage blobs in parallel, straight into buffers allocated up front, and serves
+    them to the unpickler by key.
+
+    Host storages are handed out at once, while their bytes are still arriving: unpickling runs
+    alongside the reads, and nothing reaches the user before ``finish()`` has waited for every
+    read and its digest check (``damaged`` then names the storages whose blob failed). A storage
+    bound for a GPU waits for its own read before the copy.
+    """
 
     def __init__(self, store: SnapshotStore, manifest: Manifest, concurrency: int,
                  progress: Callable[[Progress], None] | None, warnings: list[str]):
@@ -56,7 +64,8 @@ class StorageLoader:
         self.not_fitted: dict[str, str] = {}  # storage key -> the device it did not fit on
         self._mapping: DeviceMapping | None = None
         self.bytes_read = 0
-        self._buffers: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._buffers = {k: _allocate(ref.kind, ref.nbytes) for k, ref in manifest.storages.items()}
         self._untyped: dict[str, Any] = {}
         self._total = sum(s.nbytes for s in manifest.storages.values())
         self._start = time.monotonic()
@@ -72,7 +81,11 @@ class StorageLoader:
                 for key in keys:
                     self._futures[key] = future
 
-    def close(self) -> None:
+    def finish(self) -> None:
+        """Wait for every read (and digest check); after it, ``damaged`` is complete."""
+        self._pool.shutdown(wait=True, cancel_futures=False)
+
+    def abort(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def read_graph_blob(self) -> bytes:
@@ -86,54 +99,38 @@ class StorageLoader:
             read_verified(f, self.manifest.graph_blob, size, destination)
         return bytes(out)
 
-    def _allocate(self, key: str, nbytes: int) -> Any:
-        kind = self.manifest.storages[key].kind
-        if kind == "torch":
-            import torch
-
-            return torch.empty(nbytes, dtype=torch.uint8)
-        import numpy
-
-        return numpy.empty(nbytes, dtype=numpy.uint8)
-
-    def _read_blob(self, digest: str, entries: dict[int, list[str]]) -> dict[str, Any]:
-        """Read one blob into fresh buffers, one per storage key; a failure marks all its keys."""
-        buffers: dict[str, Any] = {}
-
+    def _read_blob(self, digest: str, entries: dict[int, list[str]]) -> None:
+        """Read one blob into its storages' buffers; a failure marks all its keys damaged."""
         def destination(entry: int, nbytes: int) -> memoryview | None:
             keys = entries.get(entry)
-            if not keys:
-                return None
-            buffers[keys[0]] = buf = self._allocate(keys[0], nbytes)
-            return host_view(_address(buf), nbytes)
+            return host_view(_address(self._buffers[keys[0]]), nbytes) if keys else None
 
         try:
             with self.store.open_blob(digest) as (f, size):
                 read_verified(f, digest, size, destination)
         except (GkeResumeError, OSError) as exc:
-            reason = f"blob {digest[:12]} unreadable: {exc}"
-            return {key: reason for keys in entries.values() for key in keys}
+            for keys in entries.values():
+                for key in keys:
+                    self.damaged[key] = f"blob {digest[:12]} unreadable: {exc}"
+            return
+        nbytes = 0
         for first, *others in entries.values():
+            size = self.manifest.storages[first].nbytes
             for key in others:  # equal bytes, but a distinct storage: its own copy
-                buffers[key] = self._allocate(key, self.manifest.storages[key].nbytes)
-                host_view(_address(buffers[key]), self.manifest.storages[key].nbytes)[:] = \
-                    host_view(_address(buffers[first]), self.manifest.storages[first].nbytes)
-        self.bytes_read += sum(self.manifest.storages[k].nbytes for k in buffers)
+                host_view(_address(self._buffers[key]), size)[:] = \
+                    host_view(_address(self._buffers[first]), size)
+            nbytes += size * (1 + len(others))
+        with self._lock:
+            self.bytes_read += nbytes
+            done = self.bytes_read
         if self.progress is not None:
-            self.progress(Progress("reading", self.bytes_read, self._total,
-                                   time.monotonic() - self._start))
-        return buffers
+            self.progress(Progress("reading", done, self._total, time.monotonic() - self._start))
 
-    def _buffer(self, key: str) -> Any:
+    def _buffer(self, key: str, *, wait: bool = False) -> Any:
         if key not in self._buffers:
-            future = self._futures.get(key)
-            if future is None:
-                raise InvalidInputError(f"graph names storage {key} that the manifest lacks")
-            value = future.result().get(key)
-            if isinstance(value, str):
-                self.damaged[key] = value
-                value = self._allocate(key, self.manifest.storages[key].nbytes)
-            self._buffers[key] = value
+            raise InvalidInputError(f"graph names storage {key} that the manifest lacks")
+        if wait:
+            self._futures[key].result()
         return self._buffers[key]
 
     def target_device(self, saved: str) -> str:
@@ -150,8 +147,8 @@ class StorageLoader:
     def torch_storage(self, key: str) -> Any:
         """The untyped storage for ``key``, on its (remapped) device, one object per key."""
         if key not in self._untyped:
-            host = self._buffer(key).untyped_storage()
             device = self.target_device(self.manifest.storages[key].device)
+            host = self._buffer(key, wait=device != "cpu").untyped_storage()
             self._untyped[key] = host if device == "cpu" else self._to_device(key, host, device)
         return self._untyped[key]
 
@@ -187,6 +184,17 @@ class StorageLoader:
             if untyped is not None:
                 ids.add(untyped._cdata)
         return ids
+
+
+def _allocate(kind: str, nbytes: int) -> Any:
+    """A host buffer for one storage: a torch uint8 tensor, or a numpy uint8 array."""
+    if kind == "torch":
+        import torch
+
+        return torch.empty(nbytes, dtype=torch.uint8)
+    import numpy
+
+    return numpy.empty(nbytes, dtype=numpy.uint8)
 
 
 def _address(buffer: Any) -> int:
@@ -275,8 +283,10 @@ def _restore(
         graph = loader.read_graph_blob()
         with rebuild.loading(loader):
             values, failures, placeholders = read_graph(graph, manifest.graph_ends)
-    finally:
-        loader.close()
+    except BaseException:
+        loader.abort()
+        raise
+    loader.finish()
     result.bytes_read = loader.bytes_read
     loaded = dict(zip(manifest.records, values, strict=True))
     reasons = {manifest.records[i]: why for i, why in failures.items()}
