@@ -131,3 +131,14 @@ def test_claiming_a_blob_on_gcs_refreshes_its_age(gcs_bucket):
     assert store.claim_blob(digest, len(data))
     (after,) = store.list_blobs()
     assert after.mtime >= before.mtime + 1
+
+
+def test_snapshot_ids_sort_by_creation_time_within_a_second():
+    from datetime import datetime, timezone
+
+    from jupyter_gkeresume.snapshot.catalog import new_snapshot_id
+
+    base = datetime(2026, 11, 30, 10, 15, 0, tzinfo=timezone.utc)
+    ids = [new_snapshot_id(base.replace(microsecond=ms * 1000)) for ms in (0, 1, 15, 16, 500, 999)]
+    assert ids == sorted(ids)
+    assert all(validate_snapshot_id(i) for i in ids)
