@@ -19,6 +19,7 @@ from jupyter_gkeresume.snapshot.cost import format_cost, workspace_cost
 
 from . import api, server_link
 from .progress import CellProgress, human_bytes
+from .replay import plan_replay
 from .results import CheckpointResult, ResumeResult
 
 
@@ -149,7 +150,7 @@ class ResumeMagics(Magics):
 
     @line_magic
     def resume(self, line: str = ""):
-        """%resume [ID|NAME|latest] [--only a,b] [--trust]
+        """%resume [ID|NAME|latest] [--only a,b] [--trust] [--replay]
 
         Restore a snapshot into this kernel (default: the latest) and print what came back,
         what did not, and why. Tensors return to their device when it exists, else to the CPU
@@ -158,21 +159,52 @@ class ResumeMagics(Magics):
         Options:
           --only a,b   restore only these variables
           --trust      accept this one snapshot even though its signature does not verify
+          --replay     then rebuild what did not come back by re-running the cells of the
+                       input history that defined it (and what those cells need); they run on a
+                       copy of the namespace, and only the missing names are taken from it
         """
         def setup(p: _Parser) -> None:
             p.add_argument("reference", nargs="?", default="latest")
             p.add_argument("--only")
             p.add_argument("--trust", action="store_true")
+            p.add_argument("--replay", action="store_true")
 
         args = _parse(self.resume.__doc__, "resume", line, setup)
         if args is None:
             return None
         only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-        print(format_resume(self._run(lambda: api.resume(
+        result = self._run(lambda: api.resume(
             args.reference, only=only, trust=args.trust, progress=CellProgress(),
             continuing_cell=True,
-        ))))
+        ))
+        print(format_resume(result))
+        if args.replay:
+            self._replay([s.name for s in result.not_restored if s.name.isidentifier()])
         return None
+
+    def _replay(self, missing: list[str]) -> None:
+        """Re-run the history cells that rebuild ``missing`` (``replay.plan_replay``)."""
+        if not missing:
+            print("replay: nothing is missing")
+            return
+        shell = self.shell
+        plan = plan_replay(list(shell.history_manager.input_hist_raw), missing)
+        for name, why in plan.unresolved.items():
+            print(f"replay: cannot rebuild {name}: {why}")
+        if not plan.cells:
+            return
+        print("replay: re-running " + ", ".join(f"In[{n}]" for n in plan.cells))
+        scratch = dict(shell.user_ns)
+        for number, source in zip(plan.cells, plan.sources, strict=True):
+            try:
+                exec(compile(shell.transform_cell(source), f"<replay In[{number}]>", "exec"),
+                     scratch)
+            except Exception as exc:  # the user's own cell failed: say which, keep the rest
+                print(f"replay: In[{number}] failed: {type(exc).__name__}: {exc}")
+                break
+        back = [n for n in missing if n in scratch]
+        shell.user_ns.update({n: scratch[n] for n in back})
+        print(f"replay: back: {', '.join(back) or 'nothing'}")
 
     @line_magic
     def pause(self, line: str = ""):

@@ -233,3 +233,16 @@ y = 7''')
     expected = "7 ['os', 'time', 'kernel_hooks', 'hold_until_go', 'y']\n"
     assert tab2.run("print(y, r2.restored)", timeout=180) == expected
     assert tab1.run("print(y, r1.restored)") == expected
+
+
+def test_resume_replay_rebuilds_what_could_not_be_captured(start_kernel):
+    a = start_kernel()
+    a.run("data = [1, 2, 3]")
+    a.run("squares = (x * x for x in data)")
+    a.run("total = sum(data)")
+    a.run("%checkpoint")
+    a.kill()
+    b = start_kernel()
+    out = b.run("%resume --replay")
+    assert "not restored: squares" in out and "replay: back: squares" in out
+    assert b.run("print(list(squares), total)") == "[1, 4, 9] 6\n"
