@@ -42,6 +42,6 @@ install_python_env() {  # $1: "test" or "lab"; pip builds the lab extension (nee
   if [ "$1" = "test" ]; then
     .venv/bin/python -m pip install -q -e ".[test]"
   else
-    .venv/bin/python -m pip install -q -e ".[gcs]" jupyterlab
+    .venv/bin/python -m pip install -q -e ".[gcs,kubeflow]" jupyterlab
   fi
 }

@@ -62,7 +62,13 @@ class KubeflowRelease(ReleaseBackend):
         return parts[1] if parts else ""
 
     def _custom_objects_api(self):
-        from kubernetes import client, config
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            raise ReleaseError(
+                "the kubeflow release backend needs the kubernetes client: "
+                "pip install 'jupyter-gkeresume[kubeflow]'"
+            ) from None
 
         if self.api_host:
             configuration = client.Configuration(host=self.api_host)
