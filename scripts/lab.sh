@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/install.sh
 install_python_env lab
-exec .venv/bin/jupyter lab "$@"
+args=()
+[ "$(id -u)" -ne 0 ] || args+=(--allow-root)  # containers often run as root
+exec .venv/bin/jupyter lab "${args[@]}" "$@"
