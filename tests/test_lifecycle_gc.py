@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fixtures_lifecycle import make_snapshot, put_blob
 
-from jupyter_gkeresume.errors import ManifestError
+from jupyter_gkeresume.errors import InvalidInputError, ManifestError
 from jupyter_gkeresume.snapshot.gc import (
     apply_retention,
     collect_garbage,
@@ -149,3 +149,26 @@ def test_retention_then_gc(local_store, signing_key):
     assert local_store.list_snapshot_ids() == sorted(
         [snaps[0].snapshot_id, snaps[3].snapshot_id, named.snapshot_id]
     )
+
+
+def test_files_of_writers_that_died_mid_write_are_swept_after_the_grace_period(
+    local_store, signing_key
+):
+    snap = make_snapshot(local_store, signing_key, [b"kept"])
+    folder = Path(local_store.root) / "blobs" / "ab"
+    folder.mkdir(parents=True, exist_ok=True)
+    dead = folder / f"{'ab' * 32}.safetensors.tmp-0123"
+    dead.write_bytes(b"x" * 50)
+    old = time.time() - 7200
+    os.utime(dead, (old, old))
+    live = Path(local_store.root) / "snapshots" / "20261130T101500Z-000aaa.json.tmp-4567"
+    live.write_bytes(b"{}")
+
+    dry = collect_garbage(local_store, grace_seconds=3600, dry_run=True)
+    assert dry.partial_writes == {str(dead): 50} and dry.bytes_freed == 50 and dead.exists()
+    report = collect_garbage(local_store, grace_seconds=3600)
+    assert report.partial_writes == {str(dead): 50}
+    assert not dead.exists() and live.exists()
+    assert verify_snapshot(local_store, snap.snapshot_id, signing_key).ok
+    with pytest.raises(InvalidInputError):
+        local_store.delete_partial_write(str(Path(local_store.root) / "snapshots"))

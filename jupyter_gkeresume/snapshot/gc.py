@@ -15,7 +15,8 @@ Mark and sweep, in this order, so that a checkpoint running at the same time nev
    blob and committed during steps 1-3 keeps it);
 5. list the blobs again and drop candidates whose modification time moved into the grace period
    (a writer that reuses an existing blob refreshes it first, see docs/lifecycle.md);
-6. delete the candidates.
+6. delete the candidates, then the temporary files of writers that died mid-write
+   (``*.tmp-*``) once they are older than the grace period.
 
 The grace period must exceed the longest checkpoint. What remains racy is a writer that decides to
 reuse a blob during step 6 without refreshing it: the documented writer contract closes that.
@@ -49,16 +50,18 @@ class GcReport:
     blobs_referenced: int = 0
     swept: dict[str, int] = field(default_factory=dict)
     young: dict[str, int] = field(default_factory=dict)
+    partial_writes: dict[str, int] = field(default_factory=dict)
 
     @property
     def bytes_freed(self) -> int:
-        return sum(self.swept.values())
+        return sum(self.swept.values()) + sum(self.partial_writes.values())
 
     def to_dict(self) -> dict[str, object]:
         return {
             "dry_run": self.dry_run, "snapshots_deleted": self.snapshots_deleted,
             "blobs_total": self.blobs_total, "blobs_referenced": self.blobs_referenced,
-            "swept": self.swept, "young": self.young, "bytes_freed": self.bytes_freed,
+            "swept": self.swept, "young": self.young, "partial_writes": self.partial_writes,
+            "bytes_freed": self.bytes_freed,
         }
 
 
@@ -135,6 +138,11 @@ def collect_garbage(
             store.delete_blob(digest)
         report.swept[digest] = size
         notify("sweeping", done, len(candidates))
+    for path, size, mtime in store.list_partial_writes():
+        if mtime is not None and clock - mtime >= grace_seconds:
+            if not dry_run:
+                store.delete_partial_write(path)
+            report.partial_writes[path] = size
     return report
 
 

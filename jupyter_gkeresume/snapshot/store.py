@@ -195,6 +195,28 @@ class SnapshotStore:
                 out.append(BlobInfo(name, int(info.get("size") or 0), _mtime(info)))
         return out
 
+    def list_partial_writes(self) -> list[tuple[str, int, float | None]]:
+        """Temporary files (``*.tmp-*``) left by writers that died mid-write, as
+        ``(path, size, mtime)``; a live writer's are young, so gc's grace period spares them."""
+        with self._errors("list partial writes"):
+            self._invalidate(self.root)
+            try:
+                entries = self.fs.find(self.root, detail=True)
+            except FileNotFoundError:
+                return []
+        return [(path, int(info.get("size") or 0), _mtime(info))
+                for path, info in entries.items() if ".tmp-" in path.rsplit("/", 1)[-1]]
+
+    def delete_partial_write(self, path: str) -> None:
+        """Remove one file listed by ``list_partial_writes`` (nothing else is accepted)."""
+        if not path.startswith(f"{self.root}/") or ".tmp-" not in path.rsplit("/", 1)[-1]:
+            raise InvalidInputError(f"not a partial write of this workspace: {path}")
+        with self._errors("delete partial write"):
+            try:
+                self.fs.rm_file(path)
+            except FileNotFoundError:
+                pass
+
     def delete_blob(self, digest: str) -> None:
         with self._errors("delete blob"):
             try:
