@@ -1,6 +1,7 @@
 """Resume: a signed manifest + blobs -> objects back in the namespace, with a full report.
 
-Call order inside ``take_resume``: resolve the reference; load and verify the manifest; judge
+Call order inside ``take_resume``: resolve the reference; take the snapshot's single-flight
+``RestoreLease``; load and verify the manifest; judge
 compatibility (``incompatible`` stops here); start reading every storage blob in parallel (each
 verified against its digest while read); unpickle the graph record by record, storages arriving
 through ``rebuild``; find what a damaged blob or a failed record cost; then, only when all
@@ -204,7 +205,8 @@ def _address(buffer: Any) -> int:
 
 def _reaches(value: object, storages: set[int], objects: set[int]) -> bool:
     """Whether ``value`` reaches one of ``objects`` (by id) or a tensor/array whose storage is in
-    ``storages`` (untyped storage handles, buffer ids)."""
+    ``storages`` (untyped storage handles, buffer ids). A graph too large to walk counts as
+    reaching: better reported as not restored than restored with damaged bytes."""
     torch = sys.modules.get("torch")
     numpy = sys.modules.get("numpy")
     seen: set[int] = set()
@@ -217,8 +219,11 @@ def _reaches(value: object, storages: set[int], objects: set[int]) -> bool:
         if id(obj) in objects:
             return True
         if torch is not None and isinstance(obj, torch.Tensor):
-            if obj.untyped_storage()._cdata in storages:
-                return True
+            try:
+                if obj.untyped_storage()._cdata in storages:
+                    return True
+            except RuntimeError:  # sparse and other storage-less layouts
+                stack.extend(gc.get_referents(obj))
             continue
         if numpy is not None and isinstance(obj, numpy.ndarray):
             base = obj
@@ -230,7 +235,7 @@ def _reaches(value: object, storages: set[int], objects: set[int]) -> bool:
         if isinstance(obj, (str, bytes, int, float, type(None))):
             continue
         stack.extend(gc.get_referents(obj))
-    return False
+    return bool(stack)
 
 
 def take_resume(
