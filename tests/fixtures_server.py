@@ -149,6 +149,12 @@ async def reply_to(client, msg_id: str, timeout: float = 60) -> dict[str, Any]:
 
 
 @pytest.fixture
+def store_dir(tmp_path):
+    """The local store of an in-process server test (its ``jp_server_config`` points there)."""
+    return tmp_path / "store"
+
+
+@pytest.fixture
 def api(jp_fetch, jp_serverapp, gk_env) -> Api:
     return Api(jp_fetch, jp_serverapp)
 

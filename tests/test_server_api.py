@@ -17,11 +17,6 @@ from jupyter_gkeresume.kernel_client import own_client
 
 
 @pytest.fixture
-def store_dir(tmp_path):
-    return tmp_path / "store"
-
-
-@pytest.fixture
 def jp_server_config(store_dir):
     return server_config(str(store_dir))
 

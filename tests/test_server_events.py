@@ -23,11 +23,6 @@ from jupyter_gkeresume.orchestrator import _parse_record
 
 
 @pytest.fixture
-def store_dir(tmp_path):
-    return tmp_path / "store"
-
-
-@pytest.fixture
 def jp_server_config(store_dir):
     return server_config(str(store_dir))
 
