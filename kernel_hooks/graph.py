@@ -129,7 +129,7 @@ def _pickles_alone(value: object, collector_factory: Callable[[], StorageCollect
 
 
 def read_graph(
-    data: bytes, ends: list[int]
+    data: bytes | bytearray, ends: list[int]
 ) -> tuple[list[object], dict[int, str], list[Uncaptured]]:
     """Load the records ending at ``ends``; returns the values (None where failed), the failures
     by record index, and the placeholders that stand in for the failed records' objects.
@@ -161,7 +161,7 @@ def read_graph(
     return values, failures, lost
 
 
-def _memo_span(data: bytes, ends: list[int], index: int) -> tuple[int, int]:
+def _memo_span(data: bytes | bytearray, ends: list[int], index: int) -> tuple[int, int]:
     """Memo indices created by record ``index``: [count before it, count after it)."""
     count, first, start = 0, 0, 0
     for i, end in enumerate(ends[: index + 1]):

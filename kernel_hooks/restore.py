@@ -89,16 +89,17 @@ class StorageLoader:
     def abort(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def read_graph_blob(self) -> bytes:
-        out = bytearray()
+    def read_graph_blob(self) -> bytearray:
+        """The graph pickle (the blob's single entry), read once into its own buffer."""
+        entries: list[bytearray] = []
 
         def destination(entry: int, nbytes: int) -> memoryview:
-            out.extend(bytes(nbytes))
-            return memoryview(out)
+            entries.append(bytearray(nbytes))
+            return memoryview(entries[-1])
 
         with self.store.open_blob(self.manifest.graph_blob) as (f, size):
             read_verified(f, self.manifest.graph_blob, size, destination)
-        return bytes(out)
+        return entries[0]
 
     def _read_blob(self, digest: str, entries: dict[int, list[str]]) -> None:
         """Read one blob into its storages' buffers; a failure marks all its keys damaged."""
