@@ -13,6 +13,8 @@ install_system_packages() {
   local missing=()
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  # The real-bindings GPU tests compile a fake libcuda.so.1 (tests/fakecuda) with cc.
+  command -v cc >/dev/null 2>&1 || missing+=(gcc)
   if [ "${#missing[@]}" -gt 0 ]; then
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -3,6 +3,7 @@ pytest_plugins = [
     "fixtures_gcs",
     "fixtures_lifecycle",
     "fixtures_gpu",
+    "fixtures_fakecuda",
     "fixtures_server",
     "fixtures_ui",
 ]
