@@ -5,9 +5,8 @@ copy (``info.span_ptr``, ``info.nbytes``: every byte the array can reach, stride
 ``info.to_dict()`` is the plain record to keep in the pickle next to the storage key.
 
 Restore: ``CudaArrayInfo.from_dict(record)`` validates the record, then either
-``cuda_array_on_device(info, engine, index)`` allocates the destination (CuPy arrays come back as
-CuPy arrays, Numba arrays as Numba arrays when those libraries are importable, anything else as a
-``CudaArray`` that every CAI consumer accepts) and returns where to copy the bytes, or
+``cuda_array_on_device(info, span)`` makes the array over device memory the caller allocated
+(``engine.allocate``) and filled (``engine.host_to_device``), or
 ``cuda_array_on_cpu(info, host_bytes)`` rebuilds it as a NumPy array (no GPU here).
 """
 
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_gkeresume.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from .cuda_engine import CudaEngine, DeviceAllocation
+    from .cuda_engine import DeviceAllocation
 
 TYPESTR_RE = re.compile(r"^[<>|=]([biufc])([0-9]{1,2})$")
 _KINDS = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
@@ -150,28 +149,27 @@ class CudaArray:
         )
 
 
-def cuda_array_on_device(
-    info: CudaArrayInfo, engine: CudaEngine, device_index: int
-) -> tuple[Any, int]:
-    """A new array like ``info`` on ``device_index`` and the device address where its
-    ``info.nbytes`` span bytes must be copied (``engine.host_to_device(src, ptr, index)``)."""
+def cuda_array_on_device(info: CudaArrayInfo, span: DeviceAllocation) -> Any:
+    """A new array like ``info`` over ``span``, device memory holding its ``info.nbytes`` span
+    bytes (allocated with ``engine.allocate``; several arrays may share one span). CuPy arrays
+    come back as CuPy arrays and Numba arrays as Numba arrays when those libraries import here,
+    anything else as a ``CudaArray``; each keeps ``span`` alive."""
+    if span.nbytes != info.nbytes:
+        raise InvalidInputError(f"a {info.nbytes}-byte CUDA array cannot sit on {span.nbytes} bytes")
     if info.module == "cupy" and _importable("cupy"):
         import cupy
 
-        with cupy.cuda.Device(device_index):
-            memory = cupy.cuda.alloc(max(1, info.nbytes))
-            array = cupy.ndarray(
-                info.shape, dtype=cupy.dtype(info.typestr), memptr=memory + info.offset,
-                strides=info.strides,
-            )
-        return array, int(memory.ptr)
-    allocation = engine.allocate(info.nbytes, device_index)
-    array: Any = CudaArray(info, allocation)
+        memory = cupy.cuda.UnownedMemory(span.ptr, max(1, span.nbytes), span, span.device_index)
+        return cupy.ndarray(
+            info.shape, dtype=cupy.dtype(info.typestr),
+            memptr=cupy.cuda.MemoryPointer(memory, info.offset), strides=info.strides,
+        )
+    array: Any = CudaArray(info, span)
     if info.module == "numba" and _importable("numba"):
         from numba import cuda
 
         array = cuda.as_cuda_array(array)
-    return array, allocation.ptr
+    return array
 
 
 def cuda_array_on_cpu(info: CudaArrayInfo, host: Any) -> Any:

@@ -55,6 +55,8 @@ class _GraphPickler(cloudpickle.Pickler):
             return NotImplemented
         reduced = self.collector.reduce(obj)
         if reduced is not None:
+            if reduced[0] is Uncaptured:
+                self.note.uncaptured.append(f"{type_name(obj)} ({reduced[1][1]})")
             return reduced
         app = registry.for_object(obj)
         if app is not None and id(obj) not in self._app_saving:

@@ -1,7 +1,8 @@
 """Reconstructors named in the graph pickle for storages that left it as blobs.
 
 The capture reduces each torch storage to ``storage(key, dtype)`` (``untyped(key)`` for a bare
-UntypedStorage) and each large numpy array to ``array(key, ...)``. While a graph is read, the
+UntypedStorage), each large numpy array to ``array(key, ...)`` and each ``__cuda_array_interface__``
+object to ``cuda_array(key, record)``. While a graph is read, the
 restore code installs its loader with ``loading(loader)``; these functions ask it for the bytes.
 Pickle's memo makes each reduced object come back once, so aliases stay aliases.
 """
@@ -17,6 +18,8 @@ class Loader(Protocol):
     def torch_storage(self, key: str) -> Any: ...
 
     def numpy_buffer(self, key: str) -> Any: ...
+
+    def cuda_array(self, key: str, record: dict[str, Any]) -> Any: ...
 
 
 _loader: Loader | None = None
@@ -58,3 +61,7 @@ def array(key: str, dtype: Any, shape: tuple, strides: tuple, offset: int, write
                            strides=strides)
     result.flags.writeable = writeable
     return result
+
+
+def cuda_array(key: str, record: dict[str, Any]) -> Any:
+    return _current().cuda_array(key, record)

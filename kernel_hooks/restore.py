@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError
+from jupyter_gkeresume.errors import CudaOutOfMemoryError, GkeResumeError, InvalidInputError
 from jupyter_gkeresume.snapshot import (
     Manifest,
     SigningKey,
@@ -31,11 +31,13 @@ from jupyter_gkeresume.snapshot import (
     resolve,
 )
 from jupyter_gkeresume.snapshot.blobfile import read_verified
+from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 
 from . import rebuild, session_state
 from .capture import HOOKS_RECORD, SESSION_RECORD
-from .cuda_engine import get_engine
+from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
+from .cuda_engine import DeviceAllocation, get_engine
 from .cuda_plan import DeviceMapping, cuda_index, plan_device_mapping
 from .graph import read_graph
 from .memory import host_view
@@ -68,6 +70,9 @@ class StorageLoader:
         self._lock = threading.Lock()
         self._buffers = {k: _allocate(ref.kind, ref.nbytes) for k, ref in manifest.storages.items()}
         self._untyped: dict[str, Any] = {}
+        self._spans: dict[str, DeviceAllocation] = {}  # key -> device memory of its CUDA arrays
+        self._made: dict[str, list[Any]] = {}  # key -> the CUDA arrays made over it
+        self._warned_no_engine = False
         self._total = sum(s.nbytes for s in manifest.storages.values())
         self._start = time.monotonic()
         # Equal content is stored once, so one blob entry may hold several distinct storages.
@@ -138,11 +143,8 @@ class StorageLoader:
     def target_device(self, saved: str) -> str:
         """Where a storage saved on ``saved`` goes here (``cuda_plan.plan_device_mapping``)."""
         if self._mapping is None:
-            import torch
-
-            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
             saved_devices = sorted({s.device for s in self.manifest.storages.values()})
-            self._mapping = plan_device_mapping(saved_devices, count)
+            self._mapping = plan_device_mapping(saved_devices, _gpu_count())
             self.warnings.extend(self._mapping.warnings)
         return self._mapping.get(saved, "cpu")
 
@@ -172,11 +174,44 @@ class StorageLoader:
                                   cuda_index(device))
         return target
 
+    def cuda_array(self, key: str, record: dict[str, Any]) -> Any:
+        """A ``__cuda_array_interface__`` array for ``record`` over the bytes of ``key``: on its
+        (remapped) GPU, through the CUDA engine, or as a NumPy array on the CPU when there is no
+        GPU or it does not fit. Arrays sharing ``key`` share the restored memory."""
+        info = CudaArrayInfo.from_dict(record)
+        ref = self.manifest.storages[key]
+        if info.nbytes != ref.nbytes:
+            raise InvalidInputError(f"CUDA array record does not match storage {key}")
+        device = self.target_device(ref.device)
+        engine = get_engine()
+        if device != "cpu" and engine is not None and key not in self.not_fitted:
+            span = self._spans.get(key)
+            if span is None:
+                host = self._buffer(key, wait=True)
+                try:
+                    span = engine.allocate(info.nbytes, cuda_index(device))
+                except CudaOutOfMemoryError:
+                    self.not_fitted[key] = device
+                else:
+                    engine.host_to_device(host, span.ptr, span.device_index)
+                    self._spans[key] = span
+            if span is not None:
+                array = cuda_array_on_device(info, span)
+                self._made.setdefault(key, []).append(array)
+                return array
+        elif device != "cpu" and not self._warned_no_engine:
+            self._warned_no_engine = True
+            self.warnings.append(
+                f"CUDA arrays come back on the CPU as NumPy arrays: {cuda_status()[1]}"
+            )
+        return cuda_array_on_cpu(info, self._buffer(key))
+
     def numpy_buffer(self, key: str) -> Any:
         return self._buffer(key)
 
     def storage_identities(self, keys: set[str]) -> set[int]:
-        """ids of the buffers behind ``keys`` (to find objects that use damaged storages)."""
+        """ids of the buffers behind ``keys`` and of the CUDA arrays made over them (to find the
+        objects that use damaged storages)."""
         ids = set()
         for key in keys:
             buf = self._buffers.get(key)
@@ -185,6 +220,7 @@ class StorageLoader:
             untyped = self._untyped.get(key)
             if untyped is not None:
                 ids.add(untyped._cdata)
+            ids.update(id(array) for array in self._made.get(key, ()))
         return ids
 
 
@@ -199,6 +235,15 @@ def _allocate(kind: str, nbytes: int) -> Any:
     return numpy.empty(nbytes, dtype=numpy.uint8)
 
 
+def _gpu_count() -> int:
+    """GPUs usable here: the CUDA engine's, else torch's, else 0."""
+    engine = get_engine()
+    if engine is not None:
+        return engine.device_count
+    torch = sys.modules.get("torch")  # not imported: no torch storage is being restored
+    return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+
+
 def _address(buffer: Any) -> int:
     """Host address of a torch uint8 tensor or numpy array buffer."""
     return buffer.data_ptr() if hasattr(buffer, "data_ptr") else buffer.ctypes.data
@@ -206,7 +251,7 @@ def _address(buffer: Any) -> int:
 
 def _reaches(value: object, storages: set[int], objects: set[int]) -> bool:
     """Whether ``value`` reaches one of ``objects`` (by id) or a tensor/array whose storage is in
-    ``storages`` (untyped storage handles, buffer ids). A graph too large to walk counts as
+    ``storages`` (untyped storage handles, buffer and CUDA array ids). A graph too large to walk counts as
     reaching: better reported as not restored than restored with damaged bytes."""
     torch = sys.modules.get("torch")
     numpy = sys.modules.get("numpy")
@@ -217,7 +262,7 @@ def _reaches(value: object, storages: set[int], objects: set[int]) -> bool:
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        if id(obj) in objects:
+        if id(obj) in objects or id(obj) in storages:
             return True
         if torch is not None and isinstance(obj, torch.Tensor):
             try:

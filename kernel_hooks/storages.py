@@ -4,9 +4,15 @@ Like ``torch.save``, the graph pickler reuses torch's own tensor reduction and i
 storages it produces: each distinct untyped storage (by its C handle) becomes one key ``s<N>``
 whatever the number of tensors, views or dtypes that share it, so views and tied weights stay
 shared after restore. Large plain numpy arrays leave the same way, keyed by their root buffer, so
-numpy views keep sharing memory with their base. The pickle holds calls to ``rebuild.storage`` /
-``rebuild.array`` in their place (a reducer, not ``persistent_id``, which pickle would call for
-every int and string of the graph).
+numpy views keep sharing memory with their base. Objects of any other library that expose
+``__cuda_array_interface__`` (CuPy, Numba, ...) leave through the CUDA engine, keyed by the span
+of device bytes they reach: arrays over the same span share it again after restore, overlapping
+but different spans come back as separate copies. The pickle holds calls to ``rebuild.storage`` /
+``rebuild.array`` / ``rebuild.cuda_array`` in their place (a reducer, not ``persistent_id``,
+which pickle would call for every int and string of the graph).
+
+Without a usable CUDA engine, CuPy and Numba arrays pickle themselves (through a host copy); any
+other CUDA array becomes an ``Uncaptured`` placeholder: its pickle would hold a dead pointer.
 
 The collector keeps a reference to every storage it keys, so their addresses stay valid until the
 blobs are written.
@@ -19,9 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import rebuild
+from .cuda_arrays import describe_cuda_array
+from .cuda_engine import get_engine
 from .memory import host_view
+from .placeholders import Uncaptured, type_name
 
 NUMPY_MIN_BYTES = 64 << 10
+#: Libraries whose CUDA arrays pickle themselves (host copy) when there is no CUDA engine.
+SELF_PICKLING_CUDA_ARRAYS = frozenset({"cupy", "numba"})
 
 
 @dataclass
@@ -29,12 +40,12 @@ class CollectedStorage:
     """One storage leaving the pickle: its bytes will become one blob entry."""
 
     key: str
-    kind: str  # "torch" | "numpy"
+    kind: str  # "torch" | "numpy" | "cuda_array"
     dtype: str
     nbytes: int
     device: str
     owner: str  # the top-level variable that first reached it
-    source: Any  # keeps the memory alive: UntypedStorage or the root ndarray
+    source: Any  # keeps the memory alive: UntypedStorage, root ndarray or the CUDA array
     address: int
 
     def host_bytes(self) -> memoryview:
@@ -52,12 +63,13 @@ class StorageCollector:
     def __init__(self, numpy_min_bytes: int = NUMPY_MIN_BYTES):
         self.numpy_min_bytes = numpy_min_bytes
         self.items: list[CollectedStorage] = []
-        self._keys: dict[tuple[str, int], str] = {}
+        self._keys: dict[tuple[str, object], str] = {}
         self.owner = ""
         torch = sys.modules.get("torch")
         numpy = sys.modules.get("numpy")
         self._typed = torch.storage.TypedStorage if torch else None
         self._untyped = torch.UntypedStorage if torch else None
+        self._tensor = torch.Tensor if torch else ()
         self._ndarray = numpy.ndarray if numpy else None
 
     def reduce(self, obj: object) -> tuple | None:
@@ -72,6 +84,10 @@ class StorageCollector:
             return None if key is None else (rebuild.untyped, (key,))
         if t is self._ndarray and obj.nbytes >= self.numpy_min_bytes and not obj.dtype.hasobject:
             return self._numpy_reduce(obj)
+        if getattr(t, "__cuda_array_interface__", None) is not None and not isinstance(
+            obj, self._tensor  # torch's CUDA tensors leave through their storages above
+        ):
+            return self._cuda_array_reduce(obj)
         return None
 
     def _torch_key(self, storage: Any, dtype: str) -> str | None:
@@ -100,8 +116,25 @@ class StorageCollector:
         return (rebuild.array, (key, array.dtype, array.shape, array.strides, offset,
                                 array.flags.writeable))
 
+    def _cuda_array_reduce(self, array: Any) -> tuple | None:
+        info = describe_cuda_array(array)
+        engine = get_engine()
+        if engine is None:
+            if info.module in SELF_PICKLING_CUDA_ARRAYS:
+                return None
+            return (Uncaptured, (type_name(array), "GPU memory cannot be read here without "
+                                 "cuda-python and a working CUDA driver"))
+        # An empty array has no device bytes to ask the driver about: it comes back on cuda:0.
+        device = f"cuda:{engine.pointer_device(info.span_ptr) if info.nbytes else 0}"
+        handle = (info.span_ptr, info.nbytes, device)
+        key = self._keys.get(("cuda_array", handle))
+        if key is None:
+            key = self._add("cuda_array", info.dtype, info.nbytes, device, array, info.span_ptr,
+                            handle)
+        return (rebuild.cuda_array, (key, info.to_dict()))
+
     def _add(self, kind: str, dtype: str, nbytes: int, device: str, source: Any,
-             address: int, handle: int) -> str:
+             address: int, handle: object) -> str:
         key = f"s{len(self.items)}"
         self._keys[(kind, handle)] = key
         self.items.append(

@@ -135,8 +135,12 @@ def test_rebuild_on_a_device_copies_through_the_engine():
     engine = CudaEngine(driver, config=Config({"CudaEngine": {"chunk_bytes": 4096}}))
     source = BASE[::-1, 1:5]
     info = CudaArrayInfo.from_dict(describe_cuda_array(FakeCudaArray(source)).to_dict())
-    array, ptr = cuda_array_on_device(info, engine, 0)
+    span_memory = engine.allocate(info.nbytes, 0)
+    array = cuda_array_on_device(info, span_memory)
+    ptr = span_memory.ptr
     assert isinstance(array, CudaArray)  # neither CuPy nor Numba is the owner here
+    with pytest.raises(InvalidInputError, match="cannot sit on"):
+        cuda_array_on_device(info, engine.allocate(info.nbytes + 2, 0))
     span = span_bytes(describe_cuda_array(FakeCudaArray(source)))
     engine.host_to_device(span, ptr, 0)
     face = array.__cuda_array_interface__
