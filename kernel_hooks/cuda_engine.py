@@ -37,11 +37,12 @@ from typing import Any, NamedTuple
 from traitlets import Int
 from traitlets.config import Configurable
 
-from jupyter_gkeresume.errors import CudaError, InvalidInputError
+from jupyter_gkeresume.errors import CudaError, CudaOutOfMemoryError, InvalidInputError
 from jupyter_gkeresume.snapshot.fingerprint import cuda_driver
 
 from .cuda_plan import d2h_schedule, h2d_schedule, plan_chunks
 
+CUDA_ERROR_OUT_OF_MEMORY = 2
 _UNSET = object()
 _engine: Any = _UNSET
 _engine_lock = threading.Lock()
@@ -369,6 +370,8 @@ class CudaEngine(Configurable):
         except RuntimeError as exc:
             raise CudaError(f"{name}: {exc}") from None
         err = out[0]
+        if int(err) == CUDA_ERROR_OUT_OF_MEMORY:
+            raise CudaOutOfMemoryError(f"{name} failed: {self._describe(err)}")
         if int(err) != 0:
             raise CudaError(f"{name} failed: {self._describe(err)}")
         return out[1] if len(out) == 2 else (out[1:] or None)

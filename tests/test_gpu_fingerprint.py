@@ -14,6 +14,7 @@ from jupyter_gkeresume.snapshot import fingerprint
 from jupyter_gkeresume.snapshot.fingerprint import (
     cuda_driver,
     cuda_facts,
+    cuda_status,
     driver_release,
     environment_fingerprint,
     format_gpu_uuid,
@@ -97,33 +98,39 @@ def test_no_driver_here_is_no_gpu_and_no_error():
 
 def test_no_cuda_python_is_no_gpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)
-    assert cuda_driver() is None and cuda_facts() == {}
+    assert cuda_status() == (None, "cuda-python is not installed") and cuda_facts() == {}
 
 
-def _bindings(driver, runtime_error: int) -> types.ModuleType:
+def _bindings(driver, version: str = "12.9.1") -> types.ModuleType:
+    """A stand-in ``cuda.bindings`` package of ``version`` over ``driver``."""
     module = types.ModuleType("cuda.bindings")
+    module.__version__ = version
     module.driver = driver
-    module.runtime = types.SimpleNamespace(
-        cudaGetDeviceCount=lambda: (runtime_error, None if runtime_error else 1),
-        cudaRuntimeGetVersion=lambda: (0, 12060),
-        cudaError_t=types.SimpleNamespace(cudaErrorInsufficientDriver=35),
-    )
+    module.runtime = types.SimpleNamespace(cudaRuntimeGetVersion=lambda: (0, 12060))
     return module
 
 
-def test_a_driver_too_old_for_the_runtime_is_no_gpu(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(SimulatedDriver(), 35))
-    assert cuda_driver() is None
+def test_a_driver_older_than_cuda_python_is_no_gpu_with_the_fix_named(monkeypatch):
+    # The simulated driver supports CUDA 12.4; cuda-python 13 finds none of its functions there.
+    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(SimulatedDriver(), "13.4.4"))
+    driver, reason = cuda_status()
+    assert driver is None
+    assert reason == (
+        "cuda-python 13.4.4 needs a driver for CUDA 13; this one supports CUDA 12.4: "
+        "install cuda-python<13"
+    )
+    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(SimulatedDriver(), "12.9.1"))
+    assert cuda_status()[1] is None and cuda_driver() is not None
 
 
 def test_a_driver_without_devices_is_no_gpu(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(SimulatedDriver(gpus=0), 0))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(SimulatedDriver(gpus=0)))
     assert cuda_driver() is None
 
 
 def test_cuda_facts_are_complete(monkeypatch):
     driver = SimulatedDriver(gpus=2, memory=141 << 30)
-    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(driver, 0))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(driver))
     monkeypatch.setattr(fingerprint, "driver_release", lambda: "550.54.15")
     torch = types.SimpleNamespace(version=types.SimpleNamespace(cuda="12.4"))
     monkeypatch.setitem(sys.modules, "torch", torch)
@@ -146,5 +153,5 @@ def test_cuda_facts_are_complete(monkeypatch):
 def test_cuda_facts_failing_half_way_is_no_gpu(monkeypatch):
     driver = SimulatedDriver()
     driver.cuDeviceTotalMem = lambda dev: (999, None)
-    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(driver, 0))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", _bindings(driver))
     assert cuda_facts() == {}

@@ -7,6 +7,7 @@ driver API when it is installed and a driver answers. Without a driver cuda-pyth
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import re
@@ -40,30 +41,43 @@ def package_versions() -> dict[str, str]:
 
 
 def cuda_driver() -> Any | None:
-    """cuda-python's initialised driver module, or None when no GPU can be used here.
+    """cuda-python's initialised driver module, or None when no GPU can be used here (the
+    reason: ``cuda_status()``). Never raises."""
+    return cuda_status()[0]
+
+
+def cuda_status() -> tuple[Any | None, str | None]:
+    """``(driver module, None)`` when a GPU can be used here, else ``(None, why not)``.
 
     "No GPU" covers: cuda-python not installed; no driver library (``cuInit`` raises
     ``DynamicLibNotFoundError``, a RuntimeError); ``cuInit`` or ``cuDeviceGetCount`` failing or
-    finding no device; and a driver too old for cuda-python's runtime
-    (``cudaErrorInsufficientDriver``). Never raises.
+    finding no device; and a driver older than the CUDA major version cuda-python was built for
+    (cuda-python 13 needs a CUDA 13 driver, R580+: on an older one its driver functions are not
+    found, so a CUDA 12 driver needs ``cuda-python<13``). Only the driver API is asked (no CUDA
+    runtime is initialised). Never raises.
     """
     try:
-        from cuda.bindings import driver, runtime
+        bindings = importlib.import_module("cuda.bindings")
+        from cuda.bindings import driver
     except ImportError:
-        return None
+        return None, "cuda-python is not installed"
     try:
         (err,) = driver.cuInit(0)
         if int(err) != 0:
-            return None
+            return None, f"cuInit failed: {getattr(err, 'name', err)}"
         err, count = driver.cuDeviceGetCount()
         if int(err) != 0 or count < 1:
-            return None
-        err, _ = runtime.cudaGetDeviceCount()
-        if err == runtime.cudaError_t.cudaErrorInsufficientDriver:
-            return None
-    except (RuntimeError, OSError):
-        return None
-    return driver
+            return None, "the CUDA driver sees no GPU"
+        version = _checked(driver.cuDriverGetVersion())
+    except (RuntimeError, OSError) as exc:
+        return None, f"no usable CUDA driver ({exc})"
+    built_for = int(str(getattr(bindings, "__version__", "0")).split(".")[0])
+    if version // 1000 < built_for:
+        return None, (
+            f"cuda-python {bindings.__version__} needs a driver for CUDA {built_for}; this one "
+            f"supports CUDA {_version_string(version)}: install cuda-python<{built_for}"
+        )
+    return driver, None
 
 
 def cuda_facts() -> dict[str, Any]:
