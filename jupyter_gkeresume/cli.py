@@ -35,6 +35,7 @@ from .snapshot.gc import (
 from .snapshot.retention import RetentionPolicy, paused_snapshot_ids
 from .snapshot.signing import SigningKey, verify
 from .snapshot.verify import verify_snapshot
+from .units import human_bytes
 from .workspace import resolve_store_url, resolve_workspace_id
 
 
@@ -99,7 +100,7 @@ def cmd_list(ctx: Context) -> int:
             if r.error:
                 print(f"{r.snapshot_id}  REFUSED: {r.error}")
                 continue
-            print(f"{r.snapshot_id}  {r.name or '-':<16} {size(r.bytes):>10}  {r.objects:>4} "
+            print(f"{r.snapshot_id}  {r.name or '-':<16} {human_bytes(r.bytes):>10}  {r.objects:>4} "
                   f"objects  {r.verdict.level if r.verdict else '?'}"
                   + (f"  ({r.skipped} skipped)" if r.skipped else ""))
 
@@ -122,7 +123,7 @@ def cmd_show(ctx: Context) -> int:
         print(f"snapshot   {manifest.snapshot_id}" + (f" ({manifest.name})" if manifest.name else ""))
         print(f"created    {manifest.created}")
         print(f"notebook   {manifest.notebook or '-'}")
-        print(f"size       {size(manifest.total_bytes)} in {len(manifest.blobs)} blobs")
+        print(f"size       {human_bytes(manifest.total_bytes)} in {len(manifest.blobs)} blobs")
         print(f"signature  {signature}")
         print(f"verdict    {verdict.level}")
         for reason in verdict.reasons:
@@ -139,7 +140,7 @@ def cmd_show(ctx: Context) -> int:
             why = f"  ({o.reason})" if o.reason else ""
             risk = f"  AT RISK: {verdict.objects_at_risk[o.name]}" if (
                 o.name in verdict.objects_at_risk) else ""
-            print(f"  {o.name:<20} {o.type:<28} {o.status:<8} {size(o.bytes):>10}{where}{why}"
+            print(f"  {o.name:<20} {o.type:<28} {o.status:<8} {human_bytes(o.bytes):>10}{where}{why}"
                   f"{risk}")
 
     ctx.emit(data, human)
@@ -164,7 +165,7 @@ def cmd_verify(ctx: Context) -> int:
     def human() -> None:
         for r in reports:
             state = "OK" if r.ok else "FAILED"
-            print(f"{r.snapshot_id}  {state}  {r.blobs_checked} blobs, {size(r.bytes_checked)}, "
+            print(f"{r.snapshot_id}  {state}  {r.blobs_checked} blobs, {human_bytes(r.bytes_checked)}, "
                   f"signature: {r.signature}")
             for problem in r.problems:
                 print(f"  - {problem}")
@@ -191,11 +192,11 @@ def cmd_gc(ctx: Context) -> int:
         for snapshot_id in deleted:
             print(f"{verb} snapshot {snapshot_id}")
         print(f"{verb} {len(report.swept)} of {report.blobs_total} blobs, "
-              f"{'would free' if args.dry_run else 'freed'} {size(report.bytes_freed)} "
+              f"{'would free' if args.dry_run else 'freed'} {human_bytes(report.bytes_freed)} "
               f"({report.bytes_freed} bytes)")
         if report.young:
             print(f"kept {len(report.young)} unreferenced blobs younger than "
-                  f"{args.grace_hours:g} h ({size(sum(report.young.values()))}): "
+                  f"{args.grace_hours:g} h ({human_bytes(sum(report.young.values()))}): "
                   "a checkpoint may be writing them")
 
     ctx.emit(data, human)
@@ -246,11 +247,12 @@ def cmd_usage(ctx: Context) -> int:
     }
 
     def human() -> None:
-        print(f"{len(per_snapshot)} snapshots, {len(blobs)} blobs, {size(stored)} stored "
-              f"({size(stored - referenced)} unreferenced: `gc` frees it)")
+        print(f"{len(per_snapshot)} snapshots, {len(blobs)} blobs, {human_bytes(stored)} stored "
+              f"({human_bytes(stored - referenced)} unreferenced: `gc` frees it)")
         print(f"estimated cost: {format_cost(data['monthly_cost_usd'])} at ${price:g}/GiB-month")
         for r in rows:
-            print(f"  {r['id']}  {size(r['bytes']):>10}  ({size(r['exclusive_bytes'])} its own)")
+            print(f"  {r['id']}  {human_bytes(r['bytes']):>10}  "
+                  f"({human_bytes(r['exclusive_bytes'])} its own)")
 
     ctx.emit(data, human)
     return 0
@@ -280,15 +282,6 @@ def cmd_advise(ctx: Context) -> int:
 
 
 # -- parsing ----------------------------------------------------------------------------------
-def size(n: float) -> str:
-    """Bytes for people: ``1536`` -> ``1.5 KiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def thresholds(text: str) -> list[float]:
     try:
         return [float(t) for t in text.split(",") if t.strip()]

@@ -91,7 +91,8 @@ class BlobWriter:
                 else:
                     out.reused_bytes += size
                 for entry, m in enumerate(plan):
-                    out.refs[m.key] = StorageRef(digest, entry, m.nbytes, m.dtype, m.device, m.kind)
+                    out.refs[m.key] = StorageRef(digest, entry, m.nbytes, m.dtype, m.device, m.kind,
+                                                m.owner)
         return out
 
     def write_bytes(self, data: bytes) -> tuple[str, int, bool]:

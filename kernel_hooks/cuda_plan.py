@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jupyter_gkeresume.errors import InvalidInputError
+from jupyter_gkeresume.units import human_bytes
 
 CUDA_DEVICE_RE = re.compile(r"^cuda(?::([0-9]+))?$")
 
@@ -172,6 +173,6 @@ def plan_placement(
                 left[device] -= nbytes
         elif need:
             placement.not_fitted.append(name)
-            wanted = ", ".join(f"{n / 2**30:.2f} GiB on {d}" for d, n in sorted(need.items()))
+            wanted = ", ".join(f"{human_bytes(n)} on {d}" for d, n in sorted(need.items()))
             placement.warnings.append(f"{name}: needs {wanted}, not free here: restored on the CPU")
     return placement

@@ -16,9 +16,10 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError, SnapshotNotFoundError
 from jupyter_gkeresume.snapshot.cost import format_cost, workspace_cost
+from jupyter_gkeresume.units import human_bytes
 
 from . import api, server_link
-from .progress import CellProgress, human_bytes
+from .progress import CellProgress
 from .replay import plan_replay
 from .results import CheckpointResult, ResumeResult
 

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import time
 
+from jupyter_gkeresume.units import human_bytes
+
 from .results import Progress
 
 MIN_INTERVAL = 0.2
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def render(p: Progress, width: int = 24) -> str:

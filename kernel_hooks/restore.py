@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -38,12 +39,13 @@ from . import rebuild, session_state
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
 from .cuda_engine import DeviceAllocation, get_engine
-from .cuda_plan import DeviceMapping, cuda_index, plan_device_mapping
+from .cuda_plan import cuda_index, plan_device_mapping, plan_placement
 from .graph import read_graph
 from .memory import host_view
 from .results import Progress, ResumeResult, Skipped
 
 MAX_WALK = 2_000_000
+GPU_RESERVE_MAX = 1 << 30
 DEFAULT_LEASE_WAIT = 600.0
 
 
@@ -58,14 +60,16 @@ class StorageLoader:
     """
 
     def __init__(self, store: SnapshotStore, manifest: Manifest, concurrency: int,
-                 progress: Callable[[Progress], None] | None, warnings: list[str]):
+                 progress: Callable[[Progress], None] | None, warnings: list[str],
+                 priority: list[str]):
         self.store = store
         self.manifest = manifest
         self.progress = progress
         self.warnings = warnings
         self.damaged: dict[str, str] = {}  # storage key -> reason
         self.not_fitted: dict[str, str] = {}  # storage key -> the device it did not fit on
-        self._mapping: DeviceMapping | None = None
+        self.priority = priority
+        self._placement: dict[str, str] | None = None  # storage key -> device, planned once
         self.bytes_read = 0
         self._lock = threading.Lock()
         self._buffers = {k: _allocate(ref.kind, ref.nbytes) for k, ref in manifest.storages.items()}
@@ -140,18 +144,35 @@ class StorageLoader:
             self._futures[key].result()
         return self._buffers[key]
 
-    def target_device(self, saved: str) -> str:
-        """Where a storage saved on ``saved`` goes here (``cuda_plan.plan_device_mapping``)."""
-        if self._mapping is None:
-            saved_devices = sorted({s.device for s in self.manifest.storages.values()})
-            self._mapping = plan_device_mapping(saved_devices, _gpu_count())
-            self.warnings.extend(self._mapping.warnings)
-        return self._mapping.get(saved, "cpu")
+    def device_for(self, key: str) -> str:
+        """Where storage ``key`` goes here: the GPU it maps to (``plan_device_mapping``), or the
+        CPU when the object that owns it does not fit in that GPU's free memory
+        (``plan_placement``: objects in ``priority`` order, all of an object's storages or none)."""
+        if self._placement is None:
+            self._placement = self._plan_placement()
+        return self._placement.get(key, "cpu")
+
+    def _plan_placement(self) -> dict[str, str]:
+        storages = self.manifest.storages
+        mapping = plan_device_mapping(sorted({s.device for s in storages.values()}), _gpu_count())
+        self.warnings.extend(mapping.warnings)
+        mapped = {key: (mapping.get(s.device, "cpu"), s.nbytes) for key, s in storages.items()}
+        gpus = {device for device, _ in mapped.values() if cuda_index(device) is not None}
+        if not gpus:
+            return {key: device for key, (device, _) in mapped.items()}
+        owned: dict[str, list[str]] = {}
+        for key, ref in storages.items():
+            owned.setdefault(ref.owner or key, []).append(key)
+        rank = {name: i for i, name in enumerate(self.priority)}
+        objects = sorted(owned.items(), key=lambda item: rank.get(item[0], len(rank)))
+        placement = plan_placement(objects, mapped, {d: _usable_bytes(d) for d in gpus})
+        self.warnings.extend(placement.warnings)
+        return placement.devices
 
     def torch_storage(self, key: str) -> Any:
         """The untyped storage for ``key``, on its (remapped) device, one object per key."""
         if key not in self._untyped:
-            device = self.target_device(self.manifest.storages[key].device)
+            device = self.device_for(key)
             host = self._buffer(key, wait=device != "cpu").untyped_storage()
             self._untyped[key] = host if device == "cpu" else self._to_device(key, host, device)
         return self._untyped[key]
@@ -182,7 +203,7 @@ class StorageLoader:
         ref = self.manifest.storages[key]
         if info.nbytes != ref.nbytes:
             raise InvalidInputError(f"CUDA array record does not match storage {key}")
-        device = self.target_device(ref.device)
+        device = self.device_for(key)
         engine = get_engine()
         if device != "cpu" and engine is not None and key not in self.not_fitted:
             span = self._spans.get(key)
@@ -244,9 +265,29 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
 
 
+def _usable_bytes(device: str) -> int:
+    """Free memory of ``device`` a restore may fill: all but a reserve of 5% of the GPU (at
+    most 1 GiB) left for the next cell's workspaces."""
+    index = cuda_index(device)
+    engine = get_engine()
+    if engine is not None:
+        free, total = engine.memory_info(index)
+    else:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(index)
+    return max(0, free - min(total // 20, GPU_RESERVE_MAX))
+
+
 def _address(buffer: Any) -> int:
     """Host address of a torch uint8 tensor or numpy array buffer."""
     return buffer.data_ptr() if hasattr(buffer, "data_ptr") else buffer.ctypes.data
+
+
+#: Not walked into: plain values, and what leads out of the user's data into the whole process
+#: (modules, classes, functions, the CUDA engine behind restored device memory).
+_WALK_LEAVES = (str, bytes, int, float, type(None), types.ModuleType, type, types.FunctionType,
+                types.BuiltinFunctionType, DeviceAllocation)
 
 
 def _reaches(value: object, storages: set[int], objects: set[int]) -> bool:
@@ -278,7 +319,7 @@ def _reaches(value: object, storages: set[int], objects: set[int]) -> bool:
             if id(base) in storages:
                 return True
             continue
-        if isinstance(obj, (str, bytes, int, float, type(None))):
+        if isinstance(obj, _WALK_LEAVES):
             continue
         stack.extend(gc.get_referents(obj))
     return bool(stack)
@@ -329,7 +370,8 @@ def _restore(
                 f"(it has: {', '.join(manifest.saved_names)})"
             )
     result = ResumeResult(snapshot_id, verdict=verdict.to_dict())
-    loader = StorageLoader(store, manifest, store.concurrency, progress, result.warnings)
+    loader = StorageLoader(store, manifest, store.concurrency, progress, result.warnings,
+                           priority=list(dict.fromkeys([*(only or []), *manifest.records])))
     try:
         graph = loader.read_graph_blob()
         with rebuild.loading(loader):

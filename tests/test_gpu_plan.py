@@ -132,7 +132,7 @@ def test_placement_fits_in_order_and_reports_the_rest_on_cpu():
     )
     assert placement.devices == {"a": "cuda:0", "b": "cpu", "h": "cpu", "c": "cuda:0"}
     assert placement.not_fitted == ["big"]
-    assert placement.warnings == ["big: needs 3.00 GiB on cuda:0, not free here: restored on the CPU"]
+    assert placement.warnings == ["big: needs 3.0 GiB on cuda:0, not free here: restored on the CPU"]
 
 
 def test_placement_counts_shared_storages_once_and_keeps_a_reserve():
