@@ -39,6 +39,7 @@ from traitlets.config import Configurable
 
 from jupyter_gkeresume.errors import CudaError, CudaOutOfMemoryError, InvalidInputError
 from jupyter_gkeresume.snapshot.fingerprint import cuda_driver
+from jupyter_gkeresume.units import human_bytes
 
 from .cuda_plan import d2h_schedule, h2d_schedule, plan_chunks
 
@@ -216,16 +217,19 @@ class CudaEngine(Configurable):
             for dev in self._devices.values():
                 with self._current(dev):
                     self._call("cuStreamSynchronize", dev.stream)
-                    for event in dev.events:
-                        self._call("cuEventDestroy", event)
-                    self._call("cuStreamDestroy", dev.stream)
-                self._call("cuDevicePrimaryCtxRelease", dev.handle)
-            self._devices.clear()
+            # The ring goes first: the context it was pinned in may die with the release below.
             for view in self._views:
                 view.release()
             for ptr in self._ring:
                 self._call("cuMemFreeHost", ptr)
             self._ring, self._views = [], []
+            for dev in self._devices.values():
+                with self._current(dev):
+                    for event in dev.events:
+                        self._call("cuEventDestroy", event)
+                    self._call("cuStreamDestroy", dev.stream)
+                self._call("cuDevicePrimaryCtxRelease", dev.handle)
+            self._devices.clear()
 
     # -- the ring ----------------------------------------------------------------------------------
     def _d2h(self, ranges: list[DeviceRange]) -> Iterator[tuple[int, memoryview]]:
@@ -287,10 +291,12 @@ class CudaEngine(Configurable):
                 for ptr in self._ring:
                     self._call("cuMemFreeHost", ptr)
                 self._ring, self._views = [], []
-                raise CudaError(
-                    f"cannot pin {self.host_bytes / 2**20:.1f} MiB of host memory ({exc}); lower "
-                    "CudaEngine.chunk_bytes or CudaEngine.buffers"
-                ) from None
+                if isinstance(exc, CudaOutOfMemoryError):
+                    raise CudaOutOfMemoryError(
+                        f"cannot pin {human_bytes(self.host_bytes)} of host memory ({exc}); "
+                        "lower CudaEngine.chunk_bytes or CudaEngine.buffers"
+                    ) from None
+                raise
 
     @contextmanager
     def _draining(self, devs: Sequence[_Device]) -> Iterator[None]:

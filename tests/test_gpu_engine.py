@@ -15,11 +15,11 @@ import sys
 import threading
 
 import pytest
-from fixtures_gpu import SimulatedDriver
+from fixtures_gpu import INVALID_VALUE, SimulatedDriver
 from traitlets.config import Config, Configurable
 
 import kernel_hooks.cuda_engine as cuda_engine
-from jupyter_gkeresume.errors import CudaError, InvalidInputError
+from jupyter_gkeresume.errors import CudaError, CudaOutOfMemoryError, InvalidInputError
 from kernel_hooks.cuda_engine import CudaEngine, DeviceRange, get_engine
 
 CHUNK = 4096
@@ -226,9 +226,19 @@ def test_pinned_memory_refused_is_a_clear_error_and_nothing_leaks():
     driver = SimulatedDriver(pinned_limit=2 * CHUNK)
     engine = make_engine(driver, buffers=3)
     ptr = driver.device_buffer(0, bytes(CHUNK))
-    with pytest.raises(CudaError, match=r"cannot pin 0.0 MiB .*CudaEngine.chunk_bytes"):
+    with pytest.raises(CudaOutOfMemoryError, match=r"cannot pin 12.0 KiB .*CudaEngine.chunk_bytes"):
         list(engine.device_to_host_chunks(ptr, CHUNK, 0))
     assert driver.pinned == {}
+
+
+def test_pinning_refused_for_another_reason_says_that_reason():
+    driver = SimulatedDriver()
+    driver.cuMemHostAlloc = lambda size, flags: (INVALID_VALUE, None)
+    engine = make_engine(driver, buffers=3)
+    ptr = driver.device_buffer(0, bytes(CHUNK))
+    with pytest.raises(CudaError, match=r"cuMemHostAlloc failed: .*CUDA_ERROR_INVALID_VALUE") as info:
+        list(engine.device_to_host_chunks(ptr, CHUNK, 0))
+    assert not isinstance(info.value, CudaOutOfMemoryError)
 
 
 def test_driver_failures_become_cuda_errors_with_the_driver_words():
