@@ -28,6 +28,7 @@ second one nested in the same thread is refused (``CudaError``). Driver failures
 from __future__ import annotations
 
 import ctypes
+import queue
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,7 +42,7 @@ from jupyter_gkeresume.errors import CudaError, CudaOutOfMemoryError, InvalidInp
 from jupyter_gkeresume.snapshot.fingerprint import cuda_driver
 from jupyter_gkeresume.units import human_bytes
 
-from .cuda_plan import d2h_schedule, h2d_schedule, plan_chunks
+from .cuda_plan import d2h_schedule, plan_chunks
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
 _UNSET = object()
@@ -164,27 +165,21 @@ class CudaEngine(Configurable):
     def host_to_device(self, src: Any, device_ptr: int, device_index: int) -> None:
         """Copy the bytes of ``src`` (any C-contiguous buffer) to ``device_ptr`` on
         ``device_index``, staged through the ring; returns when the device holds them."""
-        try:
-            view = memoryview(src).cast("B")
-        except TypeError:
-            raise InvalidInputError("host_to_device needs a C-contiguous buffer") from None
-        self._check_ranges([DeviceRange(device_ptr, len(view), device_index)])
-        chunks = plan_chunks([len(view)], self.chunk_bytes, self.buffers)
+        with self.uploads() as upload:
+            upload.write(device_ptr, device_index, src)
+
+    @contextmanager
+    def uploads(self) -> Iterator[Uploader]:
+        """The ring, for host-to-device copies from any number of threads (a resume streaming
+        blobs from storage straight to the GPUs: host memory stays within the ring). Copies
+        are in flight when ``write`` returns; ``synchronize(device_index)`` waits for those of one
+        device, and leaving the block waits for all of them (also on error)."""
         with self._exclusive():
-            dev = self._device(device_index)
-            self._ensure_ring(dev)
-            with self._draining([dev]):
-                for step, c in h2d_schedule(chunks, self.buffers):
-                    with self._current(dev):
-                        if step == "wait":
-                            self._call("cuEventSynchronize", dev.events[c.buffer])
-                            continue
-                        self._views[c.buffer][: c.size] = view[c.offset : c.offset + c.size]
-                        self._call(
-                            "cuMemcpyHtoDAsync", device_ptr + c.offset, self._ring[c.buffer],
-                            c.size, dev.stream,
-                        )
-                        self._call("cuEventRecord", dev.events[c.buffer], dev.stream)
+            uploader = Uploader(self)
+            try:
+                yield uploader
+            finally:
+                uploader.close()
 
     def pointer_device(self, device_ptr: int) -> int:
         """The device index that owns ``device_ptr`` (``InvalidInputError`` if none does)."""
@@ -390,6 +385,75 @@ class CudaEngine(Configurable):
         except RuntimeError:
             pass
         return str(getattr(err, "name", err))
+
+
+class Uploader:
+    """Host-to-device copies through the engine's ring, from several threads at once
+    (``CudaEngine.uploads``).
+
+    A ``write`` takes free ring buffers one at a time, waits for the copy that last read each
+    buffer (its event), fills it and queues its copy on the device's engine stream, so the
+    threads' reads from storage overlap each other and the DMA. Only the engine that made it
+    uses it, inside ``uploads()``.
+    """
+
+    def __init__(self, engine: CudaEngine):
+        self.engine = engine
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(engine.buffers):
+            self._free.put(slot)
+        self._last: list[_Device | None] = [None] * engine.buffers  # who copied from each slot
+        self._used: dict[int, _Device] = {}
+        self._lock = threading.Lock()
+
+    def write(self, device_ptr: int, device_index: int, src: Any) -> None:
+        """Queue the copy of ``src`` (any C-contiguous buffer) to ``device_ptr`` on
+        ``device_index``; ``src`` may be reused as soon as this returns."""
+        engine = self.engine
+        try:
+            view = memoryview(src).cast("B")
+        except TypeError:
+            raise InvalidInputError("host-to-device copies need a C-contiguous buffer") from None
+        engine._check_ranges([DeviceRange(device_ptr, len(view), device_index)])
+        dev = engine._device(device_index)
+        with self._lock:
+            engine._ensure_ring(dev)
+            self._used[device_index] = dev
+        for offset in range(0, len(view), engine.chunk_bytes):
+            part = view[offset : offset + engine.chunk_bytes]
+            slot = self._free.get()
+            try:
+                previous = self._last[slot]
+                if previous is not None:
+                    with engine._current(previous):
+                        engine._call("cuEventSynchronize", previous.events[slot])
+                engine._views[slot][: len(part)] = part
+                with engine._current(dev):
+                    engine._call("cuMemcpyHtoDAsync", device_ptr + offset, engine._ring[slot],
+                                 len(part), dev.stream)
+                    engine._call("cuEventRecord", dev.events[slot], dev.stream)
+                self._last[slot] = dev
+            finally:
+                self._free.put(slot)
+
+    def synchronize(self, device_index: int) -> None:
+        """Wait until every copy queued so far to ``device_index`` has landed."""
+        with self._lock:
+            dev = self._used.get(device_index)
+        if dev is not None:
+            with self.engine._current(dev):
+                self.engine._call("cuStreamSynchronize", dev.stream)
+
+    def close(self) -> None:
+        """Wait for every copy; the first driver failure is raised after all were waited for."""
+        failure: CudaError | None = None
+        for index in list(self._used):
+            try:
+                self.synchronize(index)
+            except CudaError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
 
 class DeviceAllocation:

@@ -71,19 +71,6 @@ def d2h_schedule(chunks: Sequence[Chunk], buffers: int) -> Iterator[tuple[str, C
             yield "copy", chunks[i + buffers]
 
 
-def h2d_schedule(chunks: Sequence[Chunk], buffers: int) -> Iterator[tuple[str, Chunk]]:
-    """Host-to-device steps: ``("wait", c)`` blocks until the DMA of ``c`` has finished reading its
-    buffer; ``("fill", c)`` copies ``c`` from the source into its buffer on the CPU, enqueues its
-    DMA and records the buffer's event. Every chunk is waited for before the schedule ends.
-    """
-    for i, chunk in enumerate(chunks):
-        if i >= buffers:
-            yield "wait", chunks[i - buffers]
-        yield "fill", chunk
-    for chunk in chunks[max(0, len(chunks) - buffers) :]:
-        yield "wait", chunk
-
-
 def cuda_index(device: str) -> int | None:
     """The index of a ``cuda`` / ``cuda:N`` device string, None for any other device."""
     match = CUDA_DEVICE_RE.match(device)

@@ -54,6 +54,14 @@ class _Gpu:
     allocated: int = 0
 
 
+def _locked(lock: threading.RLock, method: Any) -> Any:
+    def call(*args: Any) -> Any:
+        with lock:
+            return method(*args)
+
+    return call
+
+
 class SimulatedDriver:
     """A fake ``cuda.bindings.driver`` over host memory; see the module docstring."""
 
@@ -84,6 +92,11 @@ class SimulatedDriver:
         self.calls: list[str] = []
         self._ids = iter(range(1000, 1 << 30))
         self._local = threading.local()
+        # Thread-safe like the real driver: one call at a time (the simulated GPU runs inside).
+        lock = threading.RLock()
+        for name in dir(type(self)):
+            if name.startswith("cu"):
+                setattr(self, name, _locked(lock, getattr(self, name)))
 
     # -- test helpers ------------------------------------------------------------------------
     def device_buffer(self, device: int, data: bytes) -> int:

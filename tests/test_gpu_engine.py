@@ -115,6 +115,31 @@ def test_host_to_device_round_trip(simulated_driver, source):
     assert b"".join(bytes(c) for c in engine.device_to_host_chunks(ptr, len(data), 0)) == data
 
 
+@pytest.mark.parametrize("progress", ["lazy", "eager", "random"])
+def test_uploads_from_many_threads_land_whole_within_the_ring(progress):
+    simulated_driver = SimulatedDriver(gpus=2, progress=progress, seed=5)
+    engine = make_engine(simulated_driver, buffers=3)
+    jobs = [(pattern(n, seed=i), i % 2) for i, n in enumerate((5 * CHUNK + 3, CHUNK, 17, 9 * CHUNK))]
+    targets = [simulated_driver.device_buffer(device, bytes(len(data))) for data, device in jobs]
+
+    def upload(up, i):
+        data, device = jobs[i]
+        for offset in range(0, len(data), 2 * CHUNK + 1):  # ragged pieces, as storage reads give
+            up.write(targets[i] + offset, device, data[offset : offset + 2 * CHUNK + 1])
+
+    with engine.uploads() as up:
+        threads = [threading.Thread(target=upload, args=(up, i)) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        up.synchronize(1)
+        assert simulated_driver.read(targets[1], len(jobs[1][0])) == jobs[1][0]
+    for (data, _), ptr in zip(jobs, targets, strict=True):
+        assert simulated_driver.read(ptr, len(data)) == data
+    assert simulated_driver.pinned_peak == engine.host_bytes
+
+
 def test_host_to_device_refuses_non_contiguous_sources():
     np = pytest.importorskip("numpy")
     driver = SimulatedDriver()

@@ -10,7 +10,6 @@ from jupyter_gkeresume.errors import InvalidInputError
 from kernel_hooks.cuda_plan import (
     cuda_index,
     d2h_schedule,
-    h2d_schedule,
     plan_chunks,
     plan_device_mapping,
     plan_placement,
@@ -66,23 +65,6 @@ def test_d2h_schedule_never_overwrites_a_buffer_in_use_and_prefetches(sizes, chu
             # While the consumer holds chunk i, the next buffers-1 chunks are already copying.
             assert in_flight == list(range(c.index + 1, min(c.index + buffers, len(chunks))))
     assert delivered == copied == list(range(len(chunks)))
-
-
-@given(sizes_st, chunk_st, buffers_st)
-@settings(max_examples=200, deadline=None)
-def test_h2d_schedule_waits_before_refilling_and_at_the_end(sizes, chunk_bytes, buffers):
-    chunks = plan_chunks(sizes, chunk_bytes, buffers)
-    in_flight: dict[int, int] = {}  # buffer -> chunk whose DMA may still read it
-    filled = []
-    for step, c in h2d_schedule(chunks, buffers):
-        if step == "fill":
-            assert c.buffer not in in_flight, f"buffer {c.buffer} refilled before its DMA ended"
-            in_flight[c.buffer] = c.index
-            filled.append(c.index)
-        else:
-            assert in_flight.pop(c.buffer) == c.index
-    assert filled == list(range(len(chunks)))
-    assert in_flight == {}
 
 
 def test_cuda_index():
