@@ -16,7 +16,7 @@ from fixtures_gpu import SimulatedDriver
 from traitlets.config import Config
 
 import kernel_hooks.cuda_engine as cuda_engine
-import kernel_hooks.restore as restore
+import kernel_hooks.loader as loader
 from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore
 from kernel_hooks.capture import take_checkpoint
 from kernel_hooks.cuda_arrays import CudaArray
@@ -125,8 +125,8 @@ def test_gpus_that_cuda_python_cannot_drive_get_numpy_arrays_and_the_reason(save
     store, expected = saved
     use_engine(monkeypatch, gpus=0)
     # torch sees 2 GPUs with room to spare, cuda-python cannot drive them
-    monkeypatch.setattr(restore, "_gpu_count", lambda: 2)
-    monkeypatch.setattr(restore, "_usable_bytes", lambda device: 1 << 30)
+    monkeypatch.setattr(loader.StorageLoader, "_gpu_count", lambda self: 2)
+    monkeypatch.setattr(loader.StorageLoader, "_usable_bytes", lambda self, device: 1 << 30)
     namespace: dict = {}
     report = take_resume(namespace, store, KEY, reference="arrays")
     assert report.not_restored == []
@@ -148,6 +148,32 @@ def test_what_does_not_fit_stays_on_the_cpu_and_is_named(saved, monkeypatch):
     assert isinstance(namespace["weights"], np.ndarray)
     np.testing.assert_array_equal(namespace["flat"], expected["flat"])
     assert isinstance(namespace["nested"]["rows"], CudaArray)
+
+
+def test_an_allocation_that_fails_after_all_is_caught_and_named(saved, monkeypatch):
+    store, expected = saved
+    use_engine(monkeypatch, gpus=2, memory=12_700)  # weights fit, then rows no longer do
+    monkeypatch.setattr(loader.StorageLoader, "_usable_bytes", lambda self, device: 1 << 30)
+    namespace: dict = {}
+    report = take_resume(namespace, store, KEY, reference="arrays")
+    assert report.not_restored == []
+    assert "nested: did not fit on cuda:1: restored on the CPU" in report.warnings
+    assert isinstance(namespace["weights"], CudaArray)
+    np.testing.assert_array_equal(namespace["nested"]["rows"], expected["rows"])
+
+
+def test_gpu_storages_stream_to_the_device_without_host_copies(saved, monkeypatch):
+    store, expected = saved
+    engine = use_engine(monkeypatch, gpus=2)
+    host_buffers = []
+    real_allocate = loader._allocate
+    monkeypatch.setattr(loader, "_allocate",
+                        lambda kind, n: host_buffers.append(n) or real_allocate(kind, n))
+    namespace: dict = {}
+    take_resume(namespace, store, KEY, reference="arrays")
+    assert host_buffers == []  # every storage went through the ring only
+    assert engine._drv.pinned_peak == engine.host_bytes
+    assert device_bytes(engine, namespace["flat"]) == expected["flat"].tobytes()
 
 
 def test_a_damaged_blob_costs_only_the_arrays_that_use_it(saved, monkeypatch):

@@ -107,35 +107,44 @@ def read_layout(f: BinaryIO, size: int) -> BlobLayout:
     return BlobLayout(prefix + raw, tuple(offsets), tuple(sizes))
 
 
+#: Where ``read_verified`` puts one entry: a buffer to fill, a sink that receives its bytes in
+#: order chunk by chunk (each chunk valid only during the call), or None to skip it.
+EntryTarget = memoryview | Callable[[memoryview], None] | None
+
+
 def read_verified(
     f: BinaryIO,
     digest: str,
     size: int,
-    destination: Callable[[int, int], memoryview | None],
+    destination: Callable[[int, int], EntryTarget],
 ) -> BlobLayout:
-    """Stream a blob from ``f`` into caller buffers, checking its sha256 at the end.
+    """Stream a blob from ``f`` into caller buffers or sinks, checking its sha256 at the end.
 
-    ``destination(entry, nbytes)`` returns a writable buffer of ``nbytes`` for that entry, or
-    None to skip it (its bytes are still hashed). Raises ``IntegrityError`` if the bytes do not
-    match ``digest``: the caller must then discard what was written into its buffers.
+    ``destination(entry, nbytes)`` returns that entry's target (``EntryTarget``); skipped bytes
+    are still hashed. Raises ``IntegrityError`` if the bytes do not match ``digest``: the caller
+    must then discard what was written into its buffers or given to its sinks.
     """
     layout = read_layout(f, size)
     h = hashlib.sha256(layout.header)
     scratch = bytearray(min(READ_CHUNK, max(layout.entry_sizes, default=0)))
     for i, nbytes in enumerate(layout.entry_sizes):
         target = destination(i, nbytes)
-        if target is not None:
+        sink = target if callable(target) else None
+        view = None
+        if target is not None and sink is None:
             view = memoryview(target).cast("B")
             if len(view) != nbytes:
                 raise IntegrityError(f"blob entry {i} holds {nbytes} bytes, expected {len(view)}")
         done = 0
         while done < nbytes:
             step = min(READ_CHUNK, nbytes - done)
-            chunk = view[done : done + step] if target is not None else memoryview(scratch)[:step]
+            chunk = view[done : done + step] if view is not None else memoryview(scratch)[:step]
             got = _readinto_full(f, chunk)
             if got != step:
                 raise IntegrityError(f"blob {digest[:12]} is truncated")
             h.update(chunk)
+            if sink is not None:
+                sink(chunk)
             done += step
     if h.hexdigest() != digest:
         raise IntegrityError(f"blob {digest[:12]} does not match its digest (corrupt)")
