@@ -13,6 +13,8 @@ Part 1, device-to-host bandwidth, same bytes, same run, best of ``--repeat``:
   (``buffers * chunk_bytes`` pinned), consumer doing nothing; ``engine+sha256``: consumer hashing
   every chunk, as a pause does, against ``sha256`` of the same bytes already in host memory (with
   overlap the engine run costs about the larger of the two, not their sum). Target: engine >= 0.8x raw.
+  And host-to-device, as a resume streams: ``raw`` ``cuMemcpyHtoD`` from the pinned buffer
+  against the engine from pageable memory through its ring (``engine_h2d_vs_raw``).
 
 Part 2, end to end, real kernels (jupyter_client), a ``--model-gib`` fp16 model on cuda:0 and a
 local-disk store: ``pause_s`` is from the checkpoint request to its reply (kernel synchronized,
@@ -92,8 +94,18 @@ def bandwidth(nbytes: int, repeat: int) -> dict:
         def hash_only() -> None:
             hashlib.sha256(memoryview(host)).digest()
 
+        def raw_up() -> None:
+            with engine._current(engine._device(0)):
+                engine._call("cuMemcpyHtoD", allocation.ptr, pinned, nbytes)
+
+        pageable = bytearray(nbytes)  # where a resume reads blob bytes from storage
+
+        def ring_up() -> None:
+            engine.host_to_device(pageable, allocation.ptr, 0)
+
         t_raw, t_ring = best_of(repeat, raw), best_of(repeat, ring)
         t_hashed, t_hash = best_of(repeat, ring_hashed), best_of(repeat, hash_only)
+        t_raw_up, t_ring_up = best_of(repeat, raw_up), best_of(repeat, ring_up)
     finally:
         with engine._current(engine._device(0)):
             engine._call("cuMemFreeHost", pinned)
@@ -105,6 +117,8 @@ def bandwidth(nbytes: int, repeat: int) -> dict:
         "raw_pinned_memcpy_GBps": gbps(t_raw), "engine_GBps": gbps(t_ring),
         "engine_vs_raw": round(t_raw / t_ring, 3),
         "engine_sha256_GBps": gbps(t_hashed), "sha256_in_host_memory_GBps": gbps(t_hash),
+        "raw_pinned_h2d_GBps": gbps(t_raw_up), "engine_h2d_from_pageable_GBps": gbps(t_ring_up),
+        "engine_h2d_vs_raw": round(t_raw_up / t_ring_up, 3),
     }
 
 

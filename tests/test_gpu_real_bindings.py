@@ -11,6 +11,7 @@ ordering is the simulator's job.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from typing import Any
 
@@ -296,3 +297,23 @@ def test_driver_older_than_the_bindings_counts_as_no_gpu(fakecuda: FakeCuda):
     assert got["runtime"] == "cudaErrorInsufficientDriver"
     assert got["driver"] is True
     assert got["facts"] == {}
+
+
+def test_the_gpu_benchmark_runs_its_bandwidth_part_on_the_real_bindings(fakecuda: FakeCuda,
+                                                                        tmp_path):
+    """A smoke run of ``benchmarks/gpu.py`` (its figures mean nothing on a fake driver): the
+    script must not first fail on the GPU machine, where its device time is short."""
+    out = tmp_path / "gpu.json"
+    fakecuda.run(f"""
+        import json, runpy, sys
+        sys.argv = ["gpu.py", "--skip-e2e", "--bytes", "16MiB", "--repeat", "1",
+                    "--out", {str(out)!r}]
+        runpy.run_path("benchmarks/gpu.py", run_name="__main__")
+        print(json.dumps("ok"))
+    """, memory=64 * MiB)
+    result = json.loads(out.read_text())
+    bandwidth = result["bandwidth"]
+    assert bandwidth["bytes"] == 16 * MiB
+    assert all(bandwidth[k] > 0 for k in ("engine_vs_raw", "engine_h2d_vs_raw",
+                                          "engine_sha256_GBps"))
+    assert result["hardware"]["cuda"]["count"] == 2
