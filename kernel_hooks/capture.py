@@ -27,14 +27,17 @@ from jupyter_gkeresume.snapshot import (
     new_snapshot_id,
     sign,
 )
+from jupyter_gkeresume.snapshot.fingerprint import cuda_status
+from jupyter_gkeresume.units import human_bytes
 
 from . import registry, session_state
 from .blobwriter import BlobWriter, plan_blobs
 from .cuda_engine import get_engine
+from .cuda_plan import cuda_index
 from .graph import write_graph
 from .placeholders import type_name, uncapturable_reason
 from .results import CheckpointResult, Progress, Skipped
-from .storages import StorageCollector
+from .storages import CollectedStorage, StorageCollector
 
 SESSION_RECORD = "__session__"
 HOOKS_RECORD = "__resume_hooks__"
@@ -197,8 +200,17 @@ def take_checkpoint(
         progress(Progress("done", manifest.total_bytes, manifest.total_bytes, seconds))
     return CheckpointResult(
         manifest.snapshot_id, name, manifest.total_bytes, new_bytes, reused_bytes, seconds,
-        saved, skipped, timings,
+        saved, skipped, timings, _gpu_warnings(collector.items),
     )
+
+
+def _gpu_warnings(items: list[CollectedStorage]) -> list[str]:
+    """Why GPU memory went through torch's own copies instead of the bounded pinned ring."""
+    on_gpu = sum(i.nbytes for i in items if cuda_index(i.device) is not None)
+    if not on_gpu or get_engine() is not None:
+        return []
+    return [f"{human_bytes(on_gpu)} of GPU memory copied by torch through host memory as large, "
+            f"not through the CUDA engine's pinned ring: {cuda_status()[1]}"]
 
 
 def verify_committed(store: SnapshotStore, key: SigningKey, snapshot_id: str) -> Manifest:

@@ -61,6 +61,7 @@ def format_checkpoint(r: CheckpointResult) -> str:
     ]
     for s in r.skipped:
         lines.append(f"  not captured: {s.name} [{s.type}]: {s.reason}")
+    lines += [f"  warning: {w}" for w in r.warnings]
     return "\n".join(lines)
 
 

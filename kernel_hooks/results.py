@@ -29,6 +29,7 @@ class CheckpointResult:
     saved: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -207,3 +207,19 @@ def test_without_an_engine_a_foreign_cuda_array_is_a_named_placeholder(monkeypat
     take_resume(restored, store, KEY)
     assert restored["stats"]["mean"] == 0.5
     assert isinstance(restored["stats"]["buffer"], Uncaptured)
+
+
+def test_a_checkpoint_says_why_gpu_memory_did_not_go_through_the_engine(monkeypatch):
+    from kernel_hooks.capture import _gpu_warnings
+    from kernel_hooks.storages import CollectedStorage
+
+    def storage(device: str, nbytes: int) -> CollectedStorage:
+        return CollectedStorage("s0", "torch", "float16", nbytes, device, "model", None, 0)
+
+    use_engine(monkeypatch, gpus=0)
+    [warning] = _gpu_warnings([storage("cuda:0", 3 << 30), storage("cpu", 5)])
+    assert warning.startswith("3.0 GiB of GPU memory copied by torch through host memory")
+    assert "not through the CUDA engine's pinned ring: no usable CUDA driver" in warning
+    assert _gpu_warnings([storage("cpu", 5)]) == []
+    use_engine(monkeypatch, gpus=1)
+    assert _gpu_warnings([storage("cuda:0", 3 << 30)]) == []

@@ -154,7 +154,8 @@ export interface IMessage {
 export type SavedSummary = Pick<
   ICheckpointResult,
   'bytes_total' | 'bytes_new' | 'saved' | 'skipped'
->;
+> &
+  Partial<Pick<ICheckpointResult, 'warnings'>>;
 
 /** The paused record's per-kernel results; empty when a kernel's entry lacks them. */
 export function recordedResults(record: IPausedRecord): SavedSummary[] {
@@ -192,6 +193,9 @@ export function pauseSummary(status: IStatus, polled: ICheckpointResult[]): IMes
     const skipped = results.flatMap(r => r.skipped);
     for (const s of skipped) {
       lines.push(`Not saved: ${s.name} (${s.type}): ${s.reason}`);
+    }
+    for (const warning of results.flatMap(r => r.warnings ?? [])) {
+      lines.push(`Warning: ${warning}`);
     }
   } else {
     const bytes = status.paused

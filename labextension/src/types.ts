@@ -61,6 +61,7 @@ export interface ICheckpointResult {
   saved: string[];
   skipped: ISkipped[];
   timings: Record<string, number>;
+  warnings: string[];
 }
 
 export interface IResumeResult {

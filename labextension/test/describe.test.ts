@@ -145,6 +145,12 @@ test('pause summary lists what was saved, what was not and why, and the release'
   assert.ok(message.lines.includes('Notebooks: work/train.ipynb, eval.ipynb.'));
 });
 
+test('pause summary passes on the warnings of the checkpoints it saw', () => {
+  const warning = '3.0 GiB of GPU memory copied by torch through host memory as large: no driver';
+  const message = pauseSummary(status('running'), [checkpoint({ warnings: [warning] })]);
+  assert.ok(message.lines.includes(`Warning: ${warning}`));
+});
+
 test('pause summary names what the paused record says each kernel saved', () => {
   const kernels = RECORD.kernels.map((k, i) => ({
     ...k,

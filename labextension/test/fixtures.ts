@@ -59,6 +59,7 @@ export function checkpoint(over: Partial<ICheckpointResult> = {}): ICheckpointRe
     saved: ['x', 'model'],
     skipped: [{ name: 'gen', type: 'generator', reason: 'cannot pickle generator objects' }],
     timings: {},
+    warnings: [],
     ...over
   };
 }
