@@ -70,7 +70,6 @@ class StorageLoader:
                 self._buffers[key] = _allocate(ref.kind, ref.nbytes)
         self._untyped: dict[str, Any] = {}
         self._made: dict[str, list[Any]] = {}  # key -> the CUDA arrays made over it
-        self._warned_no_engine = False
         self._total = sum(s.nbytes for s in manifest.storages.values())
         self._start = time.monotonic()
         self._cleanup = ExitStack()
@@ -139,11 +138,8 @@ class StorageLoader:
             array = cuda_array_on_device(info, self._on_device[key])
             self._made.setdefault(key, []).append(array)
             return array
-        if cuda_index(self._devices.get(key, "cpu")) is not None and not self._warned_no_engine:
-            self._warned_no_engine = True
-            self.warnings.append(
-                f"CUDA arrays come back on the CPU as NumPy arrays: {cuda_status()[1]}"
-            )
+        if cuda_index(self._devices.get(key, "cpu")) is not None:
+            self._warn_once(f"CUDA arrays come back on the CPU as NumPy arrays: {cuda_status()[1]}")
         return cuda_array_on_cpu(info, self._buffer(key))
 
     def numpy_buffer(self, key: str) -> Any:
@@ -162,6 +158,10 @@ class StorageLoader:
                 ids.add(untyped._cdata)
             ids.update(id(array) for array in self._made.get(key, ()))
         return ids
+
+    def _warn_once(self, warning: str) -> None:
+        if warning not in self.warnings:
+            self.warnings.append(warning)
 
     # -- placement -------------------------------------------------------------------------------
     def _plan_devices(self, priority: list[str]) -> dict[str, str]:
@@ -227,10 +227,13 @@ class StorageLoader:
                 return torch.UntypedStorage(ref.nbytes, device=device)
             except torch.OutOfMemoryError:
                 raise CudaOutOfMemoryError(device) from None
+            except (RuntimeError, AssertionError) as exc:  # e.g. a torch built without CUDA
+                self._warn_once(f"torch cannot use {device} here ({exc}): its tensors come "
+                                "back on the CPU")
         except CudaOutOfMemoryError:
             self.not_fitted[key] = device
-            self._devices[key] = "cpu"
-            return None
+        self._devices[key] = "cpu"
+        return None
 
     def _copy_by_torch(self, key: str, host: Any) -> Any:
         """Without the engine: torch copies the host bytes to the GPU; when it does not fit, the

@@ -194,10 +194,10 @@ def test_a_damaged_blob_costs_only_the_arrays_that_use_it(saved, monkeypatch):
     assert isinstance(namespace["nested"]["rows"], CudaArray)
 
 
-def store_manifest(store: SnapshotStore):
+def store_manifest(store: SnapshotStore, name: str = "arrays"):
     from jupyter_gkeresume.snapshot import load_manifest, resolve
 
-    return load_manifest(store, resolve(store, "arrays", KEY), KEY)
+    return load_manifest(store, resolve(store, name, KEY), KEY)
 
 
 def test_without_an_engine_a_foreign_cuda_array_is_a_named_placeholder(monkeypatch, tmp_path):
@@ -227,3 +227,32 @@ def test_a_checkpoint_says_why_gpu_memory_did_not_go_through_the_engine(monkeypa
     assert _gpu_warnings([storage("cpu", 5)]) == []
     use_engine(monkeypatch, gpus=1)
     assert _gpu_warnings([storage("cuda:0", 3 << 30)]) == []
+
+
+def test_torch_tensors_saved_on_a_gpu_torch_cannot_use_here_come_back_on_the_cpu(
+    monkeypatch, tmp_path
+):
+    """A GPU the driver offers but this torch cannot use (a CPU build on a GPU node): the
+    tensors come back on the CPU with the reason, the restore does not fail."""
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    from jupyter_gkeresume.snapshot import sign
+
+    use_engine(monkeypatch, gpus=1)
+    store = SnapshotStore(str(tmp_path / "store"), "ws-cuda-arrays")
+    weights = torch.arange(4096, dtype=torch.float32)
+    result = take_checkpoint({"weights": weights}, store, KEY, name="torch")
+    # As if taken on a GPU: the tensor's storage recorded on cuda:0 (manifest re-signed).
+    manifest = store_manifest(store, "torch")
+    manifest.storages = {k: dataclasses.replace(ref, device="cuda:0") if ref.owner == "weights"
+                         else ref for k, ref in manifest.storages.items()}
+    sign(manifest, KEY)
+    store.delete_manifest(result.snapshot_id)
+    store.commit_manifest(result.snapshot_id, manifest.to_json())
+
+    namespace: dict = {}
+    report = take_resume(namespace, store, KEY, reference="torch")
+    assert report.not_restored == []
+    assert any(w.startswith("torch cannot use cuda:0 here") for w in report.warnings)
+    assert torch.equal(namespace["weights"], weights)
