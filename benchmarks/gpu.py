@@ -135,7 +135,7 @@ print(sum(p.numel() * p.element_size() for p in model.parameters()))
 """
 
 
-def end_to_end(model_gib: float, store: Path, device: str = "cuda") -> dict:
+def end_to_end(model_gib: float, store: Path, device: str = "cuda", drop_cache: bool = True) -> dict:
     from jupyter_client.manager import start_new_kernel
 
     env = dict(os.environ, GKERESUME_STORE=str(store), GKERESUME_WORKSPACE="bench-gpu",
@@ -166,7 +166,7 @@ def end_to_end(model_gib: float, store: Path, device: str = "cuda") -> dict:
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
-    dropped = drop_page_cache()
+    dropped = drop_page_cache() if drop_cache else False
     manager, client = start_new_kernel(kernel_name="python3", env=env)
     try:
         run(client, "import kernel_hooks")  # kernel started; torch import and CUDA init are timed
@@ -220,6 +220,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu: dry-run the harness anywhere")
     parser.add_argument("--skip-bandwidth", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--keep-page-cache", action="store_true",
+                        help="do not drop the page cache before the resume (smoke runs)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
 
@@ -229,7 +231,8 @@ def main() -> None:
         print(json.dumps(result["bandwidth"]), file=sys.stderr, flush=True)
     if not args.skip_e2e:
         with tempfile.TemporaryDirectory(dir=args.store) as store:
-            result["end_to_end"] = end_to_end(args.model_gib, Path(store), args.device)
+            result["end_to_end"] = end_to_end(args.model_gib, Path(store), args.device,
+                                              drop_cache=not args.keep_page_cache)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out is not None:

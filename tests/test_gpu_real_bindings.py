@@ -299,14 +299,16 @@ def test_driver_older_than_the_bindings_counts_as_no_gpu(fakecuda: FakeCuda):
     assert got["facts"] == {}
 
 
-def test_the_gpu_benchmark_runs_its_bandwidth_part_on_the_real_bindings(fakecuda: FakeCuda,
-                                                                        tmp_path):
-    """A smoke run of ``benchmarks/gpu.py`` (its figures mean nothing on a fake driver): the
-    script must not first fail on the GPU machine, where its device time is short."""
+def test_the_gpu_benchmark_runs_on_the_real_bindings(fakecuda: FakeCuda, tmp_path):
+    """A smoke run of ``benchmarks/gpu.py`` (its figures mean nothing on a fake driver and a
+    CPU model): the script must not first fail on the GPU machine, where device time is short.
+    The bandwidth part runs the engine over the real bindings; the end-to-end part pauses and
+    resumes a small model on the CPU in real kernels."""
     out = tmp_path / "gpu.json"
     fakecuda.run(f"""
         import json, runpy, sys
-        sys.argv = ["gpu.py", "--skip-e2e", "--bytes", "16MiB", "--repeat", "1",
+        sys.argv = ["gpu.py", "--bytes", "16MiB", "--repeat", "1", "--device", "cpu",
+                    "--model-gib", "0.01", "--keep-page-cache", "--store", {str(tmp_path)!r},
                     "--out", {str(out)!r}]
         runpy.run_path("benchmarks/gpu.py", run_name="__main__")
         print(json.dumps("ok"))
@@ -317,3 +319,6 @@ def test_the_gpu_benchmark_runs_its_bandwidth_part_on_the_real_bindings(fakecuda
     assert all(bandwidth[k] > 0 for k in ("engine_vs_raw", "engine_h2d_vs_raw",
                                           "engine_sha256_GBps"))
     assert result["hardware"]["cuda"]["count"] == 2
+    e2e = result["end_to_end"]
+    assert e2e["model_bytes"] == 8192 * 8192 * 2  # one fp16 layer
+    assert e2e["pause_s"] > 0 and e2e["resume_to_next_cell_s"] > 0
