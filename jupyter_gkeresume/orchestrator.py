@@ -28,7 +28,7 @@ from typing import Any
 from . import metrics
 from .errors import ConflictError, GkeResumeError, SnapshotNotFoundError
 from .pause_flow import PauseFlow
-from .paused_record import parse_record as _parse_record  # tests import it by this name
+from .paused_record import parse_record
 from .resume_flow import ResumeFlow
 from .snapshot import list_snapshots, load_manifest
 from .snapshot.catalog import summarize
@@ -50,7 +50,7 @@ class Orchestrator(PauseFlow, ResumeFlow):
     async def _startup(self) -> None:
         try:
             raw = await asyncio.to_thread(self.store.read_record, "paused")
-            record = _parse_record(raw) if raw is not None else None
+            record = parse_record(raw) if raw is not None else None
         except GkeResumeError as exc:
             self._fail_note("startup", exc)
             self._started = None  # the store may come back: the next request tries again

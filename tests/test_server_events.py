@@ -19,7 +19,7 @@ from fixtures_server import server_config
 from jupyter_gkeresume import advisor
 from jupyter_gkeresume.errors import InvalidInputError
 from jupyter_gkeresume.events import ActivitySampler
-from jupyter_gkeresume.orchestrator import _parse_record
+from jupyter_gkeresume.paused_record import parse_record
 
 
 @pytest.fixture
@@ -125,6 +125,6 @@ def test_a_paused_record_with_malformed_saved_names_is_refused(saved):
     kernel = {"snapshot_id": "20261130T101500Z-a1b2c3", "notebook": "nb.ipynb", "saved": saved}
     raw = json.dumps({"version": 1, "kernels": [kernel]}).encode()
     with pytest.raises(InvalidInputError, match="'saved' is not a list of names"):
-        _parse_record(raw)
+        parse_record(raw)
     del kernel["saved"]  # a record from an older server: no names, still valid
-    assert _parse_record(json.dumps({"version": 1, "kernels": [kernel]}).encode())
+    assert parse_record(json.dumps({"version": 1, "kernels": [kernel]}).encode())
