@@ -204,7 +204,7 @@ class CudaEngine(Configurable):
         dev = self._device(device_index)
         with self._current(dev):
             ptr = self._call("cuMemAlloc", max(1, nbytes))
-        return DeviceAllocation(self, int(ptr), nbytes, device_index)
+        return DeviceAllocation(self, dev, int(ptr), nbytes, device_index)
 
     def close(self) -> None:
         """Free the pinned ring, streams and events, and release the primary contexts."""
@@ -458,16 +458,20 @@ class Uploader:
 
 class DeviceAllocation:
     """Device memory owned by Python: ``nbytes`` at ``ptr`` on ``device_index``, freed when
-    collected."""
+    collected, but only into the context it came from: after ``engine.close()`` released that
+    context (the driver may have destroyed it with its memory, and reused the address for a
+    newer allocation) it is left to the driver."""
 
-    def __init__(self, engine: CudaEngine, ptr: int, nbytes: int, device_index: int):
-        self.engine, self.ptr, self.nbytes, self.device_index = engine, ptr, nbytes, device_index
+    def __init__(self, engine: CudaEngine, dev: _Device, ptr: int, nbytes: int,
+                 device_index: int):
+        self.engine, self._dev = engine, dev
+        self.ptr, self.nbytes, self.device_index = ptr, nbytes, device_index
 
     def __del__(self) -> None:
         engine, self.engine = self.engine, None
-        if engine is not None and engine._devices:
+        if engine is not None and engine._devices.get(self.device_index) is self._dev:
             try:
-                with engine._current(engine._device(self.device_index)):
+                with engine._current(self._dev):
                     engine._call("cuMemFree", self.ptr)
             except CudaError:
                 pass  # interpreter shutdown or a dead context: the driver frees it anyway

@@ -300,6 +300,27 @@ def test_memory_info_allocate_and_free_on_collection():
         engine.memory_info(5)
 
 
+def test_an_allocation_outliving_close_never_frees_into_the_new_context():
+    """After close() released its context, an old allocation's address may belong to a newer
+    allocation (the driver destroyed the context and reused it): collecting the old one must
+    not free anything."""
+    driver = SimulatedDriver(memory=1 << 20)
+    engine = make_engine(driver)
+    old = engine.allocate(1000, 0)
+    engine.close()
+    new = engine.allocate(500, 0)
+    frees = []
+    real_free = driver.cuMemFree
+    driver.cuMemFree = lambda ptr: frees.append(int(ptr)) or real_free(ptr)
+    del old
+    gc.collect()
+    assert frees == []
+    new_ptr = new.ptr
+    del new
+    gc.collect()
+    assert frees == [new_ptr]
+
+
 def test_close_gives_everything_back(simulated_driver):
     engine = make_engine(simulated_driver)
     ptr = simulated_driver.device_buffer(1, pattern(5 * CHUNK))
