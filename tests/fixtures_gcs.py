@@ -18,9 +18,11 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,6 +146,44 @@ class FaultyGcs:
     def restart_server(self) -> None:
         self.emulator.kill()
         self.emulator.start()
+
+    def kill_during_upload(self, action: Callable[[], object], timeout: float) -> list[object]:
+        """Run ``action`` in a thread; when the first chunk of a resumable upload has reached
+        the server, hold its reply, SIGKILL the server, let the next chunk meet the dead port,
+        then start the server again (objects kept, upload sessions lost). Returns ``[result]``
+        or ``[exception]`` of ``action``, once it finished (within ``timeout`` seconds)."""
+        first_chunk_in, killed = threading.Event(), threading.Event()
+        original = self.proxy._record
+
+        def record(method: str, path: str, outcome: str) -> None:
+            original(method, path, outcome)
+            if "upload_id=" in path and outcome == "308" and not first_chunk_in.is_set():
+                first_chunk_in.set()  # hold this reply back until the server is dead
+                killed.wait(60)
+
+        outcome: list[object] = []
+
+        def run() -> None:
+            try:
+                outcome.append(action())
+            except BaseException as exc:
+                outcome.append(exc)
+
+        self.proxy._record = record
+        try:
+            worker = threading.Thread(target=run)
+            worker.start()
+            assert first_chunk_in.wait(timeout), "no upload chunk reached the server"
+            self.emulator.kill()
+            killed.set()
+            time.sleep(0.5)  # the next chunk meets the dead server
+            self.emulator.start()
+            worker.join(timeout)
+            assert not worker.is_alive(), "the upload did not finish after the restart"
+        finally:
+            self.proxy._record = original
+            killed.set()
+        return outcome
 
 
 @pytest.fixture

@@ -4,9 +4,6 @@ clean StoreError; a partial blob or manifest is never visible."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 from test_gcs_store import CHUNK, make_blob, read_back
 
@@ -103,35 +100,9 @@ def test_server_killed_mid_upload_then_back(gcs_faulty):
     store = store_on(gcs_faulty)
     store.commit_manifest(SID, b'{"earlier": 1}')
     digest, parts, size = make_blob(8 * CHUNK)
-    first_chunk_in, killed = threading.Event(), threading.Event()
-    proxy = gcs_faulty.proxy
-    original = proxy._record
-
-    def record(method, path, outcome):
-        original(method, path, outcome)
-        if "upload_id=" in path and outcome == "308" and not first_chunk_in.is_set():
-            first_chunk_in.set()  # hold this reply back until the server is dead
-            killed.wait(60)
-
-    proxy._record = record
-    errors: list[BaseException] = []
-
-    def upload():
-        try:
-            store.write_blob(digest, parts)
-        except BaseException as exc:
-            errors.append(exc)
-
-    writer = threading.Thread(target=upload)
-    writer.start()
-    assert first_chunk_in.wait(60)
-    gcs_faulty.emulator.kill()
-    killed.set()
-    time.sleep(0.5)  # the next chunk meets the dead server
-    gcs_faulty.emulator.start()
-    writer.join(120)
-    assert not writer.is_alive() and errors == []
-    outcomes = proxy.outcomes("upload_id=")
+    outcome = gcs_faulty.kill_during_upload(lambda: store.write_blob(digest, parts), 120)
+    assert outcome == [None]
+    outcomes = gcs_faulty.proxy.outcomes("upload_id=")
     # the next chunk met the dead server, then the new server did not know the session: restart
     assert outcomes.index("upstream down") < outcomes.index("404") < outcomes.index("200")
     assert store.has_blob(digest, size)

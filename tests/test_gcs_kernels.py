@@ -95,38 +95,11 @@ def test_server_killed_mid_checkpoint(start_kernel, kernel_env, gcs_faulty):
     a.run("import torch\nx = torch.ones(1000)\n")
     a.run("%checkpoint -n before")
     a.run(BIG)
-    first_chunk_in, killed = threading.Event(), threading.Event()
-    proxy = gcs_faulty.proxy
-    original = proxy._record
-
-    def record(method, path, outcome):
-        original(method, path, outcome)
-        if "upload_id=" in path and outcome == "308" and not first_chunk_in.is_set():
-            first_chunk_in.set()  # hold this reply until the server is dead
-            killed.wait(60)
-
-    proxy._record = record
-    outcome: list[object] = []
-
-    def checkpoint():
-        try:
-            outcome.append(a.run("%checkpoint -n during"))
-        except AssertionError as exc:
-            outcome.append(exc)
-
-    writer = threading.Thread(target=checkpoint)
-    writer.start()
-    assert first_chunk_in.wait(120)
-    gcs_faulty.emulator.kill()
-    killed.set()
-    threading.Event().wait(0.5)
-    gcs_faulty.emulator.start()
-    writer.join(300)
-    assert not writer.is_alive()
+    outcome = gcs_faulty.kill_during_upload(lambda: a.run("%checkpoint -n during"), 300)
     # gcsfs retried the chunk until the server was back, the lost session was restarted
     assert isinstance(outcome[0], str) and "checkpoint" in outcome[0], outcome
     assert [m["name"] for m in manifests(store)] == ["before", "during"]
-    assert proxy.outcomes("upload_id=").count("404") >= 1
+    assert gcs_faulty.proxy.outcomes("upload_id=").count("404") >= 1
     a.kill()
     b = start_kernel()
     b.run("%resume before")
