@@ -35,7 +35,7 @@ from jupyter_gkeresume.snapshot.blobfile import EntryTarget, read_verified
 from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
-from .cuda_engine import Uploader, get_engine
+from .cuda_engine import DeviceAllocation, Uploader, get_engine
 from .cuda_plan import cuda_index, plan_device_mapping, plan_placement
 from .memory import host_view
 from .results import Progress
@@ -82,6 +82,7 @@ class StorageLoader:
             by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="gkeresume-read")
         self._futures: dict[str, Future] = {}
+        self._synchronized: set[tuple[Future, int]] = set()  # (blob read, GPU) whose copies landed
         for digest, entries in sorted(by_blob.items(), key=lambda kv: -manifest.blobs[kv[0]]):
             future = self._pool.submit(self._read_blob, digest, entries)
             for keys in entries.values():
@@ -289,7 +290,7 @@ class StorageLoader:
             for key in keys:
                 memory = self._on_device.get(key)
                 if memory is not None:
-                    uploads.write(_device_address(memory) + offset, self._device_index(key), chunk)
+                    uploads.write(_address(memory) + offset, self._device_index(key), chunk)
                 else:
                     host_view(_address(self._buffers[key]) + offset, len(chunk))[:] = chunk
             offset += len(chunk)
@@ -300,8 +301,11 @@ class StorageLoader:
         """For a storage streamed to a GPU: wait until its bytes are there, then True."""
         if key not in self._on_device:
             return False
-        self._futures[key].result()
-        self._uploads.synchronize(self._device_index(key))
+        read = self._futures[key]
+        read.result()
+        if (read, self._device_index(key)) not in self._synchronized:  # once per blob and GPU
+            self._uploads.synchronize(self._device_index(key))
+            self._synchronized.add((read, self._device_index(key)))
         return True
 
     def _device_index(self, key: str) -> int:
@@ -326,11 +330,9 @@ def _allocate(kind: str, nbytes: int) -> Any:
     return numpy.empty(nbytes, dtype=numpy.uint8)
 
 
-def _address(buffer: Any) -> int:
-    """Host address of a torch uint8 tensor or numpy array buffer."""
-    return buffer.data_ptr() if hasattr(buffer, "data_ptr") else buffer.ctypes.data
-
-
-def _device_address(memory: Any) -> int:
-    """Device address of a torch CUDA storage or an engine allocation."""
-    return memory.data_ptr() if hasattr(memory, "data_ptr") else memory.ptr
+def _address(memory: Any) -> int:
+    """Address of a torch tensor or storage (host or GPU), a numpy array or an engine
+    allocation."""
+    if hasattr(memory, "data_ptr"):
+        return memory.data_ptr()
+    return memory.ptr if isinstance(memory, DeviceAllocation) else memory.ctypes.data
