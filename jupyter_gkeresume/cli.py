@@ -20,20 +20,15 @@ from collections.abc import Callable
 from typing import Any
 
 from . import advisor
-from .errors import GkeResumeError, InvalidInputError
+from .errors import GkeResumeError, InvalidInputError, ManifestError
 from .snapshot import SnapshotStore, environment_fingerprint, list_snapshots, load_signing_key
 from .snapshot.catalog import resolve
 from .snapshot.compat import check_compatible
 from .snapshot.cost import format_cost, monthly_cost, resolve_price
-from .snapshot.gc import (
-    DEFAULT_GRACE_SECONDS,
-    apply_retention,
-    collect_garbage,
-    read_manifest,
-    retention_plan,
-)
+from .snapshot.gc import DEFAULT_GRACE_SECONDS, apply_retention, collect_garbage, retention_plan
+from .snapshot.manifests import read_manifest, scan_manifests
 from .snapshot.retention import RetentionPolicy, paused_snapshot_ids
-from .snapshot.signing import SigningKey, verify
+from .snapshot.signing import SigningKey
 from .snapshot.verify import verify_snapshot
 from .units import human_bytes
 from .workspace import resolve_store_url, resolve_workspace_id
@@ -110,12 +105,11 @@ def cmd_list(ctx: Context) -> int:
 
 def cmd_show(ctx: Context) -> int:
     snapshot_id = resolve(ctx.store, ctx.args.reference, ctx.key)
-    manifest = read_manifest(ctx.store, snapshot_id)
-    try:
-        verify(manifest, ctx.key)
-        signature = "valid"
-    except GkeResumeError as exc:
-        signature = str(exc)
+    stored = read_manifest(ctx.store, snapshot_id, ctx.key)
+    if stored.manifest is None:
+        raise ManifestError(stored.unreadable)
+    manifest = stored.manifest
+    signature = stored.refused or "valid"
     verdict = check_compatible(manifest, environment_fingerprint())
     data = {"manifest": manifest.to_dict(), "signature": signature, "verdict": verdict.to_dict()}
 
@@ -177,7 +171,7 @@ def cmd_verify(ctx: Context) -> int:
 def cmd_gc(ctx: Context) -> int:
     args = ctx.args
     policy = RetentionPolicy(keep_last=args.keep_last, keep_days=args.keep_days)
-    plan = retention_plan(ctx.store, policy) if policy.active else None
+    plan = retention_plan(ctx.store, policy, ctx.key) if policy.active else None
     deleted = apply_retention(ctx.store, plan, dry_run=args.dry_run) if plan else []
     report = collect_garbage(
         ctx.store, grace_seconds=args.grace_hours * 3600, dry_run=args.dry_run,
@@ -226,11 +220,9 @@ def cmd_rm(ctx: Context) -> int:
 def cmd_usage(ctx: Context) -> int:
     blobs = {b.digest: b.size for b in ctx.store.list_blobs()}
     per_snapshot, refs = {}, {}
-    for snapshot_id in ctx.store.list_snapshot_ids():
-        try:
-            per_snapshot[snapshot_id] = read_manifest(ctx.store, snapshot_id).blobs
-        except (GkeResumeError, FileNotFoundError):
-            per_snapshot[snapshot_id] = {}
+    for stored in scan_manifests(ctx.store, None):  # sizes only: no signature needed
+        snapshot_id = stored.snapshot_id
+        per_snapshot[snapshot_id] = stored.manifest.blobs if stored.manifest else {}
         for digest in per_snapshot[snapshot_id]:
             refs[digest] = refs.get(digest, 0) + 1
     stored = sum(blobs.values())
@@ -359,9 +351,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except GkeResumeError as exc:
         print(f"jupyter gkeresume: error: {exc}", file=sys.stderr)
-        return 1
-    except FileNotFoundError as exc:  # removed by someone else while this command ran
-        print(f"jupyter gkeresume: error: no longer in the store: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -29,8 +29,25 @@ class ManifestError(GkeResumeError):
     """A manifest is malformed, of an unknown format version, or inconsistent."""
 
 
+class StoredRecordError(GkeResumeError):
+    """A record read back from the store (paused record, lease, events) is corrupt or of an
+    unknown shape: not a caller's mistake, and not a manifest."""
+
+
 class IntegrityError(GkeResumeError):
     """Stored bytes do not match what the manifest promises (digest, size, signature)."""
+
+
+class SnapshotRefusedError(IntegrityError):
+    """A snapshot with this reference exists but does not verify (unsigned, another key,
+    tampered, copied from elsewhere): ``reason`` says why; it is never used without trust."""
+
+    def __init__(self, reference: str, snapshot_id: str, reason: str):
+        self.reference = reference
+        self.snapshot_id = snapshot_id
+        self.reason = reason
+        named = "" if reference == snapshot_id else f" named {reference!r}"
+        super().__init__(f"snapshot {snapshot_id}{named} exists but was refused: {reason}")
 
 
 class StoreError(GkeResumeError):
@@ -38,7 +55,12 @@ class StoreError(GkeResumeError):
 
 
 class CommitConflictError(StoreError):
-    """Another writer committed the same snapshot id first (create-only precondition)."""
+    """Another writer created the same object first (create-only precondition): a snapshot id
+    already committed, a lease record already taken."""
+
+
+class NotFoundInStore(StoreError, LookupError):
+    """The object asked for is not (or no longer) in the store."""
 
 
 class InvalidTransitionError(GkeResumeError):

@@ -2,7 +2,9 @@
 
 Call order: ``plan_blobs(collector.items)`` groups storages (big ones alone, small ones packed per
 owning variable so a change to one small variable rewrites only its pack), then
-``BlobWriter.write_all(plans)`` writes them in parallel and returns where every storage went.
+``BlobWriter.write_all(plans)`` hashes them in parallel, hands each blob to the snapshot's
+``SnapshotWriter.put_blob`` (which claims it when the store has it, else writes it: the commit
+protocol lives there) and returns where every storage went.
 
 Unchanged storages are not hashed again: an in-process cache maps (dtypes, sizes, xxh3-128 of the
 bytes) to the sha256 blob digest, and xxh3 runs near memory speed. Host memory stays flat for CPU
@@ -25,7 +27,7 @@ import xxhash
 
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
 from jupyter_gkeresume.snapshot.format import StorageRef
-from jupyter_gkeresume.snapshot.store import SnapshotStore
+from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 
 from .cuda_engine import CudaEngine, get_engine
 from .cuda_plan import cuda_index
@@ -67,12 +69,12 @@ class WrittenBlobs:
 
 
 class BlobWriter:
-    """Writes planned blobs into ``store`` with ``concurrency`` threads, reporting progress."""
+    """Puts planned blobs through ``writer`` with ``concurrency`` threads, reporting progress."""
 
-    def __init__(self, store: SnapshotStore, concurrency: int | None = None,
+    def __init__(self, writer: SnapshotWriter, concurrency: int | None = None,
                  progress: Callable[[Progress], None] | None = None):
-        self.store = store
-        self.concurrency = concurrency or store.concurrency
+        self.writer = writer
+        self.concurrency = concurrency or writer.store.concurrency
         self.progress = progress
         self._lock = threading.Lock()
         self._done = 0
@@ -104,10 +106,8 @@ class BlobWriter:
         views = [memoryview(b).cast("B") for _, b in entries]
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
         digest = _cached_digest(layout, [d for d, _ in entries], views)
-        if self.store.claim_blob(digest, layout.size):
-            return digest, layout.size, False
-        self.store.write_blob(digest, [layout.header, *views])
-        return digest, layout.size, True
+        new = self.writer.put_blob(digest, layout.size, lambda: [layout.header, *views])
+        return digest, layout.size, new
 
     def _write_plan(self, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
         devices = {m.device for m in plan} - {"cpu"}
@@ -132,10 +132,10 @@ class BlobWriter:
         (hash, then write only if the store lacks it): host memory stays within the ring."""
         layout = layout_for([(m.dtype, m.nbytes) for m in plan])
         digest = blob_digest(layout, _entry_parts(engine, plan))
-        if self.store.claim_blob(digest, layout.size):
-            return digest, layout.size, False
-        self.store.write_blob(digest, itertools.chain([layout.header], _entry_parts(engine, plan)))
-        return digest, layout.size, True
+        new = self.writer.put_blob(
+            digest, layout.size, lambda: itertools.chain([layout.header], _entry_parts(engine, plan))
+        )
+        return digest, layout.size, new
 
     def _advance(self, nbytes: int) -> None:
         with self._lock:

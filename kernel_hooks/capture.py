@@ -1,10 +1,11 @@
 """Checkpoint: the user namespace -> blobs + signed manifest, committed last and read back.
 
 Call order inside ``take_checkpoint``: synchronize devices; choose the names (minus IPython's own);
-pickle them as one graph (``graph.write_graph``) while storages are collected; write storage blobs
-in parallel, then the graph blob; build, sign and commit the manifest; read it back and check
-signature and blobs. Any exception before the commit leaves no visible snapshot and the namespace
-untouched (capture only reads it).
+pickle them as one graph (``graph.write_graph``) while storages are collected; put storage blobs
+in parallel, then the graph blob, through one ``SnapshotWriter``; build the manifest and hand it
+to ``SnapshotWriter.commit`` (sign, create-only commit, read back and check, removed again if the
+check fails). The kernel side captures; the writer commits. Any exception leaves no visible
+snapshot and the namespace untouched (capture only reads it).
 """
 
 from __future__ import annotations
@@ -16,18 +17,16 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from jupyter_gkeresume.errors import IntegrityError
 from jupyter_gkeresume.snapshot import (
     Manifest,
     ObjectRecord,
     SigningKey,
     SnapshotStore,
     environment_fingerprint,
-    load_manifest,
     new_snapshot_id,
-    sign,
 )
 from jupyter_gkeresume.snapshot.fingerprint import cuda_status
+from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 from jupyter_gkeresume.units import human_bytes
 
 from . import registry, session_state
@@ -149,7 +148,8 @@ def take_checkpoint(
         )
 
     mark = time.monotonic()
-    writer = BlobWriter(store, progress=progress)
+    snapshot = SnapshotWriter(store, key)
+    writer = BlobWriter(snapshot, progress=progress)
     written = writer.write_all(plan_blobs(collector.items))
     graph_digest, graph_size, graph_new = writer.write_bytes(graph)
     timings["blobs"] = time.monotonic() - mark
@@ -184,17 +184,8 @@ def take_checkpoint(
         "storages": len(written.refs),
     }
     manifest.timings = {**timings, "total_before_commit": time.monotonic() - started}
-    sign(manifest, key)
-    store.commit_manifest(manifest.snapshot_id, manifest.to_json())
+    snapshot.commit(manifest)
     timings["commit"] = time.monotonic() - mark
-
-    mark = time.monotonic()
-    try:
-        verify_committed(store, key, manifest.snapshot_id)
-    except Exception:
-        store.delete_manifest(manifest.snapshot_id)  # never leave a commit that cannot restore
-        raise
-    timings["verify"] = time.monotonic() - mark
     seconds = time.monotonic() - started
     if progress is not None:
         progress(Progress("done", manifest.total_bytes, manifest.total_bytes, seconds))
@@ -211,12 +202,3 @@ def _gpu_warnings(items: list[CollectedStorage]) -> list[str]:
         return []
     return [f"{human_bytes(on_gpu)} of GPU memory copied by torch through host memory as large, "
             f"not through the CUDA engine's pinned ring: {cuda_status()[1]}"]
-
-
-def verify_committed(store: SnapshotStore, key: SigningKey, snapshot_id: str) -> Manifest:
-    """Read a just-committed manifest back: it parses, its signature holds, its blobs exist."""
-    manifest = load_manifest(store, snapshot_id, key)
-    for digest, size in manifest.blobs.items():
-        if not store.has_blob(digest, size):
-            raise IntegrityError(f"snapshot {snapshot_id}: blob {digest[:12]} missing after commit")
-    return manifest

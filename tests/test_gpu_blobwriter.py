@@ -12,14 +12,16 @@ from fixtures_gpu import SimulatedDriver
 from traitlets.config import Config
 
 import kernel_hooks.cuda_engine as cuda_engine
-from jupyter_gkeresume.snapshot import SnapshotStore
+from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import read_verified
+from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 from kernel_hooks.blobwriter import BlobWriter, plan_blobs
 from kernel_hooks.cuda_engine import CudaEngine
 from kernel_hooks.storages import CollectedStorage
 
 np = pytest.importorskip("numpy")
 CHUNK = 64 << 10
+KEY = SigningKey(b"blobwriter-test-key")
 
 
 @pytest.fixture
@@ -62,7 +64,7 @@ def test_cuda_storages_stream_into_the_same_blobs_as_host_bytes(engine, tmp_path
         for i, data in enumerate(small)
     ]
     store = SnapshotStore(str(tmp_path / "store"), "ws-gpu")
-    written = BlobWriter(store, concurrency=2).write_all(plan_blobs(items))
+    written = BlobWriter(SnapshotWriter(store, KEY), concurrency=2).write_all(plan_blobs(items))
     assert written.new_bytes > 0 and written.reused_bytes == 0
     expected = {"s0": big, **{f"s{i + 1}": d for i, d in enumerate(small)}}
     for key, ref in written.refs.items():
@@ -72,7 +74,7 @@ def test_cuda_storages_stream_into_the_same_blobs_as_host_bytes(engine, tmp_path
 
     # The same bytes from host memory give the same blobs: nothing new is written.
     host_items = [stored(m.key, expected[m.key], "cpu", m.owner, dtype=m.dtype) for m in items]
-    again = BlobWriter(store).write_all(plan_blobs(host_items))
+    again = BlobWriter(SnapshotWriter(store, KEY)).write_all(plan_blobs(host_items))
     assert {r.blob for r in again.refs.values()} == {r.blob for r in written.refs.values()}
     assert again.new_bytes == 0
 
@@ -82,8 +84,8 @@ def test_unchanged_device_blobs_are_hashed_but_not_written_again(engine, tmp_pat
     data = bytes(range(256)) * 4096
     item = stored("s0", data, "cuda:0", "w", driver)
     store = SnapshotStore(str(tmp_path / "store"), "ws-gpu")
-    first = BlobWriter(store).write_all([[item]])
+    first = BlobWriter(SnapshotWriter(store, KEY)).write_all([[item]])
     copies_first = driver.calls.count("copy")
-    second = BlobWriter(store).write_all([[item]])
+    second = BlobWriter(SnapshotWriter(store, KEY)).write_all([[item]])
     assert first.refs == second.refs and second.new_bytes == 0
     assert driver.calls.count("copy") - copies_first == copies_first // 2  # one pass, not two

@@ -5,17 +5,20 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from fixtures_lifecycle import make_snapshot, put_blob
 
 from jupyter_gkeresume.errors import InvalidInputError, ManifestError
+from jupyter_gkeresume.snapshot import SigningKey
 from jupyter_gkeresume.snapshot.gc import (
     apply_retention,
     collect_garbage,
     retention_plan,
 )
+from jupyter_gkeresume.snapshot.lease import RestoreLease
 from jupyter_gkeresume.snapshot.retention import RetentionPolicy
 from jupyter_gkeresume.snapshot.verify import verify_snapshot
 
@@ -134,7 +137,7 @@ def test_retention_then_gc(local_store, signing_key):
     local_store.write_record(
         "paused", b'{"kernels": [{"snapshot_id": "%s"}]}' % snaps[0].snapshot_id.encode()
     )
-    plan = retention_plan(local_store, RetentionPolicy(keep_last=2))
+    plan = retention_plan(local_store, RetentionPolicy(keep_last=2), signing_key)
     assert plan.delete == [snaps[1].snapshot_id, snaps[2].snapshot_id]
     assert apply_retention(local_store, plan, dry_run=True) == plan.delete
     dry = collect_garbage(local_store, grace_seconds=60, dry_run=True, now=LATER,
@@ -172,3 +175,61 @@ def test_files_of_writers_that_died_mid_write_are_swept_after_the_grace_period(
     assert verify_snapshot(local_store, snap.snapshot_id, signing_key).ok
     with pytest.raises(InvalidInputError):
         local_store.delete_partial_write(str(Path(local_store.root) / "snapshots"))
+
+
+PLANTED = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+
+
+def test_a_planted_unsigned_manifest_steers_no_retention(local_store, signing_key):
+    """13.2: an unsigned manifest with the newest possible id neither counts for ``keep_last``
+    nor is deleted by the policy; the real snapshots stay (the newest of them is kept)."""
+    real = [make_snapshot(local_store, signing_key, [bytes([i]) * 50]) for i in range(3)]
+    unsigned = make_snapshot(local_store, None, [b"evil"], when=PLANTED)
+    foreign = make_snapshot(local_store, SigningKey(b"another-workspace"), [b"other"])
+    assert unsigned.snapshot_id.startswith("99991231T235959Z-")
+    plan = retention_plan(local_store, RetentionPolicy(keep_last=1), signing_key)
+    assert plan.delete == [real[0].snapshot_id, real[1].snapshot_id]
+    assert plan.keep[real[2].snapshot_id] == ["one of the last 1"]
+    for refused, reason in ((unsigned, "is unsigned"), (foreign, "signed with another key")):
+        (why,) = plan.keep[refused.snapshot_id]
+        assert reason in why and "never deleted by a policy" in why
+    apply_retention(local_store, plan, dry_run=False)
+    collect_garbage(local_store, grace_seconds=60, now=LATER)
+    assert local_store.list_snapshot_ids() == sorted(
+        [real[2].snapshot_id, unsigned.snapshot_id, foreign.snapshot_id])
+    assert verify_snapshot(local_store, real[2].snapshot_id, signing_key).ok
+
+
+def test_gc_removes_finished_lease_chains_only(local_store):
+    """13.9: lease records of finished restores are collected after the grace period; a chain
+    still held, or finished too recently, is left alone."""
+    done = RestoreLease(local_store, "finished")
+    for _ in range(3):
+        done.acquire()
+        done.release()
+    expired = RestoreLease(local_store, "expired", ttl=1, clock=lambda: 1000.0)
+    expired.acquire()  # never released: its holder died; expired long ago
+    held = RestoreLease(local_store, "held", ttl=10 * 86400 * 2)
+    held.acquire()
+    recent = RestoreLease(local_store, "recent")
+    recent.acquire()
+    recent.release()
+    old = time.time() - 7200
+    records = Path(local_store.root) / "records"
+    for path in records.iterdir():
+        if not path.name.startswith("lease-recent."):
+            os.utime(path, (old, old))
+    names = lambda: sorted(p.name for p in records.iterdir())  # noqa: E731
+    before = names()
+    assert len([n for n in before if n.startswith("lease-finished.")]) == 6
+
+    dry = collect_garbage(local_store, grace_seconds=3600, dry_run=True)
+    assert sorted(dry.leases) == ["expired", "finished"] and names() == before
+    report = collect_garbage(local_store, grace_seconds=3600)
+    assert sorted(report.leases) == ["expired", "finished"]
+    assert names() == ["lease-held.0.json", "lease-recent.0.json", "lease-recent.1.json"]
+    assert held.current().holder == held.holder  # the held chain still works
+    held.renew()
+    again = RestoreLease(local_store, "finished")  # a collected key starts a fresh chain
+    again.acquire()
+    assert again.epoch == 0 and again.release()

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jupyter_gkeresume.errors import InvalidInputError, ManifestError
+from jupyter_gkeresume.errors import InvalidInputError, StoredRecordError
 from jupyter_gkeresume.snapshot.retention import (
     RetentionPolicy,
     SnapshotFacts,
@@ -42,14 +42,24 @@ def test_rules_are_a_union():
     assert p.keep[IDS[4]] == ["one of the last 1", "newer than 4 days"]
 
 
-def test_named_paused_and_unreadable_always_stay():
+def test_named_paused_and_refused_always_stay():
     snaps = facts(**{IDS[0]: "baseline"})
-    snaps[2] = SnapshotFacts(IDS[2], readable=False)
+    snaps[2] = SnapshotFacts(IDS[2], refused="unreadable: not valid JSON")
     p = plan(snaps, RetentionPolicy(keep_last=1), now=NOW, protected={IDS[1]})
     assert p.delete == [IDS[3]]
     assert p.keep[IDS[0]] == ["named 'baseline'"]
     assert p.keep[IDS[1]] == ["in the paused record"]
-    assert p.keep[IDS[2]] == ["manifest unreadable"]
+    assert p.keep[IDS[2]] == ["refused (unreadable: not valid JSON): never deleted by a policy"]
+
+
+def test_refused_snapshots_do_not_count_for_keep_last():
+    """A planted unsigned manifest with the newest id must not push a real snapshot out."""
+    planted = "99991231T235959Z-ffffff"
+    snaps = [*facts(), SnapshotFacts(planted, refused="snapshot is unsigned")]
+    p = plan(snaps, RetentionPolicy(keep_last=1), now=NOW)
+    assert p.delete == IDS[:4]
+    assert p.keep[IDS[4]] == ["one of the last 1"]
+    assert planted in p.keep and planted not in p.delete
 
 
 def test_no_rule_keeps_everything():
@@ -70,7 +80,7 @@ def test_paused_record_ids():
     assert paused_snapshot_ids(json.dumps(record).encode()) == {IDS[1], IDS[2]}
     assert paused_snapshot_ids(None) == frozenset()
     for bad in (b"{", b"[]", b'{"kernels": [{"snapshot_id": "../x"}]}', b'{"kernels": 3}'):
-        with pytest.raises(ManifestError, match="paused record"):
+        with pytest.raises(StoredRecordError, match="paused record"):
             paused_snapshot_ids(bad)
 
 

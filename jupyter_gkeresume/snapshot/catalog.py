@@ -1,9 +1,11 @@
-"""Finding, loading and listing committed snapshots, with their signatures checked.
+"""Finding and listing committed snapshots (manifests are read by ``manifests``).
 
-``load_manifest`` is the only way restore code obtains a manifest: it parses strictly and verifies
-the signature (unless the caller explicitly trusts that one snapshot). ``resolve`` turns what a
-user typed (an id, a name, ``latest``) into an id, or raises ``SnapshotNotFoundError`` listing the
-ids that exist.
+``resolve`` turns what a user typed (an id, a name, ``latest``) into an id. Only snapshots whose
+signature verifies count for ``latest`` and for names: a planted or foreign manifest never
+becomes the default. A name that only refused snapshots carry raises ``SnapshotRefusedError``
+(it exists, and why it was refused); nothing by that reference raises ``SnapshotNotFoundError``
+listing the ids that exist. An explicit id is returned as is: the caller then loads it, which
+refuses it with the reason unless the user trusts that one snapshot.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import GkeResumeError, ManifestError, SnapshotNotFoundError
+from ..errors import SnapshotNotFoundError, SnapshotRefusedError
 from .compat import Verdict, check_compatible
 from .cost import monthly_cost
 from .format import SNAPSHOT_ID_RE, Manifest, validate_snapshot_name
-from .signing import SigningKey, verify
+from .manifests import newest_verified, scan_manifests
+from .signing import SigningKey
 from .store import SnapshotStore
 
 
@@ -28,41 +31,31 @@ def new_snapshot_id(now: datetime | None = None) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03x}{secrets.token_hex(2)[:3]}"
 
 
-def load_manifest(
-    store: SnapshotStore, snapshot_id: str, key: SigningKey, *, trust_unsigned: bool = False
-) -> Manifest:
-    """Read, parse and verify one manifest. ``trust_unsigned`` skips only the signature check."""
-    manifest = Manifest.from_json(store.read_manifest_bytes(snapshot_id))
-    if manifest.snapshot_id != snapshot_id or manifest.workspace != store.workspace:
-        raise ManifestError(
-            f"manifest {snapshot_id} names itself {manifest.snapshot_id} of workspace "
-            f"{manifest.workspace}: it was copied or moved here"
-        )
-    if not trust_unsigned:
-        verify(manifest, key)
-    return manifest
-
-
 def resolve(store: SnapshotStore, reference: str | None, key: SigningKey) -> str:
-    """The snapshot id for ``reference``: an id, a name (newest with it), or ``latest``/None."""
-    ids = store.list_snapshot_ids()
+    """The snapshot id for ``reference``: an id, a name (newest verified one with it), or
+    ``latest``/None (the newest verified snapshot)."""
     ref = (reference or "latest").strip()
     if ref == "latest":
-        if not ids:
-            raise SnapshotNotFoundError("latest", [])
-        return ids[-1]
+        newest = newest_verified(store, key)
+        if newest is None:
+            raise SnapshotNotFoundError("latest", store.list_snapshot_ids())
+        return newest.snapshot_id
     if SNAPSHOT_ID_RE.match(ref):
+        ids = store.list_snapshot_ids()
         if ref not in ids:
             raise SnapshotNotFoundError(ref, ids)
         return ref
     validate_snapshot_name(ref)
-    for snapshot_id in reversed(ids):
-        try:
-            if load_manifest(store, snapshot_id, key).name == ref:
-                return snapshot_id
-        except GkeResumeError:
+    refused = None
+    for stored in scan_manifests(store, key, newest_first=True):
+        if stored.name != ref:
             continue
-    raise SnapshotNotFoundError(ref, ids)
+        if stored.verified:
+            return stored.snapshot_id
+        refused = refused or stored
+    if refused is not None:
+        raise SnapshotRefusedError(ref, refused.snapshot_id, refused.refused or "")
+    raise SnapshotNotFoundError(ref, store.list_snapshot_ids())
 
 
 @dataclass
@@ -105,11 +98,12 @@ def summarize(manifest: Manifest, here: dict[str, Any]) -> SnapshotSummary:
 
 
 def list_snapshots(store: SnapshotStore, key: SigningKey, here: dict[str, Any]) -> list[SnapshotSummary]:
-    """Every committed snapshot, newest first; unreadable or unsigned ones carry ``error``."""
+    """Every committed snapshot, newest first; refused or unreadable ones carry ``error`` (the
+    reason) and nothing else: what an unverified manifest claims is not shown as fact."""
     rows = []
-    for snapshot_id in reversed(store.list_snapshot_ids()):
-        try:
-            rows.append(summarize(load_manifest(store, snapshot_id, key), here))
-        except GkeResumeError as exc:
-            rows.append(SnapshotSummary(snapshot_id, error=str(exc)))
+    for stored in scan_manifests(store, key, newest_first=True):
+        if stored.verified and stored.manifest is not None:
+            rows.append(summarize(stored.manifest, here))
+        else:
+            rows.append(SnapshotSummary(stored.snapshot_id, error=stored.refused))
     return rows

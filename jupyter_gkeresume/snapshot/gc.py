@@ -1,8 +1,10 @@
 """Deleting snapshots by a retention plan, and freeing blobs that no manifest references.
 
-Call order: ``apply_retention`` (optional: deletes the manifests a ``RetentionPlan`` drops), then
-``collect_garbage`` (mark and sweep). Both take ``dry_run``: then nothing is deleted and the
-report says what would go and how many bytes that frees.
+Call order: ``retention_plan`` then ``apply_retention`` (optional: deletes the manifests a
+``RetentionPlan`` drops; only verified snapshots count, refused ones are never planned for
+deletion), then ``collect_garbage`` (mark and sweep, then finished lease chains). Both take
+``dry_run``: then nothing is deleted and the report says what would go and how many bytes that
+frees.
 
 Mark and sweep, in this order, so that a checkpoint running at the same time never loses a blob:
 
@@ -16,7 +18,9 @@ Mark and sweep, in this order, so that a checkpoint running at the same time nev
 5. list the blobs again and drop candidates whose modification time moved into the grace period
    (a writer that reuses an existing blob refreshes it first, see docs/lifecycle.md);
 6. delete the candidates, then the temporary files of writers that died mid-write
-   (``*.tmp-*``) once they are older than the grace period.
+   (``*.tmp-*``) once they are older than the grace period;
+7. delete the records of lease chains nobody holds, last written before the grace period
+   (``lease.finished_chains``).
 
 The grace period must exceed the longest checkpoint. What remains racy is a writer that decides to
 reuse a blob during step 6 without refreshing it: the documented writer contract closes that.
@@ -30,8 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ..errors import ManifestError
-from .format import Manifest
+from .lease import finished_chains
+from .manifests import scan_manifests
 from .retention import RetentionPlan, RetentionPolicy, SnapshotFacts, paused_snapshot_ids, plan
+from .signing import SigningKey
 from .store import BlobInfo, SnapshotStore
 
 DEFAULT_GRACE_SECONDS = 6 * 3600
@@ -51,6 +57,7 @@ class GcReport:
     swept: dict[str, int] = field(default_factory=dict)
     young: dict[str, int] = field(default_factory=dict)
     partial_writes: dict[str, int] = field(default_factory=dict)
+    leases: list[str] = field(default_factory=list)  # keys of the lease chains removed
 
     @property
     def bytes_freed(self) -> int:
@@ -61,27 +68,17 @@ class GcReport:
             "dry_run": self.dry_run, "snapshots_deleted": self.snapshots_deleted,
             "blobs_total": self.blobs_total, "blobs_referenced": self.blobs_referenced,
             "swept": self.swept, "young": self.young, "partial_writes": self.partial_writes,
-            "bytes_freed": self.bytes_freed,
+            "leases": self.leases, "bytes_freed": self.bytes_freed,
         }
 
 
-def read_manifest(store: SnapshotStore, snapshot_id: str) -> Manifest:
-    """Parse one manifest without checking its signature (gc and retention only need facts)."""
-    return Manifest.from_json(store.read_manifest_bytes(snapshot_id))
-
-
 def retention_plan(
-    store: SnapshotStore, policy: RetentionPolicy, *, now: datetime | None = None
+    store: SnapshotStore, policy: RetentionPolicy, key: SigningKey, *, now: datetime | None = None
 ) -> RetentionPlan:
-    """The plan for this store's snapshots and paused record (reads only)."""
-    facts = []
-    for snapshot_id in store.list_snapshot_ids():
-        try:
-            facts.append(SnapshotFacts(snapshot_id, read_manifest(store, snapshot_id).name))
-        except FileNotFoundError:
-            continue  # removed meanwhile
-        except ManifestError:
-            facts.append(SnapshotFacts(snapshot_id, readable=False))
+    """The plan for this store's snapshots and paused record (reads only); snapshots that do not
+    verify with ``key`` are kept and do not count (see ``retention``)."""
+    facts = [SnapshotFacts(m.snapshot_id, m.name if m.verified else None, m.refused)
+             for m in scan_manifests(store, key)]
     protected = paused_snapshot_ids(store.read_record("paused"))
     return plan(facts, policy, now=now or datetime.now(timezone.utc), protected=protected)
 
@@ -90,10 +87,7 @@ def apply_retention(store: SnapshotStore, retention: RetentionPlan, *, dry_run: 
     """Delete the manifests ``retention`` drops (none in a dry run); returns their ids."""
     if not dry_run:
         for snapshot_id in retention.delete:
-            try:
-                store.delete_manifest(snapshot_id)
-            except FileNotFoundError:
-                pass  # removed meanwhile: the plan is fulfilled
+            store.delete_manifest(snapshot_id)  # one removed meanwhile: the plan is fulfilled
     return list(retention.delete)
 
 
@@ -143,21 +137,25 @@ def collect_garbage(
             if not dry_run:
                 store.delete_partial_write(path)
             report.partial_writes[path] = size
+    for lease_key, names in finished_chains(store, now=clock, grace_seconds=grace_seconds).items():
+        if not dry_run:
+            for name in names:  # oldest first: see ``lease``
+                store.delete_record(name)
+        report.leases.append(lease_key)
     return report
 
 
 def _mark(store: SnapshotStore, snapshot_ids: list[str], notify: GcProgress) -> set[str]:
+    """Blobs named by these manifests, signed or not (gc protects more, never less)."""
     referenced: set[str] = set()
-    for done, snapshot_id in enumerate(snapshot_ids, 1):
-        try:
-            referenced.update(read_manifest(store, snapshot_id).blobs)
-        except FileNotFoundError:
-            continue  # deleted meanwhile: its blobs are garbage like any other
-        except ManifestError as exc:
+    for done, stored in enumerate(scan_manifests(store, None, ids=snapshot_ids), 1):
+        if stored.manifest is None:
             raise ManifestError(
-                f"gc stopped before deleting any blob: snapshot {snapshot_id} cannot be read "
-                f"({exc}); remove it with `jupyter gkeresume rm {snapshot_id}` or restore it"
-            ) from None
+                f"gc stopped before deleting any blob: snapshot {stored.snapshot_id} cannot be read "
+                f"({stored.unreadable}); remove it with `jupyter gkeresume rm "
+                f"{stored.snapshot_id}` or restore it"
+            )
+        referenced.update(stored.manifest.blobs)
         notify("marking", done, len(snapshot_ids))
     return referenced
 

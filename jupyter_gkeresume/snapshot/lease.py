@@ -16,7 +16,11 @@ exactly one win. A holder whose lease expired and was taken over therefore learn
 raises ``LeaseHeldError`` naming the new holder) and never overwrites the new holder's record.
 
 Finding the head costs O(log n) reads (probe 1, 2, 4, ... then bisect). Records are never deleted
-while a chain is in use; a chain whose head is free or expired is garbage for the lifecycle gc.
+while a chain is in use. A chain whose head is free or expired, and was written longer ago than
+gc's grace period, is finished: ``finished_chains`` lists it and gc removes its records, oldest
+first (so that a restore that starts meanwhile begins a new chain at epoch 0, which gc has
+already passed; what remains racy is a restore of that same key starting during those few
+deletions, hours after the last one ended).
 Expiry compares wall clocks of different pods (NTP-synchronised on GKE): keep ``ttl`` well above
 any clock skew, and renew (``hold`` does it) during long restores.
 
@@ -36,10 +40,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from ..errors import InvalidInputError, LeaseHeldError
+from ..errors import CommitConflictError, InvalidInputError, LeaseHeldError
 from .store import SnapshotStore
 
 KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+RECORD_RE = re.compile(r"^lease-(?P<key>[a-z0-9][a-z0-9_-]{0,99})\.(?P<epoch>[0-9]{1,12})$")
+RECORD_PREFIX = "lease-"
 DEFAULT_TTL = 120.0
 MAX_RACE_ROUNDS = 8
 
@@ -169,7 +175,7 @@ class RestoreLease:
                                  self.clock() + self.ttl if state == "held" else 0.0)
             try:
                 self.store.write_record(self._name(epoch), record.to_json(), create_only=True)
-            except FileExistsError:
+            except CommitConflictError:
                 continue  # another caller created this link first: look again
             self.epoch = epoch if state == "held" else None
             return
@@ -180,14 +186,7 @@ class RestoreLease:
         return f"lease-{self.key}.{epoch}"
 
     def _read(self, epoch: int) -> LeaseRecord | None:
-        raw = self.store.read_record(self._name(epoch))
-        if raw is None:
-            return None
-        try:
-            return LeaseRecord.from_json(raw)
-        except (ValueError, KeyError, TypeError):
-            # Unreadable link: treat it as an expired hold so that it can be taken over.
-            return LeaseRecord(epoch, "held")
+        return read_link(self.store, self._name(epoch), epoch)
 
     def _head(self) -> LeaseRecord | None:
         """The newest record: gallop 0, 1, 3, 7, ... to a missing epoch, then bisect."""
@@ -212,3 +211,37 @@ class RestoreLease:
             else:
                 low, low_record = middle, record
         return low_record
+
+
+def read_link(store: SnapshotStore, name: str, epoch: int) -> LeaseRecord | None:
+    """One record of a chain, None when missing; an unreadable one reads as an expired hold
+    (so that it can be taken over, and collected)."""
+    raw = store.read_record(name)
+    if raw is None:
+        return None
+    try:
+        return LeaseRecord.from_json(raw)
+    except (ValueError, KeyError, TypeError):
+        return LeaseRecord(epoch, "held")
+
+
+def finished_chains(store: SnapshotStore, *, now: float, grace_seconds: float) -> dict[str, list[str]]:
+    """Lease chains nobody holds any more: ``{key: record names, oldest first}`` for each chain
+    whose head is free or expired and was written at least ``grace_seconds`` before ``now``."""
+    chains: dict[str, dict[int, float | None]] = {}
+    for name, mtime in store.list_records(RECORD_PREFIX).items():
+        match = RECORD_RE.match(name)
+        if match:
+            chains.setdefault(match["key"], {})[int(match["epoch"])] = mtime
+    finished = {}
+    for key, links in sorted(chains.items()):
+        epoch = max(links)
+        mtime = links[epoch]
+        if mtime is None or now - mtime < grace_seconds:
+            continue
+        head = read_link(store, f"{RECORD_PREFIX}{key}.{epoch}", epoch)
+        if head is None or head.live(now) or read_link(store, f"{RECORD_PREFIX}{key}.{epoch + 1}",
+                                                       epoch + 1) is not None:
+            continue  # held, or a new link appeared since the listing
+        finished[key] = [f"{RECORD_PREFIX}{key}.{e}" for e in sorted(links)]
+    return finished

@@ -6,12 +6,15 @@ delete what ``RetentionPlan.delete`` lists (``gc.apply_retention`` does exactly 
 
 Rules (a snapshot is kept when any rule keeps it; with no rule set nothing is deleted):
 
-- ``keep_last=N``: the N newest snapshots (N >= 1: a policy never deletes the newest one);
+- ``keep_last=N``: the N newest verified snapshots (N >= 1: a policy never deletes the newest
+  one);
 - ``keep_days=D``: snapshots created less than D days before ``now``;
 - named snapshots (``%checkpoint -n NAME``) are always kept: a name says "I want this one";
 - snapshots named by the paused record (``records/paused.json``, ``kernels[].snapshot_id`` as
   docs/api.md defines it: what a paused workspace will resume from) are always kept;
-- a snapshot whose manifest cannot be read is kept (its blobs are unknown, see ``gc``).
+- a refused snapshot (unsigned, another key, tampered, unreadable: see ``manifests``) is kept,
+  and does not count for ``keep_last``: a policy never deletes what it cannot trust, and a
+  planted manifest cannot push real snapshots out. Only naming it (``rm ID``) removes it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ..errors import InvalidInputError, ManifestError
+from ..errors import InvalidInputError, StoredRecordError
 from .format import SNAPSHOT_ID_RE
 
 
@@ -48,7 +51,7 @@ class SnapshotFacts:
 
     snapshot_id: str
     name: str | None = None
-    readable: bool = True
+    refused: str | None = None  # why it does not verify; None: it does
 
     @property
     def created(self) -> datetime:
@@ -77,7 +80,10 @@ def plan(
     result = RetentionPlan()
     newest_first = sorted(snapshots, key=lambda s: s.snapshot_id, reverse=True)
     cutoff = now - timedelta(days=policy.keep_days) if policy.keep_days is not None else None
-    for rank, snap in enumerate(newest_first):
+    verified = [s for s in newest_first if s.refused is None]
+    ranks = {s.snapshot_id: rank for rank, s in enumerate(verified)}
+    for snap in newest_first:
+        rank = ranks.get(snap.snapshot_id, len(verified))
         reasons = []
         if not policy.active:
             reasons.append("no retention rule set")
@@ -89,8 +95,8 @@ def plan(
             reasons.append(f"named {snap.name!r}")
         if snap.snapshot_id in protected:
             reasons.append("in the paused record")
-        if not snap.readable:
-            reasons.append("manifest unreadable")
+        if snap.refused is not None:
+            reasons.append(f"refused ({snap.refused}): never deleted by a policy")
         if reasons:
             result.keep[snap.snapshot_id] = reasons
         else:
@@ -103,7 +109,7 @@ def paused_snapshot_ids(record: bytes | None) -> frozenset[str]:
     """The ids the paused record names (``kernels[].snapshot_id``, see docs/api.md); empty if
     there is no record.
 
-    A record that exists but cannot be read raises ``ManifestError``: guessing would risk
+    A record that exists but cannot be read raises ``StoredRecordError``: guessing would risk
     deleting the snapshot a paused workspace needs.
     """
     if record is None:
@@ -111,13 +117,13 @@ def paused_snapshot_ids(record: bytes | None) -> frozenset[str]:
     try:
         data = json.loads(record)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise ManifestError("the paused record is not valid JSON; fix or remove it first") from None
+        raise StoredRecordError("the paused record is not valid JSON; fix or remove it first") from None
     kernels = data.get("kernels") if isinstance(data, dict) else None
     if not isinstance(kernels, list) or not all(
         isinstance(k, dict) and isinstance(k.get("snapshot_id"), str)
         and SNAPSHOT_ID_RE.match(k["snapshot_id"]) for k in kernels
     ):
-        raise ManifestError("the paused record's 'kernels' do not each name a snapshot_id")
+        raise StoredRecordError("the paused record's 'kernels' do not each name a snapshot_id")
     return frozenset(k["snapshot_id"] for k in kernels)
 
 

@@ -1,60 +1,44 @@
-"""The snapshot store: one workspace's blobs, manifests and small records in an fsspec location.
+"""The snapshot store: one workspace's blobs, manifests and small records.
 
 Layout under ``{url}/{workspace}/``::
 
     blobs/{digest[:2]}/{digest}.safetensors   content-addressed, immutable, shared by snapshots
     snapshots/{snapshot_id}.json              manifests; presence of one is the commit
-    records/{name}.json                       small mutable records (paused record, leases, ...)
+    records/{name}.json                       small records (paused record, events, leases)
 
-Commit protocol (the order callers must follow): write every blob (``write_blob``) until each is
-durable, then ``commit_manifest`` once. Locally a blob is written to a temporary name, fsynced and
-renamed; the manifest is linked into place so that a second writer of the same id fails. On object
-stores there are no renames: blobs are written under their final, content-addressed names (a
-partial upload is never visible on GCS) and the manifest is created with a create-only
-precondition (``ifGenerationMatch=0``, a simple upload). Either way a crash at any point leaves no
-manifest that names a missing blob, and every earlier snapshot intact.
+The bytes live in a backend chosen once from the URL (``backends``: a local directory, or any
+fsspec filesystem such as GCS); this class names things and checks names, the backend moves
+bytes. The commit protocol itself (claim or write every blob, then sign and commit the manifest
+create-only, read it back, remove it on failure) is ``writer.SnapshotWriter``; this class only
+offers its steps. Reads of manifests go through ``manifests`` (signature checked there).
 
-Object stores (``transfer``): a blob up to ``chunk_bytes`` goes up in one request, a bigger one
-streams up in ``chunk_bytes`` pieces through one resumable session (never the whole blob in
-memory); reads are ranged requests streamed into the caller's buffers. gcsfs retries every
-request on transient errors (5xx, 408, 429, dropped connections); on top of that a blob upload
-that still failed on a transient error is restarted, up to ``retries`` times with exponential
-backoff and full jitter, when its parts can be read again (a list or tuple). A create-only write
-whose reply was lost and whose retry then finds the object: the object is read back, and if it
-holds our bytes the write succeeded. Every method is safe to call from many threads at once;
-``concurrency`` is how many the callers should use (``GKERESUME_CONCURRENCY``). Errors leave as
-``StoreError`` with a message that names the store without credentials.
+Errors: a missing object is ``NotFoundInStore``, a create-only write that finds its object is
+``CommitConflictError``, everything else ``StoreError`` with a message that names the store
+without credentials. Every method is safe to call from many threads at once; ``concurrency``
+is how many the callers should use (``GKERESUME_CONCURRENCY``).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import re
-import time
-import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import CommitConflictError, InvalidInputError, StoreError
+from ..errors import CommitConflictError, GkeResumeError, InvalidInputError, NotFoundInStore, StoreError
+from .backends import open_backend
 from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapshot_id
-from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, upload
 
 RECORD_NAMES = ("paused", "events")
 LEASE_RECORD_RE = re.compile(r"^lease-[a-z0-9][a-z0-9._-]{0,150}$")
-WRITE_CHUNK = 16 << 20
 DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
 MAX_CONCURRENCY = 256
 DEFAULT_RETRIES = 3
-RETRY_BASE_DELAY = 0.5
-RETRY_MAX_DELAY = 8.0
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -67,7 +51,10 @@ class BlobInfo:
 
 
 class SnapshotStore:
-    """Blobs, manifests and records of one workspace; ``url`` is any fsspec URL or local path."""
+    """Blobs, manifests and records of one workspace; ``url`` is any fsspec URL or local path.
+
+    ``fs`` is the fsspec filesystem behind it (for tools and tests); the store itself only
+    talks to ``backend``."""
 
     def __init__(
         self,
@@ -87,15 +74,15 @@ class SnapshotStore:
             self.fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
         except (ImportError, ValueError) as exc:
             raise InvalidInputError(f"cannot open store {_safe_url(url)}: {exc}") from None
-        self.local = isinstance(self.fs, LocalFileSystem)
         self.root = f"{base.rstrip('/')}/{self.workspace}"
-        self.concurrency = resolve_concurrency(concurrency, local=self.local)
         if chunk_bytes <= 0 or chunk_bytes % (256 << 10):
             raise InvalidInputError(f"chunk_bytes must be a multiple of 256 KiB: {chunk_bytes}")
-        self.chunk_bytes = chunk_bytes
         if not 0 <= retries <= 10:
             raise InvalidInputError(f"retries must be between 0 and 10: {retries}")
-        self.retries = retries
+        self.chunk_bytes, self.retries = chunk_bytes, retries
+        with self._errors("open store"):
+            self.backend = open_backend(self.fs, self.root, chunk_bytes=chunk_bytes, retries=retries)
+        self.concurrency = resolve_concurrency(concurrency, local=self.backend.local)
 
     def __repr__(self) -> str:
         return f"SnapshotStore({_safe_url(self.url)!r}, {self.workspace!r})"
@@ -114,35 +101,31 @@ class SnapshotStore:
         return f"{self.root}/records/{name}.json"
 
     # -- blobs -----------------------------------------------------------------------------
+    def blob_size(self, digest: str) -> int | None:
+        """The stored size of a blob, or None when it is not there."""
+        path = self.blob_path(digest)
+        try:
+            with self._errors("check blob"):
+                return self.backend.size(path)
+        except NotFoundInStore:
+            return None
+
     def has_blob(self, digest: str, size: int | None = None) -> bool:
         """True when the blob exists (and has ``size`` bytes, when given)."""
-        path = self.blob_path(digest)
-        with self._errors("check blob"):
-            self._invalidate(path)  # never trust a cached listing: a gc may have removed it
-            try:
-                info = self.fs.info(path)
-            except FileNotFoundError:
-                return False
-        return size is None or info.get("size") == size
+        stored = self.blob_size(digest)
+        return stored is not None and (size is None or stored == size)
 
     def claim_blob(self, digest: str, size: int) -> bool:
         """Reuse an existing blob: True when it exists with ``size`` bytes, after refreshing its
         age, so that gc's grace period protects it until the manifest that reuses it commits.
-
-        Call order for a writer: ``claim_blob`` (or ``write_blob``) for every blob, then
-        ``commit_manifest``, then check every blob is still there (a gc that swept in between
-        makes the checkpoint fail cleanly instead of committing a hole)."""
+        (``writer.SnapshotWriter`` is the caller; see its call order.)"""
         if not self.has_blob(digest, size):
             return False
-        path = self.blob_path(digest)
-        with self._errors("refresh blob"):
-            try:
-                if self.local:
-                    os.utime(path)
-                else:
-                    self.fs.setxattrs(path, gkeresume_touched=f"{time.time():.3f}")
-            except FileNotFoundError:
-                return False
+        try:
+            with self._errors("refresh blob"):
+                self.backend.touch(self.blob_path(digest))
+        except NotFoundInStore:
+            return False
         return True
 
     def write_blob(self, digest: str, parts: Iterable[object]) -> None:
@@ -152,198 +135,128 @@ class SnapshotStore:
         harmless. Nothing is visible under the final name until it is complete. Only a list or
         tuple of parts lets a failed upload be restarted (an iterator can be read once).
         """
-        path = self.blob_path(digest)
         with self._errors("write blob"):
-            if self.local:
-                self._write_local_atomic(path, parts, create_only=False)
-            else:
-                attempts = 1 + self.retries if isinstance(parts, Sequence) else 1
-                try:
-                    self._retrying(lambda: upload(self.fs, path, parts, self.chunk_bytes), attempts)
-                except FileNotFoundError:
-                    raise StoreError(f"write blob failed in {self}: no such bucket") from None
+            self.backend.write(self.blob_path(digest), parts)
 
     @contextmanager
-    def open_blob(self, digest: str):
+    def open_blob(self, digest: str) -> Iterator[tuple[BinaryIO, int]]:
         """A binary file for reading the blob; yields ``(file, size)``. On object stores big
         reads stream straight into the caller's buffer (``RangedReader``): read big pieces."""
         path = self.blob_path(digest)
-        with self._errors("read blob"):
-            if self.local:
-                size = self.fs.info(path)["size"]
-                with self.fs.open(path, "rb") as f:
-                    yield f, size
-            else:
-                # The first window tells the size of a blob smaller than it: no metadata request.
-                first = self.fs.cat_file(path, start=0, end=READ_WINDOW)
-                size = len(first) if len(first) < READ_WINDOW else self.fs.info(path)["size"]
-                with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
-                    yield f, size
+        with self._errors(f"read blob {digest[:12]}"), self.backend.open_read(path) as opened:
+            yield opened
 
     def list_blobs(self) -> list[BlobInfo]:
         """Every blob in the workspace with size and modification time (for gc)."""
-        out = []
         with self._errors("list blobs"):
-            self._invalidate(f"{self.root}/blobs")
-            try:
-                entries = self.fs.find(f"{self.root}/blobs", detail=True)
-            except FileNotFoundError:
-                return []
-        for path, info in entries.items():
+            entries = self.backend.find(f"{self.root}/blobs")
+        out = []
+        for path, (size, mtime) in entries.items():
             name = path.rsplit("/", 1)[-1].removesuffix(".safetensors")
             if DIGEST_RE.match(name):
-                out.append(BlobInfo(name, int(info.get("size") or 0), _mtime(info)))
+                out.append(BlobInfo(name, size, mtime))
         return out
 
     def list_partial_writes(self) -> list[tuple[str, int, float | None]]:
         """Temporary files (``*.tmp-*``) left by writers that died mid-write, as
         ``(path, size, mtime)``; a live writer's are young, so gc's grace period spares them."""
         with self._errors("list partial writes"):
-            self._invalidate(self.root)
-            try:
-                entries = self.fs.find(self.root, detail=True)
-            except FileNotFoundError:
-                return []
-        return [(path, int(info.get("size") or 0), _mtime(info))
-                for path, info in entries.items() if ".tmp-" in path.rsplit("/", 1)[-1]]
+            entries = self.backend.find(self.root)
+        return [(path, size, mtime) for path, (size, mtime) in entries.items()
+                if ".tmp-" in path.rsplit("/", 1)[-1]]
 
     def delete_partial_write(self, path: str) -> None:
         """Remove one file listed by ``list_partial_writes`` (nothing else is accepted)."""
         if not path.startswith(f"{self.root}/") or ".tmp-" not in path.rsplit("/", 1)[-1]:
             raise InvalidInputError(f"not a partial write of this workspace: {path}")
         with self._errors("delete partial write"):
-            try:
-                self.fs.rm_file(path)
-            except FileNotFoundError:
-                pass
+            self.backend.delete(path)
 
     def delete_blob(self, digest: str) -> None:
         with self._errors("delete blob"):
-            try:
-                self.fs.rm_file(self.blob_path(digest))
-            except FileNotFoundError:
-                pass
+            self.backend.delete(self.blob_path(digest))
 
     # -- manifests ---------------------------------------------------------------------------
     def commit_manifest(self, snapshot_id: str, data: bytes) -> None:
         """Create the manifest; its presence is the commit. Raises ``CommitConflictError``
         if that id was already committed (by this or another writer)."""
         path = self.manifest_path(snapshot_id)
-        with self._errors("commit manifest"):
-            try:
-                self._create(path, data)
-            except FileExistsError:
-                raise CommitConflictError(f"snapshot {snapshot_id} is already committed") from None
+        try:
+            with self._errors("commit manifest"):
+                self.backend.create(path, data)
+        except CommitConflictError:
+            raise CommitConflictError(f"snapshot {snapshot_id} is already committed") from None
 
     def read_manifest_bytes(self, snapshot_id: str) -> bytes:
-        with self._errors("read manifest"):
-            return self.fs.cat_file(self.manifest_path(snapshot_id))
+        """The manifest's bytes; ``NotFoundInStore`` when it is not committed (or was removed).
+        Parse and check them with ``manifests.read_manifest``, never by hand."""
+        path = self.manifest_path(snapshot_id)
+        try:
+            with self._errors("read manifest"):
+                return self.backend.read(path)
+        except NotFoundInStore:
+            raise NotFoundInStore(f"snapshot {snapshot_id} is not in {self}") from None
 
     def list_snapshot_ids(self) -> list[str]:
         """Ids of committed manifests, oldest first (ids sort by creation time)."""
-        folder = f"{self.root}/snapshots"
         with self._errors("list snapshots"):
-            self._invalidate(folder)
-            try:
-                names = self.fs.ls(folder, detail=False)
-            except FileNotFoundError:
-                return []
-        ids = [n.rsplit("/", 1)[-1].removesuffix(".json") for n in names if n.endswith(".json")]
+            names = self.backend.names(f"{self.root}/snapshots")
+        ids = [n.removesuffix(".json") for n in names if n.endswith(".json")]
         return sorted(i for i in ids if SNAPSHOT_ID_RE.match(i))
 
     def delete_manifest(self, snapshot_id: str) -> None:
+        """Remove a manifest; removing one that is already gone is not an error."""
         with self._errors("delete snapshot"):
-            self.fs.rm_file(self.manifest_path(snapshot_id))
+            self.backend.delete(self.manifest_path(snapshot_id))
 
     # -- records -----------------------------------------------------------------------------
     def read_record(self, name: str) -> bytes | None:
         """The record's bytes, or None when it does not exist."""
-        with self._errors("read record"):
-            try:
-                return self.fs.cat_file(self.record_path(name))
-            except FileNotFoundError:
-                return None
+        path = self.record_path(name)
+        try:
+            with self._errors("read record"):
+                return self.backend.read(path)
+        except NotFoundInStore:
+            return None
 
     def write_record(self, name: str, data: bytes, *, create_only: bool = False) -> None:
-        """Write a record; ``create_only`` raises ``FileExistsError`` if it already exists."""
+        """Write a record; ``create_only`` raises ``CommitConflictError`` if it already exists."""
         path = self.record_path(name)
         with self._errors("write record"):
             if create_only:
-                self._create(path, data)
-            elif self.local:
-                self._write_local_atomic(path, [data], create_only=False)
+                self.backend.create(path, data)
             else:
-                self.fs.pipe_file(path, data, mode="overwrite")
+                self.backend.put(path, data)
+
+    def list_records(self, prefix: str) -> dict[str, float | None]:
+        """Names (without ``.json``) of the records starting with ``prefix``, with their
+        modification times (for gc of lease chains)."""
+        with self._errors("list records"):
+            entries = self.backend.find(f"{self.root}/records")
+        out = {}
+        for path, (_, mtime) in entries.items():
+            name = path.rsplit("/", 1)[-1]
+            if name.startswith(prefix) and name.endswith(".json"):
+                out[name.removesuffix(".json")] = mtime
+        return out
 
     def delete_record(self, name: str) -> None:
         with self._errors("delete record"):
-            try:
-                self.fs.rm_file(self.record_path(name))
-            except FileNotFoundError:
-                pass
+            self.backend.delete(self.record_path(name))
 
     # -- helpers -----------------------------------------------------------------------------
-    def _create(self, path: str, data: bytes) -> None:
-        """Create-only write of a small object; ``FileExistsError`` when it already exists.
-
-        On object stores gcsfs retries a request whose answer was lost; if the first attempt had
-        landed, the retry meets its own object. Equal bytes there mean the write was ours."""
-        if self.local:
-            self._write_local_atomic(path, [data], create_only=True)
-            return
-        try:
-            self.fs.pipe_file(path, data, mode="create")
-        except FileExistsError:
-            self._invalidate(path)
-            if self.fs.cat_file(path) != data:
-                raise
-        self._invalidate(path)
-
-    def _retrying(self, action: Callable[[], T], attempts: int) -> T:
-        """Run ``action``; on a transient failure wait (exponential backoff, full jitter) and run
-        it again, ``attempts`` times in all. Permanent failures leave at once."""
-        for attempt in range(attempts):
-            try:
-                return action()
-            except Exception as exc:
-                if attempt == attempts - 1 or not is_transient(exc):
-                    raise
-            time.sleep(random.uniform(0, min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2**attempt)))
-        raise AssertionError("unreachable")
-
-    def _write_local_atomic(self, path: str, parts: Iterable[object], *, create_only: bool) -> None:
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        try:
-            with open(tmp, "wb") as f:
-                _write_parts(f, parts)
-                f.flush()
-                os.fsync(f.fileno())
-            if create_only:
-                os.link(tmp, path)  # fails with FileExistsError when another writer won
-            else:
-                os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-    def _invalidate(self, path: str) -> None:
-        if not self.local:
-            self.fs.invalidate_cache(path)
-
     @contextmanager
-    def _errors(self, action: str):
-        """Turn storage failures into ``StoreError`` with a message safe to show and log."""
+    def _errors(self, action: str) -> Iterator[None]:
+        """The backend boundary: builtin and client errors become the store's own errors, with
+        a message safe to show and log."""
         try:
             yield
-        except (FileNotFoundError, FileExistsError, InvalidInputError, StoreError):
+        except GkeResumeError:
             raise
+        except FileNotFoundError:
+            raise NotFoundInStore(f"{action}: not found in {self}") from None
+        except FileExistsError:
+            raise CommitConflictError(f"{action}: already exists in {self}") from None
         except (OSError, RuntimeError, ValueError, TimeoutError, *_transport_errors()) as exc:
             raise StoreError(f"{action} failed in {self}: {describe(exc)}") from None
 
@@ -394,13 +307,6 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Worth restarting a whole upload: its session was lost or cut short, or it timed out.
-    (Single requests that failed on 5xx, 408, 429 or a dropped connection were already retried
-    by gcsfs, about 35 s in all: trying those again here would only make users wait longer.)"""
-    return isinstance(exc, (UploadInterrupted, TimeoutError))
-
-
 _SECRET_PATTERNS = (
     (re.compile(r"(https?://[^\s?#]+)\?[^\s#'\"]*"), r"\1?..."),  # query strings: upload ids, keys
     (re.compile(r"(?i)(bearer\s+)[\w.~+/-]+=*"), r"\1***"),
@@ -416,41 +322,6 @@ def describe(exc: BaseException) -> str:
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text[:500]
-
-
-def _write_parts(f: BinaryIO, parts: Iterable[object]) -> None:
-    for part in parts:
-        view = memoryview(part).cast("B")
-        for start in range(0, len(view), WRITE_CHUNK):
-            f.write(view[start : start + WRITE_CHUNK])
-
-
-def _mtime(info: dict[str, Any]) -> float | None:
-    """Last write or ``claim_blob`` refresh of an object, from fsspec's ``info``."""
-    touched = (info.get("metadata") or {}).get("gkeresume_touched")
-    if touched:
-        try:
-            return max(float(touched), _modified(info) or 0.0)
-        except ValueError:
-            pass
-    return _modified(info)
-
-
-def _modified(info: dict[str, Any]) -> float | None:
-    for key in ("mtime", "updated", "LastModified"):
-        value = info.get(key)
-        if isinstance(value, (int, float)):
-            return float(value)
-        if value is not None and hasattr(value, "timestamp"):
-            return value.timestamp()
-        if isinstance(value, str):
-            from datetime import datetime
-
-            try:
-                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                return None
-    return None
 
 
 def _safe_url(url: str) -> str:

@@ -1,10 +1,11 @@
 """Full verification of one committed snapshot, without loading anything from it.
 
-``verify_snapshot`` reads the manifest strictly, checks that it names itself and this workspace,
-checks its signature with the workspace key, then streams every blob it references through
-``blobfile.read_verified`` (size, safetensors header, sha256) and checks that every storage and
-the graph records point inside the blobs. It never unpickles: verifying an untrusted snapshot is
-safe. Every problem found is listed (not just the first); ``VerifyReport.ok`` is the verdict.
+``verify_snapshot`` reads the manifest through ``manifests.read_manifest`` (which sees unsigned
+ones too: this is where a user is told why a snapshot is refused), then streams every blob it
+references through ``blobfile.read_verified`` (size, safetensors header, sha256) and checks
+that every storage and the graph records point inside the blobs. It never unpickles: verifying
+an untrusted snapshot is safe. Every problem found is listed (not just the first);
+``VerifyReport.ok`` is the verdict.
 
 ``trust=True`` is the user's explicit trust in this one snapshot: a signature problem is then
 reported in ``VerifyReport.signature`` but is not a failure. Digests are checked regardless.
@@ -15,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import IntegrityError, ManifestError
+from ..errors import IntegrityError, NotFoundInStore
 from .blobfile import BlobLayout, read_verified
 from .format import Manifest
-from .signing import SigningKey, verify
+from .manifests import read_manifest
+from .signing import SigningKey
 from .store import SnapshotStore
 
 #: ``progress(done_bytes, total_bytes)`` after each blob.
@@ -59,28 +61,23 @@ def verify_snapshot(
     bad snapshot, only for a store that cannot be read (``StoreError``)."""
     report = VerifyReport(snapshot_id)
     try:
-        manifest = Manifest.from_json(store.read_manifest_bytes(snapshot_id))
-    except FileNotFoundError:
+        stored = read_manifest(store, snapshot_id, key)
+    except NotFoundInStore:
         report.problems.append(f"snapshot {snapshot_id} has no manifest (not committed)")
         return report
-    except ManifestError as exc:
-        report.problems.append(str(exc))
+    manifest = stored.manifest
+    if manifest is None:
+        report.problems.append(stored.unreadable or "unreadable")
         return report
-    if manifest.snapshot_id != snapshot_id:
-        report.problems.append(f"manifest {snapshot_id} names itself {manifest.snapshot_id}")
-    if manifest.workspace != store.workspace:
-        report.problems.append(
-            f"manifest belongs to workspace {manifest.workspace}, found in {store.workspace}"
-        )
-    try:
-        verify(manifest, key)
+    report.problems.extend(stored.identity)
+    if stored.signature is None:
         report.signature = "valid"
-    except IntegrityError as exc:
-        if trust:
-            report.signature = f"trusted explicitly ({exc})"
-        else:
-            report.signature = str(exc)
-            report.problems.append(f"{exc}: refused (trust this one snapshot explicitly to use it)")
+    elif trust:
+        report.signature = f"trusted explicitly ({stored.signature})"
+    else:
+        report.signature = stored.signature
+        report.problems.append(f"{stored.signature}: refused (trust this one snapshot explicitly "
+                               "to use it)")
     layouts = _check_blobs(store, manifest, report, progress)
     _check_references(manifest, layouts, report)
     return report
@@ -101,7 +98,7 @@ def _check_blobs(
                     )
                 else:
                     layouts[digest] = read_verified(f, digest, size, lambda i, n: None)
-        except FileNotFoundError:
+        except NotFoundInStore:
             report.problems.append(f"blob {digest[:12]} is missing")
         except IntegrityError as exc:
             report.problems.append(str(exc))

@@ -1,0 +1,313 @@
+"""Where a store's bytes live: a local directory or any fsspec filesystem (GCS through gcsfs).
+
+``SnapshotStore`` picks one backend when it is built (``open_backend``) and calls only the
+methods below; it never asks which kind it has. Paths are the backend's own (OS paths for a
+local directory, ``bucket/key`` for an object store).
+
+Every backend method raises the builtin ``FileNotFoundError`` for a missing object and
+``FileExistsError`` when a create-only write finds one; the store turns them into its own errors
+(``NotFoundInStore``, ``CommitConflictError``) at this boundary, so they never leak further.
+
+- ``LocalBackend``: files 0600, directories 0700 (whatever the umask), written under a temporary
+  name, fsynced, renamed (create-only: hard-linked, which fails when the name exists); every
+  directory it creates is fsynced into its parent. A store directory owned by another user or
+  writable by group or others is refused when the store is opened.
+- ``FsspecBackend``: blobs stream up through ``transfer.upload`` (no renames on object stores:
+  a partial upload is never visible), restarted on transient failures when their parts can be
+  read again; create-only writes are ``ifGenerationMatch=0`` simple uploads; listings are never
+  served from fsspec's cache (another pod may have changed the bucket).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, BinaryIO, Protocol, TypeVar
+
+from fsspec.implementations.local import LocalFileSystem
+
+from ..errors import StoreError
+from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, upload
+
+WRITE_CHUNK = 16 << 20
+RETRY_BASE_DELAY = 0.5
+RETRY_MAX_DELAY = 8.0
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+T = TypeVar("T")
+
+
+class Backend(Protocol):
+    """The operations a store needs; ``find`` returns ``{path: (size, mtime or None)}``."""
+
+    local: bool
+
+    def size(self, path: str) -> int: ...
+    def read(self, path: str) -> bytes: ...
+    def open_read(self, path: str) -> Any: ...  # context manager yielding (file, size)
+    def write(self, path: str, parts: Iterable[object]) -> None: ...
+    def put(self, path: str, data: bytes) -> None: ...
+    def create(self, path: str, data: bytes) -> None: ...
+    def touch(self, path: str) -> None: ...
+    def delete(self, path: str) -> None: ...
+    def find(self, folder: str) -> dict[str, tuple[int, float | None]]: ...
+    def names(self, folder: str) -> list[str]: ...
+
+
+def open_backend(fs: Any, root: str, *, chunk_bytes: int, retries: int) -> Backend:
+    """The backend for an fsspec filesystem; ``root`` is the workspace folder."""
+    if isinstance(fs, LocalFileSystem):
+        return LocalBackend(root)
+    return FsspecBackend(fs, chunk_bytes=chunk_bytes, retries=retries)
+
+
+# -- local directory -------------------------------------------------------------------------
+class LocalBackend:
+    """A directory on this machine (or an NFS home): private modes, durable renames."""
+
+    local = True
+
+    def __init__(self, root: str):
+        for folder in (os.path.dirname(root), root):
+            check_private_directory(folder)
+
+    def size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    def read(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    @contextmanager
+    def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
+        with open(path, "rb") as f:
+            yield f, os.fstat(f.fileno()).st_size
+
+    def write(self, path: str, parts: Iterable[object]) -> None:
+        self._write(path, parts, create_only=False)
+
+    def put(self, path: str, data: bytes) -> None:
+        self._write(path, [data], create_only=False)
+
+    def create(self, path: str, data: bytes) -> None:
+        self._write(path, [data], create_only=True)
+
+    def touch(self, path: str) -> None:
+        os.utime(path)
+
+    def delete(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def find(self, folder: str) -> dict[str, tuple[int, float | None]]:
+        found: dict[str, tuple[int, float | None]] = {}
+        for parent, _, files in os.walk(folder):
+            for name in files:
+                path = os.path.join(parent, name)
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue  # removed while we walked
+                found[path] = (st.st_size, st.st_mtime)
+        return found
+
+    def names(self, folder: str) -> list[str]:
+        try:
+            return os.listdir(folder)
+        except FileNotFoundError:
+            return []
+
+    def _write(self, path: str, parts: Iterable[object], *, create_only: bool) -> None:
+        folder = os.path.dirname(path)
+        make_private_dirs(folder)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            with os.fdopen(fd, "wb") as f:
+                write_parts(f, parts)
+                f.flush()
+                os.fsync(f.fileno())
+            if create_only:
+                os.link(tmp, path)  # FileExistsError when another writer won
+            else:
+                os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        fsync_directory(folder)
+
+
+def check_private_directory(folder: str) -> None:
+    """Refuse an existing store directory that another user owns or that group or others can
+    write (they could plant or swap snapshots); a missing one is created private later."""
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"store path {folder} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise StoreError(f"store directory {folder} belongs to another user (uid {st.st_uid}): "
+                         "use a directory of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StoreError(f"store directory {folder} is writable by group or others "
+                         f"(mode {stat.S_IMODE(st.st_mode):o}): run `chmod go-w {folder}`")
+
+
+def make_private_dirs(folder: str) -> None:
+    """Create ``folder`` and its missing parents with mode 0700, each fsynced into its parent
+    so that it survives a crash of the machine."""
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, DIR_MODE)
+        except FileExistsError:
+            continue  # another writer made it first
+        os.chmod(path, DIR_MODE)  # the umask may have taken bits; never add any beyond 0700
+        fsync_directory(os.path.dirname(path))
+
+
+def fsync_directory(folder: str) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_parts(f: BinaryIO, parts: Iterable[object]) -> None:
+    for part in parts:
+        view = memoryview(part).cast("B")
+        for start in range(0, len(view), WRITE_CHUNK):
+            f.write(view[start : start + WRITE_CHUNK])
+
+
+# -- fsspec (GCS, memory, ...) ---------------------------------------------------------------
+class FsspecBackend:
+    """Any fsspec filesystem; the GCS path streams through resumable sessions (``transfer``)."""
+
+    local = False
+
+    def __init__(self, fs: Any, *, chunk_bytes: int, retries: int):
+        self.fs, self.chunk_bytes, self.retries = fs, chunk_bytes, retries
+
+    def size(self, path: str) -> int:
+        self.fs.invalidate_cache(path)  # never trust a cached listing: a gc may have removed it
+        return int(self.fs.info(path).get("size") or 0)
+
+    def read(self, path: str) -> bytes:
+        return self.fs.cat_file(path)
+
+    @contextmanager
+    def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
+        # The first window tells the size of a blob smaller than it: no metadata request.
+        first = self.fs.cat_file(path, start=0, end=READ_WINDOW)
+        size = len(first) if len(first) < READ_WINDOW else self.fs.info(path)["size"]
+        with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
+            yield f, size
+
+    def write(self, path: str, parts: Iterable[object]) -> None:
+        attempts = 1 + self.retries if isinstance(parts, Sequence) else 1
+        try:
+            retrying(lambda: upload(self.fs, path, parts, self.chunk_bytes), attempts)
+        except FileNotFoundError:
+            raise StoreError(f"no such bucket for {path.split('/', 1)[0]}") from None
+
+    def put(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(path, data, mode="overwrite")
+
+    def create(self, path: str, data: bytes) -> None:
+        """On a lost reply gcsfs retries, and the retry may meet its own object: equal bytes
+        there mean the write was ours."""
+        try:
+            self.fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            self.fs.invalidate_cache(path)
+            if self.fs.cat_file(path) != data:
+                raise
+        self.fs.invalidate_cache(path)
+
+    def touch(self, path: str) -> None:
+        self.fs.setxattrs(path, gkeresume_touched=f"{time.time():.3f}")
+
+    def delete(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def find(self, folder: str) -> dict[str, tuple[int, float | None]]:
+        self.fs.invalidate_cache(folder)
+        try:
+            entries = self.fs.find(folder, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {path: (int(info.get("size") or 0), object_mtime(info))
+                for path, info in entries.items()}
+
+    def names(self, folder: str) -> list[str]:
+        self.fs.invalidate_cache(folder)
+        try:
+            return [n.rsplit("/", 1)[-1] for n in self.fs.ls(folder, detail=False)]
+        except FileNotFoundError:
+            return []
+
+
+def retrying(action: Callable[[], T], attempts: int) -> T:
+    """Run ``action``; on a transient failure wait (exponential backoff, full jitter) and run it
+    again, ``attempts`` times in all. Permanent failures leave at once."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except Exception as exc:
+            if attempt == attempts - 1 or not is_transient(exc):
+                raise
+        time.sleep(random.uniform(0, min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2**attempt)))
+    raise AssertionError("unreachable")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth restarting a whole upload: its session was lost or cut short, or it timed out.
+    (Single requests that failed on 5xx, 408, 429 or a dropped connection were already retried
+    by gcsfs, about 35 s in all: trying those again here would only make users wait longer.)"""
+    return isinstance(exc, (UploadInterrupted, TimeoutError))
+
+
+def object_mtime(info: dict[str, Any]) -> float | None:
+    """Last write or ``touch`` of an object, from fsspec's ``info``."""
+    touched = (info.get("metadata") or {}).get("gkeresume_touched")
+    if touched:
+        try:
+            return max(float(touched), _modified(info) or 0.0)
+        except ValueError:
+            pass
+    return _modified(info)
+
+
+def _modified(info: dict[str, Any]) -> float | None:
+    for key in ("mtime", "updated", "LastModified"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if value is not None and hasattr(value, "timestamp"):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,121 @@
+"""The commit protocol of one snapshot, in one place: blobs, then a signed manifest, verified.
+
+Call order (one ``SnapshotWriter`` per snapshot; the kernel's capture drives it):
+
+1. ``put_blob(digest, size, parts)`` for every blob, from any number of threads: an existing
+   blob of that size is claimed (its age refreshed, so gc's grace period protects it until the
+   manifest that reuses it commits), else written from ``parts()`` and made durable;
+2. ``commit(manifest)`` once: every blob the manifest names must have been put by this writer
+   with that size; the manifest is signed and created create-only (its presence is the commit;
+   ``CommitConflictError`` if that id exists, and then nothing is removed: it is another
+   writer's), then read back and checked by ``verify_committed``. If that check fails the
+   manifest is removed again before the error leaves: a commit that cannot restore never stays.
+
+``verify_committed(store, key, id, mode=...)`` is also what the server runs before it releases
+a pod. ``mode`` is one of ``VERIFY_MODES``:
+
+- ``"metadata"`` (default): the manifest read back (parses, names itself and this workspace,
+  signature valid) and every blob present with its size. A local blob is durable once it and
+  its directory were fsynced, an object-store blob once its upload completed, so this catches
+  a gc that swept a reused blob meanwhile, a truncated or missing object, a manifest that does
+  not read back; it does not re-read the bytes.
+- ``"full"``: the same, then every blob read back in full and checked against its digest
+  (``verify.verify_snapshot``): also catches bytes corrupted after they were written.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import IntegrityError, InvalidInputError, ManifestError
+from .format import Manifest
+from .manifests import load_manifest
+from .signing import SigningKey, sign
+from .store import SnapshotStore
+from .verify import VerifyProgress, verify_snapshot
+
+VERIFY_MODES = ("metadata", "full")
+
+
+def validate_verify_mode(mode: object) -> str:
+    if mode not in VERIFY_MODES:
+        raise InvalidInputError(f"verify mode must be one of {', '.join(VERIFY_MODES)}, not {mode!r}")
+    return mode  # type: ignore[return-value]
+
+
+class SnapshotWriter:
+    """Writes one snapshot into ``store``, signed with ``key`` (see the module docstring)."""
+
+    def __init__(self, store: SnapshotStore, key: SigningKey, *, verify: str = "metadata"):
+        self.store, self.key = store, key
+        self.verify = validate_verify_mode(verify)
+        self._put: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.committed: str | None = None
+
+    def put_blob(self, digest: str, size: int, parts: Callable[[], Iterable[object]]) -> bool:
+        """Claim the blob if the store has it with ``size`` bytes, else write ``parts()`` (the
+        buffers, in order, whose content has ``digest``). True when it was newly written."""
+        if self.committed is not None:
+            raise InvalidInputError(f"snapshot {self.committed} is already committed")
+        new = not self.store.claim_blob(digest, size)
+        if new:
+            self.store.write_blob(digest, parts())
+        with self._lock:
+            self._put[digest] = size
+        return new
+
+    def commit(self, manifest: Manifest, *, progress: VerifyProgress | None = None) -> Manifest:
+        """Sign, commit create-only, verify (``self.verify``); returns the manifest read back."""
+        with self._lock:
+            unput = {d: s for d, s in manifest.blobs.items() if self._put.get(d) != s}
+        if unput:
+            digest, size = next(iter(sorted(unput.items())))
+            raise ManifestError(f"manifest {manifest.snapshot_id} names blob {digest[:12]} "
+                                f"({size} bytes) that was not written or claimed for it")
+        if manifest.workspace != self.store.workspace:
+            raise ManifestError(f"manifest of workspace {manifest.workspace} cannot be committed "
+                                f"to {self.store.workspace}")
+        sign(manifest, self.key)
+        self.store.commit_manifest(manifest.snapshot_id, manifest.to_json())
+        self.committed = manifest.snapshot_id
+        try:
+            return verify_committed(self.store, self.key, manifest.snapshot_id, mode=self.verify,
+                                    progress=progress)
+        except BaseException:
+            self.store.delete_manifest(manifest.snapshot_id)
+            raise
+
+
+def verify_committed(store: SnapshotStore, key: SigningKey, snapshot_id: str, *,
+                     mode: str = "metadata", progress: VerifyProgress | None = None) -> Manifest:
+    """Check a committed snapshot before anything relies on it (``mode``: see the module
+    docstring); raises ``IntegrityError`` listing every problem, else returns its manifest."""
+    validate_verify_mode(mode)
+    manifest = load_manifest(store, snapshot_id, key)
+    if mode == "full":
+        problems = verify_snapshot(store, snapshot_id, key, progress=progress).problems
+    else:
+        problems = _metadata_problems(store, manifest, progress)
+    if problems:
+        raise IntegrityError(f"snapshot {snapshot_id} failed verification: {'; '.join(problems)}")
+    return manifest
+
+
+def _metadata_problems(store: SnapshotStore, manifest: Manifest,
+                       progress: VerifyProgress | None) -> list[str]:
+    """Every blob present with the size the manifest says (asked in parallel)."""
+    items = sorted(manifest.blobs.items())
+    with ThreadPoolExecutor(max(1, min(store.concurrency, len(items)))) as pool:
+        sizes = list(pool.map(lambda item: store.blob_size(item[0]), items))
+    problems = []
+    for (digest, size), stored in zip(items, sizes, strict=True):
+        if stored is None:
+            problems.append(f"blob {digest[:12]} is missing")
+        elif stored != size:
+            problems.append(f"blob {digest[:12]} holds {stored} bytes, the manifest says {size}")
+    if progress is not None:
+        progress(manifest.total_bytes, manifest.total_bytes)
+    return problems
