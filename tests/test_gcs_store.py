@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from jupyter_gkeresume.errors import CommitConflictError, InvalidInputError, StoreError
+from jupyter_gkeresume.snapshot.backends import LocalBackend
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
 from jupyter_gkeresume.snapshot.store import SnapshotStore, describe, resolve_concurrency
 
@@ -167,7 +168,7 @@ def test_records_create_only_and_overwrite(gcs_bucket):
     store.write_record("paused", b"2")
     assert store.read_record("paused") == b"2"
     store.write_record("lease-k1.0", b"a", create_only=True)
-    with pytest.raises(FileExistsError):
+    with pytest.raises(CommitConflictError):
         store.write_record("lease-k1.0", b"b", create_only=True)
     store.delete_record("lease-k1.0")
     assert store.read_record("lease-k1.0") is None
@@ -192,7 +193,7 @@ def test_missing_bucket_is_a_clean_store_error(gcs_bucket):
 
 def test_local_store_unchanged(tmp_path):
     store = SnapshotStore(str(tmp_path), "ws")
-    assert store.local and store.concurrency == 4
+    assert isinstance(store.backend, LocalBackend) and store.concurrency == 4
     digest, parts, size = make_blob(100, 5000)
     store.write_blob(digest, parts)
     assert store.has_blob(digest, size)
