@@ -40,12 +40,17 @@ class IntegrityError(GkeResumeError):
 
 class SnapshotRefusedError(IntegrityError):
     """A snapshot with this reference exists but does not verify (unsigned, another key,
-    tampered, copied from elsewhere): ``reason`` says why; it is never used without trust."""
+    tampered, copied from elsewhere): ``reason`` says why; it is never used without explicit
+    trust in its id. For ``latest``: no snapshot verifies, and the newest was refused."""
 
     def __init__(self, reference: str, snapshot_id: str, reason: str):
         self.reference = reference
         self.snapshot_id = snapshot_id
         self.reason = reason
+        if reference == "latest":
+            super().__init__(f"no snapshot in this workspace verifies: the newest, {snapshot_id}, "
+                             f"was refused: {reason}")
+            return
         named = "" if reference == snapshot_id else f" named {reference!r}"
         super().__init__(f"snapshot {snapshot_id}{named} exists but was refused: {reason}")
 

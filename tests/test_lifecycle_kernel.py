@@ -52,7 +52,9 @@ def test_unsigned_and_foreign_snapshots_are_refused_trust_is_explicit(start_kern
     with pytest.raises(KernelError, match="is unsigned"):
         b.run("%resume")
     assert b.run("print('w' in globals())") == "False\n"
-    out = b.run("import kernel_hooks\nr = kernel_hooks.resume(trust=True)\nprint(w.sum())")
+    unsigned = newest(kernel_env).snapshot_id  # trust names one snapshot: never "latest"
+    out = b.run(f"import kernel_hooks\nr = kernel_hooks.resume({unsigned!r}, trust=True)\n"
+                "print(w.sum())")
     assert out.strip().endswith("499500.0")
     refused = cli(kernel_env, "verify", "--all")
     assert refused.returncode == 1 and "is unsigned: refused" in refused.stdout

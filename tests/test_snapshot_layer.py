@@ -62,9 +62,12 @@ def test_a_planted_unsigned_manifest_never_becomes_latest(local_store, signing_k
     assert rows[real[1].snapshot_id].error is None
 
 
-def test_latest_with_only_refused_snapshots_is_not_found(local_store, signing_key):
+def test_latest_with_only_refused_snapshots_says_why(local_store, signing_key):
+    with pytest.raises(SnapshotNotFoundError, match="no snapshot 'latest'"):
+        resolve(local_store, "latest", signing_key)
     evil = planted(local_store)
-    with pytest.raises(SnapshotNotFoundError, match=evil.snapshot_id):
+    with pytest.raises(SnapshotRefusedError, match=f"no snapshot in this workspace verifies: the "
+                                                   f"newest, {evil.snapshot_id}, was refused: "):
         resolve(local_store, "latest", signing_key)
 
 

@@ -2,10 +2,11 @@
 
 ``resolve`` turns what a user typed (an id, a name, ``latest``) into an id. Only snapshots whose
 signature verifies count for ``latest`` and for names: a planted or foreign manifest never
-becomes the default. A name that only refused snapshots carry raises ``SnapshotRefusedError``
-(it exists, and why it was refused); nothing by that reference raises ``SnapshotNotFoundError``
-listing the ids that exist. An explicit id is returned as is: the caller then loads it, which
-refuses it with the reason unless the user trusts that one snapshot.
+becomes the default. A name that only refused snapshots carry (or ``latest`` when no snapshot
+verifies) raises ``SnapshotRefusedError`` (it exists, and why it was refused); nothing by that
+reference raises ``SnapshotNotFoundError`` listing the ids that exist. An explicit id is returned
+as is: the caller then loads it, which refuses it with the reason unless the user trusts that one
+snapshot.
 """
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ def resolve(store: SnapshotStore, reference: str | None, key: SigningKey) -> str
     ref = (reference or "latest").strip()
     if ref == "latest":
         newest = newest_verified(store, key)
-        if newest is None:
-            raise SnapshotNotFoundError("latest", store.list_snapshot_ids())
-        return newest.snapshot_id
+        if newest is not None:
+            return newest.snapshot_id
+        refused = next(scan_manifests(store, key, newest_first=True), None)
+        if refused is not None:
+            raise SnapshotRefusedError("latest", refused.snapshot_id, refused.refused or "")
+        raise SnapshotNotFoundError("latest", store.list_snapshot_ids())
     if SNAPSHOT_ID_RE.match(ref):
         ids = store.list_snapshot_ids()
         if ref not in ids:
