@@ -51,7 +51,8 @@ def make_snapshot(
     for i, payload in enumerate(payloads):
         digest, size = put_blob(store, payload)
         blobs[digest] = size
-        storages[f"s{i}"] = StorageRef(digest, 0, len(payload), "uint8", device, "numpy")
+        storages[f"s{i}"] = StorageRef(digest, 0, len(payload), "uint8", device, "numpy",
+                                       f"x{i}")
         objects.append(ObjectRecord(
             name=f"x{i}", type="numpy.ndarray", status="saved", bytes=len(payload),
             device=device, modules=(modules or {}).get(f"x{i}", ["numpy"]),

@@ -25,7 +25,7 @@ VALID = {
     "objects": [{"name": "x", "type": "int", "status": "saved", "reason": None, "bytes": 8,
                  "dtype": None, "shape": [2, 2], "device": "cpu", "modules": ["numpy"]}],
     "storages": {"s0": {"blob": DIGEST, "entry": 0, "nbytes": 8, "dtype": "uint8",
-                        "device": "cpu", "kind": "numpy"}},
+                        "device": "cpu", "kind": "numpy", "owner": "x"}},
     "blobs": {DIGEST: 100}, "totals": {"objects": 1}, "timings": {"total": 1.5},
     "fingerprint": {"python": "3.11.9"}, "history": ["", "x = 1"],
     "signature": {"alg": "HMAC-SHA256", "key_id": "k", "value": "v"},

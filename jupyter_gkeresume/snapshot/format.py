@@ -69,7 +69,7 @@ class StorageRef:
     dtype: str
     device: str
     kind: str  # "torch" | "numpy" | "cuda_array"
-    owner: str = ""  # the top-level name that first reached it ("" in older snapshots)
+    owner: str  # the top-level name that first reached it
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class Manifest:
             ref = StorageRef(
                 blob=s.get("blob", str), entry=s.get("entry", int), nbytes=s.get("nbytes", int),
                 dtype=s.get("dtype", str), device=s.get("device", str), kind=s.get("kind", str),
-                owner=s.get("owner", str, optional=True) or "",
+                owner=s.get("owner", str),
             )
             _check(ref.blob in blobs, f"manifest: storage {key} names unlisted blob {ref.blob!r}")
             _check(ref.entry >= 0 and ref.nbytes >= 0, f"manifest: storage {key} has bad sizes")
