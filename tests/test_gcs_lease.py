@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from jupyter_gkeresume.errors import InvalidInputError, LeaseHeldError
+from jupyter_gkeresume.snapshot.gc import collect_garbage
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 
@@ -133,3 +135,19 @@ def test_hold_renews_in_the_background_and_releases(store):
 def test_bad_keys_are_refused(tmp_path, key):
     with pytest.raises(InvalidInputError):
         RestoreLease(SnapshotStore(str(tmp_path), "ws"), key)
+
+
+def test_gc_collects_finished_chains_on_both_stores(store):
+    """Finished chains go once they are older than the grace period; a held one stays."""
+    done = RestoreLease(store, "done", ttl=60)
+    done.acquire()
+    done.release()
+    held = RestoreLease(store, "held", ttl=30 * 86400)
+    held.acquire()
+    assert collect_garbage(store, grace_seconds=3600).leases == []  # too recent
+    later = time.time() + 7200
+    report = collect_garbage(store, grace_seconds=3600, now=later)
+    assert report.leases == ["done"]
+    assert sorted(store.list_records("lease-")) == ["lease-held.0"]
+    assert store.read_record("lease-done.0") is None
+    held.release()
