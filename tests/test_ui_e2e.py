@@ -182,6 +182,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
                          capture_output=True, text=True, timeout=540)
     lines = run.stdout.strip().splitlines()
     seen = json.loads(lines[-1]) if lines else {}
+    (ARTIFACTS / "seen.json").write_text(json.dumps(seen, indent=1))  # what the browser saw
     assert run.returncode == 0 and "error" not in seen, (
         f"browser run failed at step {seen.get('steps', ['?'])[-1:]}: {seen.get('error')}\n"
         f"{run.stderr[-3000:]}\n--- server log ---\n{lab.log()}"
@@ -205,8 +206,8 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert seen["pausedLabel"] == "Paused"
     assert seen["badge"] == "Paused"
     # (the names come from the paused record, which status returns once the kernels are gone)
-    assert "Saved 3 objects (" in seen["pauseMessage"]
-    assert "from 1 kernel: x, big, parts" in seen["pauseMessage"]
+    assert "Saved 4 objects (" in seen["pauseMessage"]
+    assert "from 1 kernel: x, np, big, parts" in seen["pauseMessage"]
     assert "The kernels were stopped; this server keeps running." in seen["pauseMessage"]
     assert "GPU was released" not in seen["pauseMessage"]
     assert "x = 41 + 1" in seen["savedCells"]
@@ -221,8 +222,8 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert len(rising) >= 3, f"resume progress {rising}; labels {[n['label'] for n in seen['resumeNotes']]}"
     assert seen["readyLabel"] == "Running (resumed)"
     assert seen["badgeAfterResume"] is False
-    assert seen["resumeMessage"].startswith("Restored 3 objects into 1 kernel: x, big, parts")
-    assert seen["output"] == f"42 {512 * 2**20} 1.0"
+    assert seen["resumeMessage"].startswith("Restored 4 objects into 1 kernel: x, np, big, parts")
+    assert seen["output"] == f"42 {512 * 2**20} 8.0"
     status = _get(lab.api("status"))[1]
     assert status["state"] in ("ready", "running") and status["paused"] is None
 
@@ -232,7 +233,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert _luminance(seen["darkPanel"]["color"]) > 150
     assert _luminance(seen["darkStatus"]["color"]) > 150
     # Restore from the panel into the running kernel; Delete only after the confirmation.
-    assert seen["restoreMessage"].startswith("Restored 3 objects into 1 kernel: x, big, parts")
+    assert seen["restoreMessage"].startswith("Restored 4 objects into 1 kernel: x, np, big, parts")
     assert seen["outputAfterRestore"] == "42"
     assert "cannot be undone" in seen["deleteQuestion"]
     assert seen["snapshotsAfterDelete"] == seen["snapshotsBeforeDelete"] - 1

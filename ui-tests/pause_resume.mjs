@@ -77,6 +77,7 @@ async function startRecorder(page) {
         .filter(t => !/exit/.test(t.className))
         .map(t => t.innerText.split('\n')[0]);
       const note = {
+        ms: Math.round(performance.now()),
         state: item?.dataset.state ?? null,
         label: document.querySelector('.jp-gkeresume-label')?.textContent ?? '',
         value: bar && !bar.hidden && bar.hasAttribute('value') ? bar.value : null,
@@ -84,7 +85,7 @@ async function startRecorder(page) {
         toasts,
         dialog: document.querySelector('.jp-Dialog .jp-gkeresume-message')?.innerText ?? null
       };
-      const key = JSON.stringify(note);
+      const key = JSON.stringify({ ...note, ms: 0 });
       if (key !== last) {
         last = key;
         notes.push(note);
@@ -122,7 +123,7 @@ async function shotInFlight(page, states, name) {
         );
       },
       states,
-      { timeout: WAIT, polling: 'mutation' }
+      { timeout: WAIT, polling: 'raf' }
     );
     await shot(page, name);
     seen[`${name}-label`] = await page.locator('.jp-gkeresume-label').innerText();

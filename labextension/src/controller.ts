@@ -169,7 +169,14 @@ export class Controller {
     }
   }
 
-  private onFinished(_: StatusModel, { operation, status, results }: IFinished): void {
+  private onFinished(_: StatusModel, finished: IFinished): void {
+    // The notifier has dismissed the operation's toast (it hears `finished` first); let the
+    // page draw that before the message, so the two are never on screen together.
+    requestAnimationFrame(() => requestAnimationFrame(() => this.tell(finished)));
+  }
+
+  /** The message saying how an operation ended. */
+  private tell({ operation, status, results }: IFinished): void {
     if (operation.kind === 'resume') {
       void showMessage(resumeSummary(status, operation));
       return;
