@@ -1,7 +1,9 @@
-"""Fixtures for the lab extension's tests: the repository root, node and jlpm on PATH.
+"""Fixtures for the lab extension's tests: the repository root, node and jlpm on PATH, and this
+checkout's own build of the lab extension for the browser test.
 
 The node dependencies (typescript, playwright-core, ...) are installed by `pip install -e .`
-(the build hook runs `jlpm install`); a missing node_modules is a setup error, said plainly.
+(the build hook runs `jlpm install`); a missing node_modules or a build older than the
+TypeScript sources is a setup error, said plainly.
 """
 
 from __future__ import annotations
@@ -37,3 +39,22 @@ def ts_unit_build(ui_env) -> Path:
     if run.returncode != 0:
         pytest.fail(f"TypeScript did not compile:\n{run.stdout}{run.stderr}")
     return ROOT / "build" / "ts-unit"
+
+
+LAB_BUILD = ROOT / "jupyter_gkeresume" / "labextension"
+
+
+@pytest.fixture(scope="session")
+def lab_extension_dir(tmp_path_factory) -> Path:
+    """A JUPYTER_PATH entry whose ``labextensions/jupyter-gkeresume`` is this checkout's build
+    (first on JUPYTER_PATH, so JupyterLab serves it rather than another installed copy)."""
+    built = LAB_BUILD / "package.json"
+    sources = [*(ROOT / "labextension" / "src").glob("*.ts"), *(ROOT / "labextension" / "style").glob("*")]
+    if not built.is_file():
+        pytest.fail(f"{LAB_BUILD} is missing: run `jlpm build` (or `pip install -e .`)")
+    if max(p.stat().st_mtime for p in sources) > built.stat().st_mtime:
+        pytest.fail("the lab extension build is older than labextension/: run `jlpm build`")
+    path = tmp_path_factory.mktemp("jupyter-path")
+    (path / "labextensions").mkdir()
+    (path / "labextensions" / "jupyter-gkeresume").symlink_to(LAB_BUILD, target_is_directory=True)
+    return path

@@ -3,9 +3,13 @@
 ``none``.
 
 First a Pause while a cell runs: the server refuses (409) and the lab shows its message. Then
-issue 5's scenario: run ``x = 41 + 1``, Pause, status ``paused``; reload; the resume dialog;
-Resume; status ``ready``; ``print(x)`` prints ``42``. Then the dark theme and the Snapshots
-panel. Screenshots go to test-artifacts/ui/.
+issue 5's scenario with a session of 512 MiB: run ``x = 41 + 1``, checkpoint, make the arrays,
+Pause, status ``paused``; reload; the resume dialog; Resume; ``print(x, ...)`` shows everything
+came back. While the pause and the resume run, the page notes every change of the status bar and
+of the toasts (issue 15): the bar moves through at least three increasing values each way, every
+label is one sentence that says what happened here (no GPU on this machine), one notification
+follows each operation and none outlives it. Then the dark theme and the Snapshots panel.
+Screenshots go to test-artifacts/ui/; the two progress states are copied to docs/screenshots/.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def _get(url: str) -> tuple[int, dict | None]:
 class Lab:
     """A JupyterLab server started for one test, with its own config, settings and store."""
 
-    def __init__(self, tmp: Path, env: dict[str, str]):
+    def __init__(self, tmp: Path, env: dict[str, str], jupyter_path: Path):
         self.port = _free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}/"
@@ -70,6 +74,7 @@ class Lab:
             **{k: v for k, v in env.items() if not k.startswith("GKERESUME_")},
             "GKERESUME_SIGNING_KEY": "ui-e2e-key-" + secrets.token_hex(16),
             "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+            "JUPYTER_PATH": os.pathsep.join(p for p in (str(jupyter_path), env.get("JUPYTER_PATH")) if p),
             "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
             "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
             "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
@@ -119,8 +124,8 @@ class Lab:
 
 
 @pytest.fixture
-def lab(tmp_path, ui_env):
-    server = Lab(tmp_path, ui_env)
+def lab(tmp_path, ui_env, lab_extension_dir):
+    server = Lab(tmp_path, ui_env, lab_extension_dir)
     server.start()
     yield server
     server.stop()
@@ -132,6 +137,36 @@ def chromium() -> str:
     if path is None:
         pytest.fail("chromium is not installed: scripts/test.sh installs it (apt-get)")
     return path
+
+
+PHASE_WORDS = ("writing", "reading", "verifying", "releasing", "pausing", "resuming", "hashing")
+
+
+def _increasing(values: list[float]) -> list[float]:
+    """The values that each exceed every one before them (the bar moving forwards)."""
+    rising: list[float] = []
+    for value in values:
+        if not rising or value > rising[-1]:
+            rising.append(value)
+    return rising
+
+
+def _check_operation(notes: list[dict], states: set[str], toast_word: str) -> list[float]:
+    """What issue 15 asks of one operation as the page saw it; returns the bar's rising values."""
+    during = [n for n in notes if n["state"] in states]
+    assert during, f"the operation was never seen in flight: {notes[:5]}"
+    assert all(n["barShown"] for n in during), [n["label"] for n in during if not n["barShown"]]
+    for note in during:
+        words = re.findall(r"[a-z]+", note["label"].lower())
+        assert all(words.count(w) <= 1 for w in PHASE_WORDS), note["label"]
+        assert "GPU" not in note["label"] and "·" not in note["label"], note["label"]
+        assert len(note["toasts"]) <= 1, note["toasts"]
+    assert any(note["toasts"] and toast_word in note["toasts"][0] for note in during), (
+        f"no notification followed the operation: {[n['toasts'] for n in during][:5]}")
+    # The message saying how it ended is never beside a notification of the operation.
+    ended = [n for n in notes if n["dialog"]]
+    assert ended and all(not n["toasts"] for n in ended), [n["toasts"] for n in ended]
+    return _increasing([n["value"] for n in during if n["value"] is not None])
 
 
 def _luminance(css: str) -> float:
@@ -147,6 +182,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
                          capture_output=True, text=True, timeout=540)
     lines = run.stdout.strip().splitlines()
     seen = json.loads(lines[-1]) if lines else {}
+    (ARTIFACTS / "seen.json").write_text(json.dumps(seen, indent=1))  # what the browser saw
     assert run.returncode == 0 and "error" not in seen, (
         f"browser run failed at step {seen.get('steps', ['?'])[-1:]}: {seen.get('error')}\n"
         f"{run.stderr[-3000:]}\n--- server log ---\n{lab.log()}"
@@ -162,22 +198,32 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert "Saved 1 object (" in seen["checkpointMessage"]
     assert "The kernels keep running." in seen["checkpointMessage"]
 
-    # Pause: saved first, the status told the truth, the message said what was saved.
+    # Pause: the bar moved forwards at least three times, one sentence a label, one notification
+    # that closed before the message; the status and the notebook say "Paused".
+    rising = _check_operation(seen["pauseNotes"], {"pausing", "releasing"}, "Pausing")
+    assert len(rising) >= 3, f"pause progress {rising}; labels {[n['label'] for n in seen['pauseNotes']]}"
+    assert any(re.search(r"MiB of [\d.]+ MiB at [\d.]+ [KMG]?i?B/s", n["label"]) for n in seen["pauseNotes"])
     assert seen["pausedLabel"] == "Paused"
+    assert seen["badge"] == "Paused"
     # (the names come from the paused record, which status returns once the kernels are gone)
-    assert "Saved 1 object (" in seen["pauseMessage"]
-    assert "from 1 kernel: x" in seen["pauseMessage"]
-    assert "GPU was released (release backend: none)" in seen["pauseMessage"]
+    assert "Saved 4 objects (" in seen["pauseMessage"]
+    assert "from 1 kernel: x, np, big, parts" in seen["pauseMessage"]
+    assert "The kernels were stopped; this server keeps running." in seen["pauseMessage"]
+    assert "GPU was released" not in seen["pauseMessage"]
     assert "x = 41 + 1" in seen["savedCells"]
 
     # The resume dialog after the reload: when, size, estimate, verdict, the choices.
     for field in ("Paused", "Notebooks", "e2e.ipynb", "Size", "Estimated restore", "exact"):
         assert field in seen["resumeDialog"]
-    assert seen["resumeButtons"] == ["Later", "Start fresh with files only", "Resume"]
+    assert seen["resumeButtons"] == ["Later", "Start fresh", "Resume"]
 
-    # Resume brought x back into the notebook's kernel.
-    assert seen["resumeMessage"].startswith("Restored 1 object into 1 kernel: x")
-    assert seen["output"] == "42"
+    # Resume: the same of the bar, the labels and the notification; then "Running (resumed)".
+    rising = _check_operation(seen["resumeNotes"], {"waiting_for_resources", "restoring"}, "Resuming")
+    assert len(rising) >= 3, f"resume progress {rising}; labels {[n['label'] for n in seen['resumeNotes']]}"
+    assert seen["readyLabel"] == "Running (resumed)"
+    assert seen["badgeAfterResume"] is False
+    assert seen["resumeMessage"].startswith("Restored 4 objects into 1 kernel: x, np, big, parts")
+    assert seen["output"] == f"42 {512 * 2**20} 8.0"
     status = _get(lab.api("status"))[1]
     assert status["state"] in ("ready", "running") and status["paused"] is None
 
@@ -187,7 +233,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert _luminance(seen["darkPanel"]["color"]) > 150
     assert _luminance(seen["darkStatus"]["color"]) > 150
     # Restore from the panel into the running kernel; Delete only after the confirmation.
-    assert seen["restoreMessage"].startswith("Restored 1 object into 1 kernel: x")
+    assert seen["restoreMessage"].startswith("Restored 4 objects into 1 kernel: x, np, big, parts")
     assert seen["outputAfterRestore"] == "42"
     assert "cannot be undone" in seen["deleteQuestion"]
     assert seen["snapshotsAfterDelete"] == seen["snapshotsBeforeDelete"] - 1
@@ -195,5 +241,5 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert len(remaining) == seen["snapshotsAfterDelete"] and seen["deleted"] not in remaining
 
     for name in ("pause-refused", "paused-status", "resume-dialog", "after-resume",
-                 "dark-snapshots"):
-        assert (ARTIFACTS / f"{name}.png").stat().st_size > 0
+                 "dark-snapshots", "progress-pausing", "progress-resuming"):
+        assert (ARTIFACTS / f"{name}.png").stat().st_size > 0, seen.get(f"{name}-missed")

@@ -5,6 +5,9 @@
  *   CHROMIUM (executable), ARTIFACTS (folder for screenshots).
  *
  * First, Pause while a cell runs: the server refuses (409) and its message is shown.
+ * The pause and the resume move a session of 512 MiB; while each runs, a recorder in the page
+ * notes every change of the status bar (state, label, bar value) and of the open toasts, and
+ * both progress states are photographed (docs/screenshots/ keeps copies).
  * Then the scenario of issue 5 (with a checkpoint from the GPU menu before the pause): open the notebook, run `x = 41 + 1`, click Pause, see the status reach
  * `paused`; reload; the resume dialog appears; click Resume; the status reaches `ready`; run
  * `print(x)` and read `42`. Prints one JSON line with what it saw; exits 1 on any failure (with a
@@ -61,6 +64,74 @@ async function statusState(page, state) {
   await page.locator(`.jp-gkeresume-status[data-state="${state}"]`).waitFor({ timeout: WAIT });
 }
 
+/** Start noting, in the page, every change of the status item and of the toasts shown (a toast
+ * leaving, with its exit animation, no longer counts). `stopRecorder` returns the notes. */
+async function startRecorder(page) {
+  await page.evaluate(() => {
+    const notes = [];
+    let last = '';
+    const sample = () => {
+      const item = document.querySelector('.jp-gkeresume-status');
+      const bar = document.querySelector('.jp-gkeresume-progress');
+      const toasts = [...document.querySelectorAll('.Toastify__toast')]
+        .filter(t => !/exit/.test(t.className))
+        .map(t => t.innerText.split('\n')[0]);
+      const note = {
+        ms: Math.round(performance.now()),
+        state: item?.dataset.state ?? null,
+        label: document.querySelector('.jp-gkeresume-label')?.textContent ?? '',
+        value: bar && !bar.hidden && bar.hasAttribute('value') ? bar.value : null,
+        barShown: !!bar && !bar.hidden,
+        toasts,
+        dialog: document.querySelector('.jp-Dialog .jp-gkeresume-message')?.innerText ?? null
+      };
+      const key = JSON.stringify({ ...note, ms: 0 });
+      if (key !== last) {
+        last = key;
+        notes.push(note);
+      }
+    };
+    const observer = new MutationObserver(sample);
+    observer.observe(document.body, {
+      subtree: true,
+      childList: true,
+      attributes: true,
+      characterData: true
+    });
+    window.__gkeresumeRecorder = { notes, observer };
+    sample();
+  });
+}
+
+async function stopRecorder(page) {
+  return page.evaluate(() => {
+    const recorder = window.__gkeresumeRecorder;
+    recorder.observer.disconnect();
+    return recorder.notes;
+  });
+}
+
+/** Photograph the status bar while an operation shows a partly filled bar (states given). */
+async function shotInFlight(page, states, name) {
+  try {
+    await page.waitForFunction(
+      states => {
+        const item = document.querySelector('.jp-gkeresume-status');
+        const bar = document.querySelector('.jp-gkeresume-progress');
+        return (
+          states.includes(item?.dataset.state) && bar && !bar.hidden && bar.value > 0 && bar.value < 1
+        );
+      },
+      states,
+      { timeout: WAIT, polling: 'raf' }
+    );
+    await shot(page, name);
+    seen[`${name}-label`] = await page.locator('.jp-gkeresume-label').innerText();
+  } catch (error) {
+    seen[`${name}-missed`] = String(error);
+  }
+}
+
 async function dismiss(page, bodyClass) {
   const dialog = page.locator('.jp-Dialog', { has: page.locator(bodyClass) });
   await dialog.waitFor({ timeout: WAIT });
@@ -109,7 +180,7 @@ async function main() {
     await shot(page, 'pause-refused');
     await refusal.locator('.jp-Dialog-button').first().click();
     await refusal.waitFor({ state: 'detached', timeout: WAIT });
-    seen.labelAfterRefusal = await page.locator('.jp-gkeresume-status').innerText();
+    seen.labelAfterRefusal = await page.locator('.jp-gkeresume-label').innerText();
     await page.evaluate(() => window.jupyterapp.commands.execute('notebook:interrupt-kernel'));
     await kernelIdle(page);
     await page.evaluate(() =>
@@ -130,10 +201,25 @@ async function main() {
     await statusState(page, 'running');
     await kernelIdle(page);
 
+    step('make a session of 512 MiB: one 256 MiB array and eight of 32 MiB');
+    await executed(
+      await runCode(
+        page,
+        'import numpy as np; big = np.arange(32 * 2**20, dtype=np.float64); ' +
+          'parts = [np.arange(4 * 2**20, dtype=np.float64) + i for i in range(8)]'
+      )
+    );
+    await kernelIdle(page);
+
     step('click Pause');
+    await startRecorder(page);
     await page.locator('.jp-gkeresume-pause-button').first().click();
+    await shotInFlight(page, ['pausing', 'releasing'], 'progress-pausing');
     await statusState(page, 'paused');
-    seen.pausedLabel = await page.locator('.jp-gkeresume-status').innerText();
+    await page.locator('.jp-Dialog .jp-gkeresume-message').waitFor({ timeout: WAIT });
+    seen.pauseNotes = await stopRecorder(page);
+    seen.pausedLabel = await page.locator('.jp-gkeresume-label').innerText();
+    seen.badge = await page.locator('.jp-gkeresume-badge').first().innerText();
     step('status reached paused');
     // Pause saved the notebook first: the file on the server has the cell just run.
     seen.savedCells = await page.evaluate(
@@ -162,14 +248,20 @@ async function main() {
     await kernelIdle(page);
 
     step('click Resume');
+    await startRecorder(page);
     await dialog.getByRole('button', { name: 'Resume', exact: true }).click();
+    await shotInFlight(page, ['waiting_for_resources', 'restoring'], 'progress-resuming');
     await statusState(page, 'ready');
     step('status reached ready');
+    await page.locator('.jp-Dialog .jp-gkeresume-message').waitFor({ timeout: WAIT });
+    seen.resumeNotes = await stopRecorder(page);
+    seen.readyLabel = await page.locator('.jp-gkeresume-label').innerText();
     seen.resumeMessage = await dismiss(page, '.jp-gkeresume-message');
+    seen.badgeAfterResume = await page.locator('.jp-gkeresume-badge').first().isVisible();
     await kernelIdle(page);
 
-    step('run print(x)');
-    const last = await runCode(page, 'print(x)');
+    step('run print(x, big.nbytes + sum(p.nbytes for p in parts), parts[7][1])');
+    const last = await runCode(page, 'print(x, big.nbytes + sum(p.nbytes for p in parts), parts[7][1])');
     const output = last.locator('.jp-OutputArea-output');
     await output.waitFor({ timeout: WAIT });
     seen.output = (await output.innerText()).trim();

@@ -13,6 +13,7 @@ import {
   IResumeReply,
   IResumeRequest,
   ISnapshotRow,
+  IServerSettings,
   ISnapshotsReply,
   IStatus
 } from './types';
@@ -41,5 +42,12 @@ export const api = {
   snapshots: async (): Promise<ISnapshotRow[]> =>
     (await requestAPI<ISnapshotsReply>('snapshots')).snapshots,
   deleteSnapshot: (id: string): Promise<void> =>
-    requestAPI<void>(`snapshots/${encodeURIComponent(id)}`, { method: 'DELETE' })
+    requestAPI<void>(`snapshots/${encodeURIComponent(id)}`, { method: 'DELETE' }),
+  /** Cancel the pause in flight: 202, or an APIError 409 once it is too late (releasing). */
+  cancel: (): Promise<unknown> => post('cancel', {}),
+  /** Discard the paused record (start fresh; the snapshots stay). */
+  discardPaused: (): Promise<void> => requestAPI<void>('paused', { method: 'DELETE' }),
+  /** Tell the server the lab's settings; an APIError 404 from a server without the endpoint. */
+  putSettings: (settings: IServerSettings): Promise<unknown> =>
+    requestAPI('settings', { method: 'PUT', body: JSON.stringify(settings) })
 };

@@ -3,6 +3,9 @@
  * to pause and follows the operation; when an operation this page followed is over, the user is
  * told what was saved or restored, or why it failed (the server's own message, never swallowed).
  *
+ * While an operation runs, one notification (OperationNotifier) follows it in place and closes
+ * when it ends, before the message is shown.
+ *
  * Call order: `new Controller(...)`, `start()` (first status; offers to resume a paused
  * workspace once per page load), then the command methods.
  */
@@ -15,8 +18,12 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 
 import { api } from './api';
 import { askResume, showMessage } from './dialogs';
-import { pauseSummary, resumeOffer, resumeSummary } from './describe';
+import { pauseSummary, resumeSummary } from './describe';
+import { APIError } from './http';
 import { IFinished, StatusModel } from './model';
+import { OperationNotifier } from './notifier';
+import { resumeOffer } from './offer';
+import { ServerSettings } from './settings';
 import { IResumeRequest, ISnapshotRow } from './types';
 
 export class Controller {
@@ -24,8 +31,12 @@ export class Controller {
     private readonly app: JupyterFrontEnd,
     private readonly docManager: IDocumentManager,
     private readonly notebooks: INotebookTracker | null,
-    readonly model: StatusModel
+    readonly model: StatusModel,
+    private readonly settings: ServerSettings
   ) {
+    this._notifier = new OperationNotifier(model, Notification, () =>
+      void this.run('Cancel failed', () => this.cancel())
+    );
     model.finished.connect(this.onFinished, this);
   }
 
@@ -42,8 +53,21 @@ export class Controller {
     this.refuseWhileBusy();
     await this.saveAll();
     const reply = await api.pause({});
-    Notification.info('Pausing: saving the kernels’ state…', { autoClose: 3000 });
     await this.model.follow(reply.operation);
+  }
+
+  /** Cancel the pause in flight; too late (409: it is releasing) is said with the reason. */
+  async cancel(): Promise<void> {
+    this._cancelled = this.model.status?.operation?.id ?? null;
+    try {
+      await api.cancel();
+    } catch (error) {
+      if (error instanceof APIError && error.status === 409) {
+        throw new Error(`The pause can no longer be cancelled: ${error.message}`);
+      }
+      throw error;
+    }
+    await this.model.refresh();
   }
 
   /** Checkpoint the current notebook's kernel; it keeps running. */
@@ -73,14 +97,30 @@ export class Controller {
       return;
     }
     const offer = resumeOffer(status, await api.snapshots())!;
-    const choice = await askResume(offer);
+    await this.settings.ready;
+    const answer = await askResume(
+      offer,
+      this.settings.checkpointOnShutdown,
+      this.settings.serverKnows
+    );
+    if (answer.stopCheckpointOnShutdown) {
+      await this.settings.setCheckpointOnShutdown(false);
+    }
+    if (answer.choice === 'fresh') {
+      await api.discardPaused();
+      await this.model.refresh();
+      Notification.success(
+        'Started fresh: the pause was discarded; the snapshots are still under Snapshots.',
+        { autoClose: 5000 }
+      );
+      return;
+    }
     const requests: Record<string, IResumeRequest | null> = {
       full: { mode: 'full' },
       compatible: { mode: 'partial', only: offer.compatibleObjects ?? [] },
-      'files-only': { mode: 'files-only' },
       later: null
     };
-    const request = requests[choice];
+    const request = requests[answer.choice];
     if (request) {
       await this.model.follow((await api.resume(request)).operation);
     }
@@ -99,6 +139,10 @@ export class Controller {
     } catch (error) {
       await showErrorMessage(title, error as Error);
     }
+  }
+
+  dispose(): void {
+    this._notifier.dispose();
   }
 
   private refuseWhileBusy(): void {
@@ -125,7 +169,14 @@ export class Controller {
     }
   }
 
-  private onFinished(_: StatusModel, { operation, status, results }: IFinished): void {
+  private onFinished(_: StatusModel, finished: IFinished): void {
+    // The notifier has dismissed the operation's toast (it hears `finished` first); let the
+    // page draw that before the message, so the two are never on screen together.
+    requestAnimationFrame(() => requestAnimationFrame(() => this.tell(finished)));
+  }
+
+  /** The message saying how an operation ended. */
+  private tell({ operation, status, results }: IFinished): void {
     if (operation.kind === 'resume') {
       void showMessage(resumeSummary(status, operation));
       return;
@@ -134,6 +185,13 @@ export class Controller {
       status.state !== 'paused' &&
       status.last_error !== null &&
       ['pause', 'release'].includes(status.last_error.operation);
+    if (operation.id === this._cancelled && status.state !== 'paused') {
+      void showMessage({
+        title: 'Pause cancelled',
+        lines: ['Nothing was released: your kernels go on as they were.']
+      });
+      return;
+    }
     if (failed) {
       void showErrorMessage(
         'Pause failed',
@@ -143,4 +201,7 @@ export class Controller {
     }
     void showMessage(pauseSummary(status, results));
   }
+
+  private readonly _notifier: OperationNotifier;
+  private _cancelled: string | null = null;
 }

@@ -1,12 +1,23 @@
 /**
  * What the UI says about a status: pure functions from the server's JSON to words and numbers.
+ * Every line is one sentence that says what happened on this deployment.
  *
- * - `describeStatus` -> the status bar item (label, tooltip, progress bar, tone).
- * - `pauseSummary`   -> the message shown once a pause has finished.
- * - `resumeOffer`    -> the resume dialog's content (when, size, estimate, verdict, choices).
+ * - `describeStatus`  -> the status bar item (one-sentence label, tooltip, bar, tone).
+ * - `releaseDone`     -> what a release did here (kernels / server / pod; GPUs only when there were).
+ * - `pauseSummary`, `resumeSummary` -> the message shown once an operation has finished.
+ * - `notebookBadge`   -> the "Paused" item in a notebook's toolbar.
+ * - `snapshotLabel`   -> a readable name for an unnamed snapshot.
  */
 
-import { formatBytes, formatDuration, formatRate, plural } from './format';
+import { formatAge, formatBytes, formatDuration, plural } from './format';
+import {
+  ACTIVE_STATES,
+  combinedProgress,
+  leftText,
+  overallFraction,
+  progressSentence,
+  secondsLeft
+} from './progress';
 import {
   ICheckpointResult,
   IOperation,
@@ -16,121 +27,172 @@ import {
   IProgress,
   ISnapshotRow,
   IStatus,
-  IVerdict,
-  LEVELS,
-  Level,
+  IWaitingFor,
   State
 } from './types';
+
+export { ACTIVE_STATES } from './progress';
 
 export const STATE_LABELS: Record<State, string> = {
   running: 'Running',
   pausing: 'Pausing',
-  releasing: 'Releasing the GPU',
+  releasing: 'Releasing',
   paused: 'Paused',
-  waiting_for_resources: 'Waiting for resources',
-  restoring: 'Restoring',
-  ready: 'Ready',
+  waiting_for_resources: 'Resuming',
+  restoring: 'Resuming',
+  ready: 'Running',
   failed: 'Failed'
 };
 
-/** States in which an operation is in flight (jupyter_gkeresume/states.py ACTIVE). */
-export const ACTIVE_STATES: ReadonlySet<State> = new Set<State>([
-  'pausing',
-  'releasing',
-  'waiting_for_resources',
-  'restoring'
-]);
+/** How long after a resume the status bar says "resumed" before it reads plain "Running". */
+export const RESUMED_SHOWN_SECONDS = 20;
 
 export type Tone = 'idle' | 'busy' | 'good' | 'bad';
 
 export interface IProgressView {
-  /** 0..1, or null when the total is not known yet (an indeterminate bar). */
+  /** 0..1 of the whole operation, or null when nothing says how far (an indeterminate bar). */
   fraction: number | null;
-  /** "writing 512 MiB / 2.0 GiB · 100 MiB/s" */
+  /** The progress clause: "writing 512 MiB of 2.0 GiB at 100 MiB/s, about 15 s left". */
   text: string;
 }
 
 export interface IStatusView {
+  /** The state shown: `ready` reads as `running` once the resume is a while ago. */
   state: State;
-  /** Short text for the status bar: "Pausing: writing 25%". */
+  /** One sentence for the status bar: "Pausing: writing 25 MiB of 1.0 GiB at 90 MiB/s". */
   label: string;
-  /** The whole truth, for the tooltip and screen readers. */
+  /** The whole truth, for the tooltip and screen readers: one sentence a line. */
   title: string;
+  /** Shown for every operation in flight (an indeterminate bar when nothing says how far). */
   progress: IProgressView | null;
   tone: Tone;
+  /** The in-flight pause can still be cancelled (`POST cancel`). */
+  cancellable: boolean;
 }
 
-/** The combined progress of the kernels in flight (sums their bytes and rates). */
-export function combinedProgress(kernels: IKernelStatus[]): IProgress | null {
-  const reports = kernels
-    .filter(k => ACTIVE_STATES.has(k.state) && k.progress)
-    .map(k => k.progress as IProgress);
-  if (!reports.length) {
-    return null;
+/** What a release does on this deployment, as the rest of "Releasing: ...". */
+export function releaseAction(backend: string, gpus: number | null): string {
+  const freeing = gpus ? `, freeing ${plural(gpus, 'GPU')}` : '';
+  if (backend === 'jupyterhub') {
+    return `stopping this server through JupyterHub${freeing}`;
   }
-  return reports.reduce((sum, p) => ({
-    phase: sum.phase,
-    done_bytes: sum.done_bytes + p.done_bytes,
-    total_bytes: sum.total_bytes + p.total_bytes,
-    rate: sum.rate + p.rate,
-    seconds: Math.max(sum.seconds, p.seconds)
-  }));
+  if (backend === 'kubeflow') {
+    return `releasing the pod through Kubeflow${freeing}`;
+  }
+  if (backend === 'none') {
+    return `stopping the kernels${freeing}`;
+  }
+  return `releasing the workspace (${backend})${freeing}`;
 }
 
-export function progressView(progress: IProgress): IProgressView {
-  const known = progress.total_bytes > 0;
-  const fraction = known ? Math.min(1, progress.done_bytes / progress.total_bytes) : null;
-  const amount = known
-    ? `${formatBytes(progress.done_bytes)} / ${formatBytes(progress.total_bytes)}`
-    : formatBytes(progress.done_bytes);
-  const rate = progress.rate > 0 ? ` · ${formatRate(progress.rate)}` : '';
-  return { fraction, text: `${progress.phase} ${amount}${rate}` };
+/** What a finished release did here, one sentence ("The kernels were stopped; ..."). */
+export function releaseDone(backend: string, gpus: number): string {
+  const freed = gpus ? `, giving back ${plural(gpus, 'GPU')}` : '';
+  if (backend === 'jupyterhub') {
+    return `The kernels were stopped and this server was stopped through JupyterHub${freed}.`;
+  }
+  if (backend === 'kubeflow') {
+    return `The kernels were stopped and the pod was released through Kubeflow${freed}.`;
+  }
+  if (backend === 'none') {
+    const freeing = gpus ? `, freeing ${plural(gpus, 'GPU')}` : '';
+    return `The kernels were stopped${freeing}; this server keeps running.`;
+  }
+  return `The kernels were stopped and the ${backend} backend released the workspace${freed}.`;
 }
 
-function toneOf(status: IStatus): Tone {
-  if (status.state === 'failed') {
+/** "waiting for cell 12 of train.ipynb (running for 2 min)". */
+export function waitingText(waiting: IWaitingFor): string {
+  const cell = waiting.execution_count !== null ? `cell ${waiting.execution_count}` : 'the running cell';
+  const where = waiting.notebook ? ` of ${waiting.notebook}` : '';
+  return `waiting for ${cell}${where} (running for ${formatDuration(waiting.running_seconds)})`;
+}
+
+function toneOf(status: IStatus, state: State): Tone {
+  if (state === 'failed') {
     return 'bad';
   }
-  if (ACTIVE_STATES.has(status.state)) {
+  if (ACTIVE_STATES.has(state) || status.operation) {
     return 'busy';
   }
-  if (status.state === 'paused' || status.state === 'ready') {
+  if (state === 'paused' || state === 'ready') {
     return 'good';
   }
   return status.last_error ? 'bad' : 'idle';
 }
 
-/** The status bar's view of a status. */
-export function describeStatus(status: IStatus): IStatusView {
-  const state = status.state;
+/** Where a state without a progress report stands: releasing and starting have no bytes. */
+function stateProgress(state: State): IProgress | null {
+  const phase = state === 'releasing' ? 'releasing' : state === 'waiting_for_resources' ? 'starting' : null;
+  return phase ? { phase, done_bytes: 0, total_bytes: 0, rate: 0, seconds: 0 } : null;
+}
+
+/** The sentence for an operation in flight: "Pausing: writing 25 MiB of 1.0 GiB ...". */
+function inFlightLabel(status: IStatus, operation: IOperation | null, nowSeconds: number): string {
   const progress = combinedProgress(status.kernels);
-  const view = progress ? progressView(progress) : null;
+  const left = secondsLeft(operation, progress, nowSeconds);
+  const withLeft = (text: string): string => (left === null ? text : `${text}, ${leftText(left)}`);
+  const kind = operation?.kind ?? (['pausing', 'releasing'].includes(status.state) ? 'pause' : 'resume');
+  const doing = kind === 'pause' ? 'Pausing' : 'Resuming';
+  if (operation?.waiting_for) {
+    return `Pause queued: ${waitingText(operation.waiting_for)}`;
+  }
+  if (progress && progress.phase !== 'releasing' && progress.phase !== 'done') {
+    return `${doing}: ${progressSentence(progress, left)}`;
+  }
+  if (status.state === 'releasing') {
+    const gpus = status.paused?.gpus ?? null;
+    return `Releasing: ${withLeft(releaseAction(status.release_backend, gpus))}`;
+  }
+  if (kind === 'resume') {
+    return `Resuming: ${withLeft(status.state === 'restoring' ? 'restoring' : 'starting the kernels')}`;
+  }
+  return `Pausing: ${withLeft('saving the kernels’ state')}`;
+}
+
+/** The status bar's view of a status, at `now` (ms since the epoch). */
+export function describeStatus(status: IStatus, now = Date.now()): IStatusView {
+  const nowSeconds = now / 1000;
+  const operation = status.operation;
+  let state = status.state;
+  const resumedLately = state === 'ready' && nowSeconds - status.since < RESUMED_SHOWN_SECONDS;
+  if (state === 'ready' && !resumedLately) {
+    state = 'running';
+  }
   let label = STATE_LABELS[state];
-  if (view && (state === 'pausing' || state === 'restoring')) {
-    label += `: ${progress!.phase}`;
-    if (view.fraction !== null) {
-      label += ` ${Math.floor(view.fraction * 100)}%`;
-    }
+  let progress: IProgressView | null = null;
+  if (operation !== null || ACTIVE_STATES.has(state)) {
+    label = inFlightLabel(status, operation, nowSeconds);
+    const reported = combinedProgress(status.kernels) ?? stateProgress(state);
+    const fraction = overallFraction(operation, reported, nowSeconds);
+    progress = { fraction, text: label.slice(label.indexOf(': ') + 2) };
+  } else if (resumedLately) {
+    label = 'Running (resumed)';
   } else if (state === 'failed' && status.reason) {
-    label += `: ${status.reason}`;
+    label = `Failed: ${status.reason}`;
   } else if (state === 'running' && status.last_error) {
-    label += ` (last ${status.last_error.operation} failed)`;
+    label = `Running (the last ${status.last_error.operation} failed)`;
   }
-  const lines = [`Workspace ${status.workspace}: ${STATE_LABELS[state].toLowerCase()}`];
-  if (status.reason) {
-    lines.push(status.reason);
-  }
-  if (view) {
-    lines.push(view.text);
+  const lines = [`Workspace ${status.workspace}: ${label}.`];
+  if (status.reason && state !== 'failed') {
+    lines.push(`Reason: ${status.reason}.`);
   }
   if (state === 'paused' && status.paused) {
-    lines.push(`Paused at ${status.paused.paused_at}; GPU released`);
+    lines.push(`Paused at ${status.paused.paused_at}.`);
+    lines.push(releaseDone(status.paused.release_backend, status.paused.gpus));
   }
   if (status.last_error && state !== 'failed') {
-    lines.push(`Last error (${status.last_error.operation}): ${status.last_error.message}`);
+    lines.push(`The last ${status.last_error.operation} failed: ${status.last_error.message}`);
   }
-  lines.push(`Store: ${status.store} · release: ${status.release_backend}`);
-  return { state, label, title: lines.join('\n'), progress: view, tone: toneOf(status) };
+  lines.push(`Store: ${status.store}; release backend: ${status.release_backend}.`);
+  return {
+    state,
+    label,
+    title: lines.join('\n'),
+    progress,
+    tone: toneOf(status, state),
+    cancellable: !!operation?.cancellable
+  };
 }
 
 /** The checkpoint results among `kernels`, by kernel id. */
@@ -211,108 +273,17 @@ export function pauseSummary(status: IStatus, polled: ICheckpointResult[]): IMes
   if (released) {
     const notebooks = status.paused!.kernels.map(k => k.notebook ?? k.kernel_id);
     lines.push(`Notebooks: ${notebooks.join(', ')}.`);
+    const { release_backend: backend, gpus } = status.paused!;
+    lines.push(releaseDone(backend, gpus));
     lines.push(
-      `The kernels were stopped and the GPU was released (release backend: ` +
-        `${status.paused!.release_backend}). Open this workspace again to resume.`
+      backend === 'none'
+        ? 'Resume from the GPU menu or by clicking the status bar.'
+        : 'Open this workspace again to resume.'
     );
   } else {
     lines.push('The kernels keep running.');
   }
   return { title, lines };
-}
-
-/** A nominal restore rate for the estimate (GCS read into host and device memory). */
-export const NOMINAL_RESTORE_RATE = 200 * 1024 * 1024;
-/** Seconds to start a kernel and import the restore code, added once per notebook. */
-export const KERNEL_START_SECONDS = 5;
-
-export interface IResumeOffer {
-  pausedAt: string;
-  reason: string | null;
-  notebooks: string[];
-  bytes: number;
-  estimateSeconds: number;
-  /** The worst verdict over the paused snapshots; null when none could be read. */
-  level: Level | null;
-  reasons: string[];
-  objectsAtRisk: Record<string, string>;
-  /** Snapshots of the record that could not be read (signature, missing), with the error. */
-  problems: string[];
-  /** Saved objects that load here (saved minus at risk), when the server lists saved names. */
-  compatibleObjects: string[] | null;
-  canResume: boolean;
-  canResumeCompatible: boolean;
-}
-
-export function worstVerdict(verdicts: IVerdict[]): IVerdict | null {
-  if (!verdicts.length) {
-    return null;
-  }
-  const level = verdicts
-    .map(v => v.level)
-    .reduce((a, b) => (LEVELS.indexOf(b) > LEVELS.indexOf(a) ? b : a));
-  return {
-    level,
-    reasons: [...new Set(verdicts.flatMap(v => v.reasons))],
-    objects_at_risk: Object.assign({}, ...verdicts.map(v => v.objects_at_risk))
-  };
-}
-
-/** The resume dialog's content for a paused workspace, or null when nothing is paused. */
-export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer | null {
-  const record = status.paused;
-  if (!record) {
-    return null;
-  }
-  const byId = new Map(rows.map(r => [r.id, r]));
-  const verdicts: IVerdict[] = [];
-  const problems: string[] = [];
-  const saved: string[] = [];
-  let namesKnown = true;
-  for (const kernel of record.kernels) {
-    const row = byId.get(kernel.snapshot_id);
-    if (!row) {
-      problems.push(`${kernel.snapshot_id}: not found in the store`);
-    } else if (row.error || !row.verdict) {
-      problems.push(`${kernel.snapshot_id}: ${row.error ?? 'no compatibility verdict'}`);
-    } else {
-      verdicts.push(row.verdict);
-      namesKnown = namesKnown && Array.isArray(row.saved);
-      saved.push(...(row.saved ?? []));
-    }
-  }
-  const verdict = worstVerdict(verdicts);
-  const bytes = record.kernels.reduce((n, k) => n + k.bytes_total, 0);
-  const level = verdict?.level ?? null;
-  const usable = problems.length === 0 && level !== null && level !== 'incompatible';
-  const atRisk = verdict?.objects_at_risk ?? {};
-  const compatible = namesKnown ? [...new Set(saved)].filter(n => !(n in atRisk)) : null;
-  return {
-    pausedAt: record.paused_at,
-    reason: record.reason,
-    notebooks: record.kernels.map(k => k.notebook ?? `(kernel ${k.kernel_name ?? '?'})`),
-    bytes,
-    estimateSeconds: bytes / NOMINAL_RESTORE_RATE + KERNEL_START_SECONDS * record.kernels.length,
-    level,
-    reasons: verdict?.reasons ?? [],
-    objectsAtRisk: atRisk,
-    problems,
-    compatibleObjects: compatible,
-    canResume: usable,
-    // One `only` list serves every kernel: the server gives each kernel the names its
-    // snapshot holds when the record lists them (`saved`); an older record names none, and a
-    // kernel refuses names its snapshot lacks, so then only a one-notebook pause qualifies.
-    canResumeCompatible:
-      usable &&
-      level === 'partial' &&
-      !!compatible?.length &&
-      (record.kernels.length === 1 || recordedResults(record).length > 0)
-  };
-}
-
-/** One line for the resume dialog: "about 12 s (2.0 GiB)". */
-export function estimateText(offer: IResumeOffer): string {
-  return `about ${formatDuration(offer.estimateSeconds)} (${formatBytes(offer.bytes)})`;
 }
 
 /** What a finished resume brought back (or why it failed), from the kernels' resume results. */
@@ -349,4 +320,75 @@ export function resumeSummary(status: IStatus, operation: IOperation): IMessage 
   }
   lines.push(...results.flatMap(r => r.warnings).map(w => `Warning: ${w}`));
   return { title: 'Workspace resumed', lines };
+}
+
+/** The toolbar badge of the notebook at `path`: "Paused" while a pause holds its kernel's
+ * state (JupyterLab's own kernel indicator cannot say so), "Pausing" while one takes it. */
+export function notebookBadge(status: IStatus | null, path: string): IMessage | null {
+  if (!status) {
+    return null;
+  }
+  const recorded = status.paused?.kernels.find(k => k.notebook === path);
+  if (status.state === 'paused' && recorded) {
+    return {
+      title: 'Paused',
+      lines: [
+        `This notebook's kernel was stopped by the pause of ${status.paused!.paused_at}.`,
+        `Its variables are kept in snapshot ${recorded.snapshot_id}; resume to get them back.`
+      ]
+    };
+  }
+  const operation = status.operation;
+  const taking = status.kernels.find(k => k.notebook === path && operation?.kernels.includes(k.kernel_id));
+  if (operation?.kind === 'pause' && taking) {
+    return {
+      title: operation.waiting_for ? 'Pause queued' : 'Pausing',
+      lines: ["This notebook's kernel is being checkpointed; cells wait until it is done."]
+    };
+  }
+  return null;
+}
+
+/** A path shortened from the left with an ellipsis: "…/project/train.ipynb". */
+export function shortPath(path: string, max = 40): string {
+  if (path.length <= max) {
+    return path;
+  }
+  const parts = path.split('/');
+  let tail = parts.pop()!;
+  while (parts.length && parts[parts.length - 1].length + tail.length + 3 <= max) {
+    tail = `${parts.pop()}/${tail}`;
+  }
+  return tail.length + 2 <= max ? `…/${tail}` : `…${tail.slice(tail.length - max + 1)}`;
+}
+
+/** Why a snapshot was taken, as a short tag: "paused", "auto", "shutdown", or null. */
+export function snapshotTag(row: ISnapshotRow, status: IStatus | null): string | null {
+  if (status?.paused?.kernels.some(k => k.snapshot_id === row.id)) {
+    return 'paused';
+  }
+  if (row.reason === 'shutdown') {
+    return 'shutdown';
+  }
+  if (row.reason === 'idle' || row.reason === 'auto') {
+    return 'auto';
+  }
+  return null;
+}
+
+/** A snapshot's label: its name, else "train.ipynb · 5 min ago · 512 MiB · paused". */
+export function snapshotLabel(row: ISnapshotRow, status: IStatus | null, now: number): string {
+  if (row.name) {
+    return row.name;
+  }
+  if (row.error) {
+    return `Unreadable snapshot ${row.id}`;
+  }
+  const parts = [
+    row.notebook ? shortPath(row.notebook, 32) : 'no notebook',
+    formatAge(row.created, now),
+    formatBytes(row.bytes)
+  ];
+  const tag = snapshotTag(row, status);
+  return (tag ? [...parts, tag] : parts).join(' · ');
 }

@@ -6,11 +6,23 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { IMessage, IResumeOffer, estimateText } from './describe';
+import { IMessage } from './describe';
+import { IResumeOffer, estimateText } from './offer';
 import { formatAge, formatBytes, formatUTC } from './format';
 import { ISnapshotRow } from './types';
 
-export type ResumeChoice = 'full' | 'compatible' | 'files-only' | 'later';
+export type ResumeChoice = 'full' | 'compatible' | 'fresh' | 'later';
+
+export interface IResumeAnswer {
+  choice: ResumeChoice;
+  /** The user ticked "Do not checkpoint on shutdown" (offered after a shutdown pause). */
+  stopCheckpointOnShutdown: boolean;
+}
+
+/** What the dialog tells about the shutdown checkpoint, and about the setting. */
+export const SHUTDOWN_NOTICE =
+  'Stopping the server paused this workspace: on shutdown every kernel was checkpointed, and ' +
+  'the next start opens on this dialog. Those snapshots stay in the store until deleted.';
 
 /** An element with a class and text. */
 export function el<K extends keyof HTMLElementTagNameMap>(
@@ -47,20 +59,40 @@ export function verdictBadge(level: string | null): HTMLElement {
 const CHOICES: Record<string, ResumeChoice> = {
   Resume: 'full',
   'Resume compatible objects only': 'compatible',
-  'Start fresh with files only': 'files-only'
+  'Start fresh': 'fresh'
 };
 
-/** Ask how to resume a paused workspace. */
-export async function askResume(offer: IResumeOffer, now = Date.now()): Promise<ResumeChoice> {
+/** Ask how to resume a paused workspace. `serverKnowsSettings`: the server takes the
+ * checkpoint-on-shutdown setting from the lab (else its own config decides). */
+export async function askResume(
+  offer: IResumeOffer,
+  checkpointOnShutdown: boolean,
+  serverKnowsSettings: boolean,
+  now = Date.now()
+): Promise<IResumeAnswer> {
   const verdict = el('div', 'jp-gkeresume-row');
   verdict.append(el('span', 'jp-gkeresume-key', 'Compatibility'), verdictBadge(offer.level));
-  const parts: HTMLElement[] = [
+  const parts: HTMLElement[] = [];
+  const optOut = el('input', 'jp-gkeresume-no-shutdown-checkpoint');
+  optOut.type = 'checkbox';
+  if (offer.pausedByShutdown) {
+    parts.push(el('p', 'jp-gkeresume-notice', SHUTDOWN_NOTICE));
+    if (checkpointOnShutdown) {
+      const option = el('label', 'jp-gkeresume-option');
+      option.append(optOut, document.createTextNode('Do not checkpoint on shutdown'));
+      option.title = serverKnowsSettings
+        ? 'Stopping the server will then just stop the kernels (Settings: GPU Pause/Resume)'
+        : 'Saved in the settings; this server does not take it from the lab: its config decides';
+      parts.push(option);
+    }
+  }
+  parts.push(
     row('Paused', `${formatUTC(offer.pausedAt)} (${formatAge(offer.pausedAt, now)})`),
     row('Notebooks', offer.notebooks.join(', ') || '(none)'),
     row('Size', formatBytes(offer.bytes)),
     row('Estimated restore', estimateText(offer)),
     verdict
-  ];
+  );
   const notes = [
     ...offer.reasons,
     ...Object.entries(offer.objectsAtRisk).map(([name, why]) => `${name} will not load: ${why}`),
@@ -83,8 +115,8 @@ export async function askResume(offer: IResumeOffer, now = Date.now()): Promise<
   const buttons = [
     Dialog.cancelButton({ label: 'Later', caption: 'Keep the workspace paused for now' }),
     Dialog.warnButton({
-      label: 'Start fresh with files only',
-      caption: 'Start new kernels for the notebooks; the kernel state is not restored'
+      label: 'Start fresh',
+      caption: 'Discard the pause: notebooks and files stay, the kernels start empty; the snapshots stay listed'
     })
   ];
   if (offer.canResumeCompatible) {
@@ -106,7 +138,8 @@ export async function askResume(offer: IResumeOffer, now = Date.now()): Promise<
     buttons,
     hasClose: false
   });
-  return result.button.accept ? (CHOICES[result.button.label] ?? 'later') : 'later';
+  const choice = result.button.accept ? (CHOICES[result.button.label] ?? 'later') : 'later';
+  return { choice, stopCheckpointOnShutdown: optOut.checked };
 }
 
 /** Show a message (what a pause saved, what a resume restored). */

@@ -13,14 +13,17 @@ import { ICommandPalette, showErrorMessage } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { IMainMenu } from '@jupyterlab/mainmenu';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { CommandToolbarButton, LabIcon } from '@jupyterlab/ui-components';
 import { Menu } from '@lumino/widgets';
 
 import { api } from './api';
+import { PausedBadge } from './badge';
 import { Controller } from './controller';
 import { StatusModel } from './model';
 import { SnapshotsPanel } from './panel';
+import { ServerSettings } from './settings';
 import { StatusItem } from './statusbar';
 
 export const pauseIcon = new LabIcon({
@@ -47,23 +50,38 @@ export const CommandIDs = {
   snapshots: 'gkeresume:snapshots'
 };
 
+const PLUGIN_ID = 'jupyter-gkeresume:plugin';
+
 const plugin: JupyterFrontEndPlugin<void> = {
-  id: 'jupyter-gkeresume:plugin',
+  id: PLUGIN_ID,
   description: 'Pause a GPU notebook, release the GPU, and resume it later.',
   autoStart: true,
   requires: [IDocumentManager],
-  optional: [INotebookTracker, ICommandPalette, IMainMenu, IStatusBar, ILayoutRestorer],
-  activate: (
+  optional: [
+    INotebookTracker,
+    ICommandPalette,
+    IMainMenu,
+    IStatusBar,
+    ILayoutRestorer,
+    ISettingRegistry
+  ],
+  activate: async (
     app: JupyterFrontEnd,
     docManager: IDocumentManager,
     notebooks: INotebookTracker | null,
     palette: ICommandPalette | null,
     mainMenu: IMainMenu | null,
     statusBar: IStatusBar | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    registry: ISettingRegistry | null
   ) => {
     const model = new StatusModel(api.status);
-    const controller = new Controller(app, docManager, notebooks, model);
+    const loaded = await registry?.load(PLUGIN_ID).catch(error => {
+      console.error('jupyter-gkeresume: settings not loaded', error);
+      return null;
+    });
+    const settings = new ServerSettings(api.putSettings, loaded ?? null);
+    const controller = new Controller(app, docManager, notebooks, model, settings);
     const { commands, shell } = app;
 
     const panel = new SnapshotsPanel(model, {
@@ -128,15 +146,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
         if (!notebook.toolbar.insertAfter('cellType', 'gkeresume-pause', button)) {
           notebook.toolbar.addItem('gkeresume-pause', button);
         }
+        const badge = new PausedBadge(model, () => notebook.context.path);
+        notebook.toolbar.insertAfter('gkeresume-pause', 'gkeresume-badge', badge);
+        button.disposed.connect(() => badge.dispose());
         return button;
       }
     });
 
     if (statusBar) {
-      const item = new StatusItem(model, () =>
-        void commands.execute(
-          model.status?.paused ? CommandIDs.resume : CommandIDs.snapshots
-        )
+      const item = new StatusItem(
+        model,
+        () =>
+          void commands.execute(model.status?.paused ? CommandIDs.resume : CommandIDs.snapshots),
+        () => void controller.run('Cancel failed', () => controller.cancel())
       );
       statusBar.registerStatusItem('jupyter-gkeresume:status', {
         item,

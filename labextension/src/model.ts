@@ -2,15 +2,18 @@
  * StatusModel: the lab's one view of the server's pause/resume status.
  *
  * Call order: `new StatusModel(fetchStatus)`, connect to its signals, `start()`; `refresh()` after
- * starting an operation; `dispose()` at the end. It polls GET status every `fastMs` while an
- * operation is in flight (or a state is active), else every `slowMs`; a failed poll is kept in
- * `error` (and signalled) and retried at the slow pace. Because the server keeps the state, a
- * reloaded page picks up whatever is in flight.
+ * starting an operation; `dispose()` at the end. One `@lumino/polling` `Poll` asks GET status
+ * every `fastMs` while an operation is in flight (the status bar then moves at least twice a
+ * second), every `queuedMs` while a queued pause waits for a cell, else every `slowMs`; it stands
+ * by while the page is hidden and nothing is in flight, and backs off after a failure (kept in
+ * `error` and signalled). Before `start()` nothing is scheduled: `refresh()` polls once.
+ * Because the server keeps the state, a reloaded page picks up whatever is in flight.
  *
  * Invariant: `finished` fires once per operation this page saw in flight, with the checkpoint
  * results seen while it ran (kernels stopped by a pause no longer report them).
  */
 
+import { IPoll, Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { ACTIVE_STATES, checkpointResults } from './describe';
@@ -26,9 +29,18 @@ export interface IFinished {
 export class StatusModel {
   constructor(
     private readonly fetchStatus: () => Promise<IStatus>,
-    readonly fastMs = 1000,
-    readonly slowMs = 5000
-  ) {}
+    readonly fastMs = 400,
+    readonly slowMs = 5000,
+    readonly queuedMs = 2000
+  ) {
+    this._poll = new Poll({
+      auto: false,
+      name: 'gkeresume:status',
+      factory: () => this.poll(),
+      frequency: this.frequency(),
+      standby: () => (this.busy ? 'never' : 'when-hidden')
+    });
+  }
 
   get status(): IStatus | null {
     return this._status;
@@ -56,30 +68,49 @@ export class StatusModel {
 
   /** Start polling; resolves with the first status (null if it could not be read). */
   start(): Promise<IStatus | null> {
-    this._stopped = false;
+    this._started = true;
     return this.refresh();
   }
 
-  /** Poll now (and re-arm the timer). Resolves with the status, or null on failure. */
+  /** Poll now, whatever the Poll is doing, then let it keep its pace from here. Resolves
+   * with the status, or null on failure. */
   async refresh(): Promise<IStatus | null> {
-    clearTimeout(this._timer);
+    await this.poll().catch(() => undefined);
+    if (this._started) {
+      void this._poll.schedule({ interval: this._poll.frequency.interval, phase: 'refreshed' });
+    }
+    return this._error ? null : this._status;
+  }
+
+  /** One GET status (the Poll's factory); rejects on failure so the Poll backs off. An answer
+   * is dropped when a later-sent one was already taken in, or it was sent before `follow()`. */
+  private async poll(): Promise<void> {
     const seq = ++this._seq;
     try {
       const status = await this.fetchStatus();
-      if (seq > this._ignoreUpTo) {
+      if (seq > this._ignoreUpTo && seq > this._applied) {
+        this._applied = seq;
         this.update(status);
       }
       this._error = null;
     } catch (error) {
       this._error = error instanceof Error ? error : new Error(String(error));
     }
+    this._poll.frequency = this.frequency();
     this._changed.emit(this._error ? null : this._status);
-    if (!this._stopped) {
-      clearTimeout(this._timer);
-      const wait = this.busy && !this._error ? this.fastMs : this.slowMs;
-      this._timer = setTimeout(() => void this.refresh(), wait);
+    if (this._error) {
+      throw this._error;
     }
-    return this._error ? null : this._status;
+  }
+
+  /** The pace for the next poll: never before `start()`, fast while busy. */
+  private frequency(): IPoll.Frequency {
+    if (!this._started) {
+      return { interval: Poll.NEVER, backoff: false, max: Poll.NEVER };
+    }
+    const waiting = !!this._status?.operation?.waiting_for;
+    const interval = this.busy ? (waiting ? this.queuedMs : this.fastMs) : this.slowMs;
+    return { interval, backoff: true, max: Math.max(interval, 60_000) };
   }
 
   /** Follow `operation`, just started by this page, then poll: its end is reported even if it
@@ -132,8 +163,7 @@ export class StatusModel {
   }
 
   dispose(): void {
-    this._stopped = true;
-    clearTimeout(this._timer);
+    this._poll.dispose();
     Signal.clearData(this);
   }
 
@@ -144,8 +174,9 @@ export class StatusModel {
   private _earlier = new Set<string>();
   private _seq = 0;
   private _ignoreUpTo = 0;
-  private _stopped = true;
-  private _timer: ReturnType<typeof setTimeout> | undefined = undefined;
+  private _applied = 0;
+  private _started = false;
+  private readonly _poll: Poll;
   private _changed = new Signal<this, IStatus | null>(this);
   private _finished = new Signal<this, IFinished>(this);
 }

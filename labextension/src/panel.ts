@@ -6,6 +6,7 @@
 
 import { Widget } from '@lumino/widgets';
 
+import { snapshotLabel } from './describe';
 import { confirmDelete, el, verdictBadge } from './dialogs';
 import { formatAge, formatBytes, plural } from './format';
 import { StatusModel } from './model';
@@ -74,7 +75,8 @@ export class SnapshotsPanel extends Widget {
     for (const snapshot of rows) {
       const item = el('li', 'jp-gkeresume-snapshot');
       item.dataset.id = snapshot.id;
-      const title = el('div', 'jp-gkeresume-snapshot-title', snapshot.name ?? snapshot.id);
+      const label = snapshotLabel(snapshot, this.model.status, now);
+      const title = el('div', 'jp-gkeresume-snapshot-title', label);
       title.title = snapshot.id;
       item.append(title);
       if (snapshot.error) {
@@ -93,7 +95,6 @@ export class SnapshotsPanel extends Widget {
         item.append(meta, badge);
       }
       const buttons = el('div', 'jp-gkeresume-snapshot-actions');
-      const label = snapshot.name ?? snapshot.id;
       const restore = this.button('Restore', `Restore snapshot ${label}`, async () => {
         await this.actions.restore(snapshot);
       });

@@ -22,13 +22,18 @@ export const LEVELS = ['exact', 'portable', 'partial', 'incompatible'] as const;
 
 export type Level = (typeof LEVELS)[number];
 
+/** A progress report's phase: the kernel's (hashing ... restoring, done) and the server's own
+ * (verifying; releasing, starting and unpickling where the server reports them). */
 export type Phase =
   | 'hashing'
   | 'writing'
   | 'committing'
   | 'verifying'
+  | 'releasing'
+  | 'starting'
   | 'reading'
   | 'restoring'
+  | 'unpickling'
   | 'done';
 
 export interface IProgress {
@@ -74,6 +79,13 @@ export interface IResumeResult {
   seconds: number;
 }
 
+/** A queued pause waits for a running cell (`operation.waiting_for`). */
+export interface IWaitingFor {
+  notebook: string | null;
+  execution_count: number | null;
+  running_seconds: number;
+}
+
 export interface IOperation {
   id: string;
   kind: 'pause' | 'resume';
@@ -82,6 +94,12 @@ export interface IOperation {
   release: boolean | null;
   mode: ResumeMode | null;
   kernels: string[];
+  /** `POST cancel` would still stop it (a pause that has not reached `releasing`). */
+  cancellable?: boolean;
+  /** Set while a queued pause waits for a running cell to end. */
+  waiting_for?: IWaitingFor | null;
+  /** Expected whole duration in seconds, learned from this workspace's recorded operations. */
+  estimate_seconds?: number | null;
 }
 
 export interface IKernelStatus {
@@ -111,6 +129,8 @@ export interface ISnapshotRow {
   /** Names of the saved objects, where the server lists them (needed to resume only the
    * compatible ones). */
   saved?: string[];
+  /** Why the snapshot was taken, where the server lists it: "user", "idle", "shutdown", "auto". */
+  reason?: string | null;
 }
 
 export interface IPausedKernel {
@@ -155,6 +175,13 @@ export interface IStatus {
   last_snapshot: Partial<ISnapshotRow> | null;
   paused: IPausedRecord | null;
   last_error: ILastError | null;
+  /** Expected seconds to resume the paused record, learned from this workspace's resumes. */
+  resume_estimate_seconds?: number | null;
+}
+
+/** PUT settings: what the lab's settings tell the server. */
+export interface IServerSettings {
+  checkpoint_on_shutdown: boolean;
 }
 
 export type ResumeMode = 'full' | 'partial' | 'files-only';

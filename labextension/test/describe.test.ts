@@ -4,54 +4,150 @@ import { test } from 'node:test';
 import {
   STATE_LABELS,
   describeStatus,
+  notebookBadge,
   pauseSummary,
-  resumeOffer,
+  releaseAction,
+  releaseDone,
   resumeSummary,
-  worstVerdict
+  shortPath,
+  snapshotLabel,
+  waitingText
 } from '../src/describe';
+import { estimateText, resumeOffer, worstVerdict } from '../src/offer';
 import { ISnapshotRow, IStatus, STATES } from '../src/types';
 import { checkpoint, kernel, operation, status } from './fixtures';
 
 const MIB = 1024 ** 2;
+const NOW = Date.parse('2026-11-30T10:20:00Z');
 
 test('every state has a label, and the status bar shows it', () => {
   for (const state of STATES) {
     assert.ok(STATE_LABELS[state], state);
-    const view = describeStatus(status(state));
+    const view = describeStatus(status(state, { since: NOW / 1000 }), NOW);
     assert.equal(view.state, state);
     assert.ok(view.label.startsWith(STATE_LABELS[state]), view.label);
     assert.match(view.title, /hub-alice/);
   }
-  assert.equal(describeStatus(status('running')).tone, 'idle');
-  assert.equal(describeStatus(status('pausing')).tone, 'busy');
-  assert.equal(describeStatus(status('releasing')).tone, 'busy');
-  assert.equal(describeStatus(status('waiting_for_resources')).tone, 'busy');
-  assert.equal(describeStatus(status('paused')).tone, 'good');
-  assert.equal(describeStatus(status('ready')).tone, 'good');
-  assert.equal(describeStatus(status('failed')).tone, 'bad');
+  assert.equal(describeStatus(status('running'), NOW).tone, 'idle');
+  assert.equal(describeStatus(status('pausing'), NOW).tone, 'busy');
+  assert.equal(describeStatus(status('releasing'), NOW).tone, 'busy');
+  assert.equal(describeStatus(status('waiting_for_resources'), NOW).tone, 'busy');
+  assert.equal(describeStatus(status('paused'), NOW).tone, 'good');
+  assert.equal(describeStatus(status('ready', { since: NOW / 1000 }), NOW).tone, 'good');
+  assert.equal(describeStatus(status('failed'), NOW).tone, 'bad');
 });
 
-test('pausing shows the phase, a progress fraction, bytes and rate', () => {
+test('ready reads "Running (resumed)" just after a resume, then plain "Running"', () => {
+  const ready = status('ready', { since: NOW / 1000 - 3 });
+  assert.equal(describeStatus(ready, NOW).label, 'Running (resumed)');
+  const later = describeStatus(ready, NOW + 60_000);
+  assert.equal(later.label, 'Running');
+  assert.equal(later.state, 'running');
+  assert.equal(later.tone, 'idle');
+});
+
+/** Labels must read as one sentence: no phase word twice, no "%" beside a byte count. */
+function oneSentence(label: string): void {
+  const words = label.toLowerCase().match(/[a-z]+/g) ?? [];
+  for (const verb of ['writing', 'reading', 'verifying', 'releasing', 'pausing', 'hashing']) {
+    assert.ok(words.filter(w => w === verb).length <= 1, `"${verb}" twice in: ${label}`);
+  }
+  assert.ok(!/\.\.\.|·/.test(label), `a list, not a sentence: ${label}`);
+  assert.ok(!/GPU/.test(label.replace(/freeing \d+ GPUs?/, '')), `GPU named without a count: ${label}`);
+}
+
+const writing = (done: number, total: number, rate = 100 * MIB) => ({
+  phase: 'writing' as const,
+  done_bytes: done,
+  total_bytes: total,
+  rate,
+  seconds: 5
+});
+
+test('pausing: one sentence with bytes, rate and the time left; the bar spans the operation', () => {
   const s = status('pausing', {
+    operation: operation({ started: NOW / 1000 - 5 }),
+    kernels: [kernel({ state: 'pausing', progress: writing(512 * MIB, 2048 * MIB) })]
+  });
+  const view = describeStatus(s, NOW);
+  assert.equal(view.label, 'Pausing: writing 512 MiB of 2.0 GiB at 100 MiB/s, about 15 s left');
+  oneSentence(view.label);
+  assert.equal(view.progress?.fraction, 0.75 * 0.25);
+  assert.equal(view.progress?.text, 'writing 512 MiB of 2.0 GiB at 100 MiB/s, about 15 s left');
+  assert.match(view.title, /^Workspace hub-alice: Pausing: writing 512 MiB/);
+  assert.equal(view.cancellable, false);
+});
+
+test('the learned estimate gives the time left and moves the bar in phases without bytes', () => {
+  const op = operation({ started: NOW / 1000 - 6, estimate_seconds: 10, cancellable: true });
+  // The phase's own rate says 1 s, the workspace's history says 4 s more: the larger one.
+  const s = status('pausing', {
+    operation: op,
+    kernels: [kernel({ state: 'pausing', progress: writing(900 * MIB, 1000 * MIB) })]
+  });
+  const view = describeStatus(s, NOW);
+  assert.equal(view.label, 'Pausing: writing 900 MiB of 1000 MiB at 100 MiB/s, about 4 s left');
+  assert.equal(view.cancellable, true);
+  // Releasing has no bytes: the bar sits inside its band by elapsed / estimate.
+  const releasing = status('releasing', { operation: { ...op, started: NOW / 1000 - 9.8 } });
+  const r = describeStatus(releasing, NOW);
+  assert.equal(r.label, 'Releasing: stopping the kernels, less than a second left');
+  assert.ok(r.progress && r.progress.fraction! >= 0.95 && r.progress.fraction! <= 1);
+  // Nothing known: an indeterminate bar, still shown.
+  const bare = describeStatus(status('releasing', { operation: operation() }), NOW);
+  assert.equal(bare.label, 'Releasing: stopping the kernels');
+  assert.equal(bare.progress?.fraction, 0.95);
+  const starting = describeStatus(
+    status('waiting_for_resources', { operation: operation({ kind: 'resume' }) }),
+    NOW
+  );
+  assert.equal(starting.label, 'Resuming: starting the kernels');
+  assert.equal(starting.progress?.fraction, 0);
+});
+
+test('the bar only moves forwards through a pause: writing, verifying, releasing', () => {
+  const op = operation();
+  const at = (state: 'pausing' | 'releasing', phase: string, done: number, total: number) =>
+    describeStatus(
+      status(state, {
+        operation: op,
+        kernels: [
+          kernel({
+            state,
+            progress: { phase: phase as 'writing', done_bytes: done, total_bytes: total, rate: MIB, seconds: 1 }
+          })
+        ]
+      }),
+      NOW
+    ).progress!.fraction!;
+  const seen = [
+    at('pausing', 'writing', 0, 100),
+    at('pausing', 'writing', 50, 100),
+    at('pausing', 'writing', 100, 100),
+    at('pausing', 'committing', 100, 100),
+    at('pausing', 'verifying', 10, 100),
+    at('releasing', 'verifying', 90, 100),
+    at('releasing', 'releasing', 0, 0)
+  ];
+  for (let i = 1; i < seen.length; i++) {
+    assert.ok(seen[i] >= seen[i - 1], `${seen}`);
+  }
+  assert.ok(seen[seen.length - 1] > 0.9);
+});
+
+test('verifying while releasing reads as pausing, never "Releasing the GPU verifying"', () => {
+  const s = status('releasing', {
     operation: operation(),
     kernels: [
       kernel({
-        state: 'pausing',
-        progress: {
-          phase: 'writing',
-          done_bytes: 512 * MIB,
-          total_bytes: 2048 * MIB,
-          rate: 100 * MIB,
-          seconds: 5
-        }
+        state: 'releasing',
+        progress: { phase: 'verifying', done_bytes: 764 * MIB, total_bytes: 764 * MIB, rate: 0, seconds: 1 }
       })
     ]
   });
-  const view = describeStatus(s);
-  assert.equal(view.label, 'Pausing: writing 25%');
-  assert.equal(view.progress?.fraction, 0.25);
-  assert.equal(view.progress?.text, 'writing 512 MiB / 2.0 GiB · 100 MiB/s');
-  assert.match(view.title, /writing 512 MiB/);
+  const view = describeStatus(s, NOW);
+  assert.equal(view.label, 'Pausing: verifying 764 MiB of 764 MiB');
+  oneSentence(view.label);
 });
 
 test('progress of several kernels adds up; an unknown total is indeterminate', () => {
@@ -63,21 +159,57 @@ test('progress of several kernels adds up; an unknown total is indeterminate', (
     seconds: 1
   });
   const both = status('restoring', {
+    operation: operation({ kind: 'resume', kernels: ['a', 'b'] }),
     kernels: [
       kernel({ kernel_id: 'a', state: 'restoring', progress: p(1 * MIB, 4 * MIB) }),
       kernel({ kernel_id: 'b', state: 'restoring', progress: p(3 * MIB, 4 * MIB) }),
       kernel({ kernel_id: 'c', state: 'ready', progress: p(9 * MIB, 9 * MIB) })
     ]
   });
-  const view = describeStatus(both);
-  assert.equal(view.progress?.fraction, 0.5);
-  assert.equal(view.label, 'Restoring: reading 50%');
-  assert.equal(view.progress?.text, 'reading 4.0 MiB / 8.0 MiB · 2.0 MiB/s');
+  const view = describeStatus(both, NOW);
+  assert.equal(view.progress?.fraction, 0.05 + 0.85 * 0.5);
+  assert.equal(view.label, 'Resuming: reading 4.0 MiB of 8.0 MiB at 2.0 MiB/s, about 2 s left');
+  oneSentence(view.label);
   const unknown = describeStatus(
-    status('pausing', { kernels: [kernel({ state: 'pausing', progress: p(MIB, 0) })] })
+    status('pausing', { kernels: [kernel({ state: 'pausing', progress: p(MIB, 0) })] }),
+    NOW
   );
   assert.equal(unknown.progress?.fraction, null);
-  assert.equal(unknown.label, 'Pausing: reading');
+  assert.equal(unknown.label, 'Pausing: reading 1.0 MiB at 1.0 MiB/s');
+});
+
+test('a queued pause says which cell it waits for and for how long it has run', () => {
+  const waiting = { notebook: 'train.ipynb', execution_count: 12, running_seconds: 125 };
+  assert.equal(waitingText(waiting), 'waiting for cell 12 of train.ipynb (running for 2 min 5 s)');
+  const s = status('pausing', { operation: operation({ waiting_for: waiting, cancellable: true }) });
+  const view = describeStatus(s, NOW);
+  assert.equal(view.label, 'Pause queued: waiting for cell 12 of train.ipynb (running for 2 min 5 s)');
+  assert.equal(view.cancellable, true);
+  assert.equal(
+    waitingText({ notebook: null, execution_count: null, running_seconds: 7200 }),
+    'waiting for the running cell (running for 2 h)'
+  );
+});
+
+test('releases say what happens on this deployment; GPUs only when there were', () => {
+  assert.equal(releaseAction('none', 0), 'stopping the kernels');
+  assert.equal(releaseAction('none', null), 'stopping the kernels');
+  assert.equal(releaseAction('none', 2), 'stopping the kernels, freeing 2 GPUs');
+  assert.equal(releaseAction('jupyterhub', 1), 'stopping this server through JupyterHub, freeing 1 GPU');
+  assert.equal(releaseAction('kubeflow', 0), 'releasing the pod through Kubeflow');
+  assert.equal(releaseDone('none', 0), 'The kernels were stopped; this server keeps running.');
+  assert.equal(releaseDone('none', 1), 'The kernels were stopped, freeing 1 GPU; this server keeps running.');
+  assert.equal(
+    releaseDone('jupyterhub', 0),
+    'The kernels were stopped and this server was stopped through JupyterHub.'
+  );
+  assert.equal(
+    releaseDone('kubeflow', 4),
+    'The kernels were stopped and the pod was released through Kubeflow, giving back 4 GPUs.'
+  );
+  const paused = describeStatus(status('paused', { paused: { ...RECORD, gpus: 0 }, kernels: [] }), NOW);
+  assert.ok(!/\d GPU/.test(paused.title), paused.title);
+  assert.match(paused.title, /The kernels were stopped; this server keeps running\./);
 });
 
 test('failures are told, never hidden', () => {
@@ -90,9 +222,9 @@ test('failures are told, never hidden', () => {
       last_error: { operation: 'pause', message: 'pause failed, nothing was released: 403', at: 1 }
     })
   );
-  assert.equal(back.label, 'Running (last pause failed)');
+  assert.equal(back.label, 'Running (the last pause failed)');
   assert.equal(back.tone, 'bad');
-  assert.match(back.title, /Last error \(pause\): pause failed, nothing was released: 403/);
+  assert.match(back.title, /The last pause failed: pause failed, nothing was released: 403/);
 });
 
 const RECORD = {
@@ -141,7 +273,10 @@ test('pause summary lists what was saved, what was not and why, and the release'
   assert.equal(message.title, 'Workspace paused');
   assert.equal(message.lines[0], 'Saved 2 objects (2.0 KiB, 1.0 KiB new) from 1 kernel: x, model');
   assert.ok(message.lines.includes('Not saved: gen (generator): cannot pickle generator objects'));
-  assert.ok(message.lines.some(l => /GPU was released \(release backend: none\)/.test(l)));
+  assert.ok(message.lines.includes('The kernels were stopped, freeing 1 GPU; this server keeps running.'));
+  assert.ok(!message.lines.some(l => /release backend/.test(l)));
+  const noGpu = pauseSummary(status('paused', { paused: { ...RECORD, gpus: 0 }, kernels: [] }), []);
+  assert.ok(!noGpu.lines.some(l => /\d GPU/.test(l)), noGpu.lines.join('\n'));
   assert.ok(message.lines.includes('Notebooks: work/train.ipynb, eval.ipynb.'));
 });
 
@@ -195,6 +330,14 @@ test('resume offer: when, size, estimate, the worst verdict with every reason', 
   assert.deepEqual(offer.notebooks, ['work/train.ipynb', 'eval.ipynb']);
   assert.equal(offer.bytes, 1000 * MIB);
   assert.equal(offer.estimateSeconds, 1000 / 200 + 2 * 5);
+  assert.equal(offer.estimateLearned, false);
+  assert.match(estimateText(offer), /^about 15 s for 1000 MiB \(a first guess/);
+  const learned = resumeOffer(status('paused', { paused: RECORD, resume_estimate_seconds: 42 }), rows)!;
+  assert.equal(learned.estimateSeconds, 42);
+  assert.equal(estimateText(learned), 'about 42 s for 1000 MiB (from this workspace’s earlier resumes)');
+  assert.equal(offer.pausedByShutdown, false);
+  const shutdown = resumeOffer(status('paused', { paused: { ...RECORD, reason: 'shutdown' } }), rows)!;
+  assert.equal(shutdown.pausedByShutdown, true);
   assert.equal(offer.level, 'partial');
   assert.deepEqual(offer.reasons, ['GPU L4 -> A100', 'opt: module apex is not importable']);
   assert.deepEqual(offer.problems, []);
@@ -263,4 +406,36 @@ test('resume summary: restored objects, the rest with reasons, or the failure', 
   assert.equal(unnamed.lines[0], 'Restored 2 objects into 1 kernel: x, model');
   const fresh = resumeSummary(status('ready'), operation({ kind: 'resume', mode: 'files-only' }));
   assert.equal(fresh.title, 'Started fresh');
+});
+
+test('a paused notebook says so in its toolbar; other notebooks say nothing', () => {
+  const paused = status('paused', { paused: RECORD, kernels: [] });
+  assert.equal(notebookBadge(paused, 'work/train.ipynb')?.title, 'Paused');
+  assert.match(notebookBadge(paused, 'work/train.ipynb')!.lines.join(' '), /snapshot s1/);
+  assert.equal(notebookBadge(paused, 'other.ipynb'), null);
+  assert.equal(notebookBadge(status('running'), 'work/train.ipynb'), null);
+  const pausing = status('pausing', { operation: operation(), kernels: [kernel({ state: 'pausing' })] });
+  assert.equal(notebookBadge(pausing, 'work/train.ipynb')?.title, 'Pausing');
+  assert.equal(notebookBadge(null, 'x.ipynb'), null);
+});
+
+test('unnamed snapshots get a readable label: notebook, age, size, why', () => {
+  const now = Date.parse('2026-11-30T10:20:00Z');
+  const unnamed = row('20261130T101500Z-a1b2c3', { notebook: 'work/train.ipynb', bytes: 512 * MIB });
+  assert.equal(snapshotLabel(unnamed, null, now), 'work/train.ipynb · 5 min ago · 512 MiB');
+  const paused = status('paused', {
+    paused: { ...RECORD, kernels: [{ ...RECORD.kernels[0], snapshot_id: unnamed.id }] }
+  });
+  assert.equal(snapshotLabel(unnamed, paused, now), 'work/train.ipynb · 5 min ago · 512 MiB · paused');
+  assert.match(snapshotLabel({ ...unnamed, reason: 'idle' }, null, now), / · auto$/);
+  assert.match(snapshotLabel({ ...unnamed, reason: 'shutdown' }, null, now), / · shutdown$/);
+  assert.equal(snapshotLabel({ ...unnamed, name: 'before-eval' }, paused, now), 'before-eval');
+  assert.equal(snapshotLabel(row('s9', { notebook: null }), null, now), 'no notebook · 5 min ago · 0 B');
+});
+
+test('long notebook paths are shortened from the left with an ellipsis', () => {
+  assert.equal(shortPath('a/b.ipynb'), 'a/b.ipynb');
+  assert.equal(shortPath('home/omer/projects/repo/notebooks/Untitled.ipynb', 32), '…/repo/notebooks/Untitled.ipynb');
+  assert.equal(shortPath('x'.repeat(50) + '.ipynb', 20).length, 20);
+  assert.ok(shortPath('x'.repeat(50) + '.ipynb', 20).startsWith('…'));
 });

@@ -99,3 +99,27 @@ test('the finished operation carries its latest details (kernels started on the 
   assert.deepEqual(finished[0].operation.kernels, ['k9']);
   model.dispose();
 });
+
+test('once started, the Poll asks again by itself, fast while an operation is in flight', async () => {
+  const op = operation({ id: 'op-p' });
+  const replies = [
+    status('pausing', { operation: op }),
+    status('pausing', { operation: op }),
+    status('paused', { kernels: [] })
+  ];
+  let asked = 0;
+  const model = new StatusModel(async () => {
+    asked++;
+    return replies.shift() ?? status('paused', { kernels: [] });
+  }, 5, 60_000);
+  const finished: IFinished[] = [];
+  model.finished.connect((_, done) => finished.push(done));
+  await model.start();
+  // No timer is awaited with a time: the Poll's own ticks bring the end of the operation.
+  while (!finished.length) {
+    await new Promise(resolve => setImmediate(resolve));
+  }
+  assert.equal(finished[0].operation.id, 'op-p');
+  assert.ok(asked >= 3);
+  model.dispose();
+});

@@ -1,0 +1,119 @@
+/**
+ * The resume dialog's content for a paused workspace (pure): when, size, the estimated time
+ * (learned from this workspace's resumes when the server tells it, else a nominal rate), the
+ * worst verdict with every reason, and which choices make sense.
+ */
+
+import { formatBytes, formatDuration } from './format';
+import { recordedResults } from './describe';
+import { ISnapshotRow, IStatus, IVerdict, LEVELS, Level } from './types';
+
+/** A nominal restore rate for the estimate (GCS read into host and device memory). */
+export const NOMINAL_RESTORE_RATE = 200 * 1024 * 1024;
+/** Seconds to start a kernel and import the restore code, added once per notebook. */
+export const KERNEL_START_SECONDS = 5;
+
+/** The guess without history: the size at the nominal rate plus a kernel start per notebook. */
+export function nominalResumeSeconds(bytes: number, kernels: number): number {
+  return bytes / NOMINAL_RESTORE_RATE + KERNEL_START_SECONDS * kernels;
+}
+
+export interface IResumeOffer {
+  pausedAt: string;
+  reason: string | null;
+  notebooks: string[];
+  bytes: number;
+  estimateSeconds: number;
+  /** The estimate comes from this workspace's recorded resumes (else a nominal rate). */
+  estimateLearned: boolean;
+  /** The pause was the shutdown checkpoint: stopping the server paused the workspace. */
+  pausedByShutdown: boolean;
+  /** The worst verdict over the paused snapshots; null when none could be read. */
+  level: Level | null;
+  reasons: string[];
+  objectsAtRisk: Record<string, string>;
+  /** Snapshots of the record that could not be read (signature, missing), with the error. */
+  problems: string[];
+  /** Saved objects that load here (saved minus at risk), when the server lists saved names. */
+  compatibleObjects: string[] | null;
+  canResume: boolean;
+  canResumeCompatible: boolean;
+}
+
+export function worstVerdict(verdicts: IVerdict[]): IVerdict | null {
+  if (!verdicts.length) {
+    return null;
+  }
+  const level = verdicts
+    .map(v => v.level)
+    .reduce((a, b) => (LEVELS.indexOf(b) > LEVELS.indexOf(a) ? b : a));
+  return {
+    level,
+    reasons: [...new Set(verdicts.flatMap(v => v.reasons))],
+    objects_at_risk: Object.assign({}, ...verdicts.map(v => v.objects_at_risk))
+  };
+}
+
+/** The resume dialog's content for a paused workspace, or null when nothing is paused. */
+export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer | null {
+  const record = status.paused;
+  if (!record) {
+    return null;
+  }
+  const byId = new Map(rows.map(r => [r.id, r]));
+  const verdicts: IVerdict[] = [];
+  const problems: string[] = [];
+  const saved: string[] = [];
+  let namesKnown = true;
+  for (const kernel of record.kernels) {
+    const row = byId.get(kernel.snapshot_id);
+    if (!row) {
+      problems.push(`${kernel.snapshot_id}: not found in the store`);
+    } else if (row.error || !row.verdict) {
+      problems.push(`${kernel.snapshot_id}: ${row.error ?? 'no compatibility verdict'}`);
+    } else {
+      verdicts.push(row.verdict);
+      namesKnown = namesKnown && Array.isArray(row.saved);
+      saved.push(...(row.saved ?? []));
+    }
+  }
+  const verdict = worstVerdict(verdicts);
+  const bytes = record.kernels.reduce((n, k) => n + k.bytes_total, 0);
+  const estimate = status.resume_estimate_seconds;
+  const learned = typeof estimate === 'number' && estimate > 0 ? estimate : null;
+  const level = verdict?.level ?? null;
+  const usable = problems.length === 0 && level !== null && level !== 'incompatible';
+  const atRisk = verdict?.objects_at_risk ?? {};
+  const compatible = namesKnown ? [...new Set(saved)].filter(n => !(n in atRisk)) : null;
+  return {
+    pausedAt: record.paused_at,
+    reason: record.reason,
+    notebooks: record.kernels.map(k => k.notebook ?? `(kernel ${k.kernel_name ?? '?'})`),
+    bytes,
+    estimateSeconds: learned ?? nominalResumeSeconds(bytes, record.kernels.length),
+    estimateLearned: learned !== null,
+    pausedByShutdown: record.reason === 'shutdown',
+    level,
+    reasons: verdict?.reasons ?? [],
+    objectsAtRisk: atRisk,
+    problems,
+    compatibleObjects: compatible,
+    canResume: usable,
+    // One `only` list serves every kernel: the server gives each kernel the names its
+    // snapshot holds when the record lists them (`saved`); an older record names none, and a
+    // kernel refuses names its snapshot lacks, so then only a one-notebook pause qualifies.
+    canResumeCompatible:
+      usable &&
+      level === 'partial' &&
+      !!compatible?.length &&
+      (record.kernels.length === 1 || recordedResults(record).length > 0)
+  };
+}
+
+/** One line for the resume dialog: "about 12 s for 2.0 GiB, from this workspace's resumes". */
+export function estimateText(offer: IResumeOffer): string {
+  const basis = offer.estimateLearned
+    ? 'from this workspace’s earlier resumes'
+    : 'a first guess; later estimates learn from this workspace';
+  return `about ${formatDuration(offer.estimateSeconds)} for ${formatBytes(offer.bytes)} (${basis})`;
+}
