@@ -292,10 +292,11 @@ def test_deploy_doc_walks_through_every_file_in_order():
     shipped = [p for p in DEPLOY.rglob("*") if p.is_file() and p.parent.name != "wheels"]
     for path in shipped:
         assert str(path.relative_to(ROOT)) in doc, f"docs/deploy.md never mentions {path}"
-    steps = ["GPU node pool", "Bucket", "Workload Identity", "helm upgrade --install",
-             "Pause"]
-    positions = [doc.find(step) for step in steps]
-    assert -1 not in positions and positions == sorted(positions), dict(zip(steps, positions, strict=True))
+    headings = [line for line in doc.splitlines() if re.match(r"## \d+\. ", line)]
+    steps = ["GPU node pool", "Bucket", "Workload Identity", "image", "helm upgrade --install",
+             "Kubeflow", "CronJob", "Pause button"]
+    assert len(headings) == len(steps)
+    assert all(step in heading for step, heading in zip(steps, headings, strict=True)), headings
     assert "Tested here" in doc and "Only on a real cluster" in doc
     assert "delete_grace_period" in doc and "15 s" in doc
     assert "[docs/deploy.md](docs/deploy.md)" in (ROOT / "README.md").read_text()
