@@ -237,3 +237,13 @@ def test_version_and_help(tmp_path):
     assert all(name in done.stdout for name in ("list", "show", "verify", "gc", "rm", "usage"))
     done = jupyter_cli("gc", "--help", config_dir=tmp_path, env={})
     assert "--all-workspaces" in done.stdout and "--log-level" in done.stdout
+
+
+def test_the_cli_looks_for_the_files_the_server_reads():
+    from jupyter_server.serverapp import ServerApp
+
+    from jupyter_gkeresume.cli import ListApp
+
+    server, cli = ServerApp(), ListApp()
+    assert cli.config_file_name == server.config_file_name == "jupyter_server_config"
+    assert cli.config_file_paths == server.config_file_paths

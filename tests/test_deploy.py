@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_lifecycle import make_snapshot
+from jupyter_core.paths import SYSTEM_CONFIG_PATH
 
 from jupyter_gkeresume import __version__
 from jupyter_gkeresume.app import GkeResume
@@ -181,8 +182,10 @@ def test_values_fit_together():
     assert {"delete:servers!server", "access:servers!server", "users:activity!user"} <= set(
         spawner["server_token_scopes"])
     [config_file] = user["extraFiles"].values()
-    assert config_file["mountPath"].endswith(".d/gkeresume.json")
-    assert "/jupyter_server_config.d/" in config_file["mountPath"]  # read by server and CLI
+    # a jupyter_server_config file in the system config path: server and CLI read it (a .d/
+    # snippet would carry only jpserver_extensions for the server)
+    assert config_file["mountPath"] in {f"{d}/jupyter_server_config.json"
+                                        for d in SYSTEM_CONFIG_PATH}
     settings = config_file["data"]["GkeResume"]
     assert set(settings) <= set(GkeResume.class_trait_names(config=True))
     GkeResume(**settings)  # the values are valid for the traits
