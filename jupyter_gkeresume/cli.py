@@ -1,9 +1,13 @@
 """``jupyter gkeresume``: list, inspect, verify and clean up a workspace's snapshots.
 
-Every command takes ``--store URL`` and ``--workspace ID`` (default: the same resolution as the
-server, see ``workspace.py``), before or after the command name, and ``--json`` for scripts
-(stdout is then one JSON document; progress and errors go to stderr). Exit codes: 0 success,
-1 a verification or operation failed, 2 bad usage or input.
+A Jupyter application with one subcommand per command (like ``jupyter labextension``). It reads
+``c.GkeResume.*`` from the server's own config files (``jupyter_server_config.py``/``.json``/
+``.d`` in the Jupyter config path), so the CLI sees the store and workspace the server sees;
+``--store URL`` and ``--workspace ID`` (before or after the command name) override them, then
+the same resolution as the server applies (``workspace.py``). ``--json`` for scripts (stdout is
+then one JSON document; progress and errors go to stderr), ``--version``, ``--log-level``.
+Exit codes: 0 success, 1 a verification or operation failed, 2 bad usage or input. An object
+store that does not answer fails within ``c.CommandApp.store_timeout`` seconds, in one line.
 
 Commands needing the signing key (``list``, ``show``, ``verify``, ``rm`` by name) load it like the
 kernel does (``GKERESUME_SIGNING_KEY``, ``GKERESUME_SIGNING_KEY_FILE``, or ``--key-file``).
@@ -12,15 +16,21 @@ Nothing here unpickles: inspecting or verifying an untrusted snapshot is safe.
 
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
-from . import advisor
-from .errors import GkeResumeError, InvalidInputError, ManifestError
+from fsspec.exceptions import FSTimeoutError
+from jupyter_core.application import JupyterApp
+from traitlets import Bool, Float, Integer, Unicode, default
+
+from . import __version__, advisor
+from .app import GkeResume
+from .errors import GkeResumeError, InvalidInputError, ManifestError, StoreError
 from .snapshot import SnapshotStore, environment_fingerprint, list_snapshots, load_signing_key
 from .snapshot.catalog import resolve
 from .snapshot.compat import check_compatible
@@ -29,9 +39,10 @@ from .snapshot.gc import DEFAULT_GRACE_SECONDS, apply_retention, collect_garbage
 from .snapshot.manifests import read_manifest, scan_manifests
 from .snapshot.retention import RetentionPolicy, paused_snapshot_ids
 from .snapshot.signing import SigningKey
+from .snapshot.store import _transport_errors, describe
 from .snapshot.verify import verify_snapshot
 from .units import human_bytes
-from .workspace import resolve_store_url, resolve_workspace_id
+from .workspace import WORKSPACE_RE
 
 
 class Progress:
@@ -57,14 +68,18 @@ class Progress:
 
 
 class Context:
-    """What every command gets: the parsed arguments, the store, the key (loaded on first use)."""
+    """What every command gets: its options (``args``), the store, the key (loaded on first use).
 
-    def __init__(self, args: argparse.Namespace):
+    ``results``: when set (``gc --all-workspaces --json``), ``emit`` files this workspace's
+    document there instead of printing it, so stdout stays one JSON document.
+    """
+
+    def __init__(self, args: SimpleNamespace, store: SnapshotStore,
+                 results: dict[str, Any] | None = None):
         self.args = args
-        self.store = SnapshotStore(
-            resolve_store_url(args.store), resolve_workspace_id(args.workspace)
-        )
+        self.store = store
         self.progress = Progress(sys.stderr.isatty() if args.progress is None else args.progress)
+        self.results = results
         self._key: SigningKey | None = None
 
     @property
@@ -77,7 +92,9 @@ class Context:
 
     def emit(self, data: Any, human: Callable[[], None]) -> None:
         self.progress.close()
-        if self.args.json:
+        if self.args.json and self.results is not None:
+            self.results[self.store.workspace] = data
+        elif self.args.json:
             json.dump(data, sys.stdout, indent=1, sort_keys=True, default=str)
             sys.stdout.write("\n")
         else:
@@ -110,8 +127,10 @@ def cmd_show(ctx: Context) -> int:
         raise ManifestError(stored.unreadable)
     manifest = stored.manifest
     signature = stored.refused or "valid"
-    verdict = check_compatible(manifest, environment_fingerprint())
-    data = {"manifest": manifest.to_dict(), "signature": signature, "verdict": verdict.to_dict()}
+    # Nothing named by a manifest that did not verify is looked up (module names, versions).
+    verdict = None if stored.refused else check_compatible(manifest, environment_fingerprint())
+    data = {"manifest": manifest.to_dict(), "signature": signature,
+            "verdict": verdict.to_dict() if verdict else None}
 
     def human() -> None:
         print(f"snapshot   {manifest.snapshot_id}" + (f" ({manifest.name})" if manifest.name else ""))
@@ -119,9 +138,12 @@ def cmd_show(ctx: Context) -> int:
         print(f"notebook   {manifest.notebook or '-'}")
         print(f"size       {human_bytes(manifest.total_bytes)} in {len(manifest.blobs)} blobs")
         print(f"signature  {signature}")
-        print(f"verdict    {verdict.level}")
-        for reason in verdict.reasons:
-            print(f"           - {reason}")
+        if verdict is None:
+            print("verdict    not checked: the signature did not verify")
+        else:
+            print(f"verdict    {verdict.level}")
+            for reason in verdict.reasons:
+                print(f"           - {reason}")
         fp = manifest.fingerprint
         gpus = [g.get("name") for g in (fp.get("cuda") or {}).get("gpus", [])
                 if isinstance(g, dict)]
@@ -133,7 +155,7 @@ def cmd_show(ctx: Context) -> int:
             where = f" on {o.device}" if o.device else ""
             why = f"  ({o.reason})" if o.reason else ""
             risk = f"  AT RISK: {verdict.objects_at_risk[o.name]}" if (
-                o.name in verdict.objects_at_risk) else ""
+                verdict and o.name in verdict.objects_at_risk) else ""
             print(f"  {o.name:<20} {o.type:<28} {o.status:<8} {human_bytes(o.bytes):>10}{where}{why}"
                   f"{risk}")
 
@@ -273,79 +295,292 @@ def cmd_advise(ctx: Context) -> int:
     return 0
 
 
-# -- parsing ----------------------------------------------------------------------------------
+# -- every workspace ---------------------------------------------------------------------------
+def list_workspaces(store: SnapshotStore) -> list[str]:
+    """The workspace ids that have a folder under ``store``'s root (for the admin's CronJob)."""
+    try:
+        entries = store.fs.ls(store.root.rsplit("/", 1)[0], detail=True)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, *_transport_errors()) as exc:
+        raise StoreError(f"cannot list the workspaces of {store}: {describe(exc)}") from None
+    names = sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
+                   if e.get("type") == "directory")
+    return [n for n in names if WORKSPACE_RE.fullmatch(n) and ".." not in n]
+
+
+def gc_every_workspace(ctx: Context) -> int:
+    """``gc --all-workspaces``: ``cmd_gc`` for each workspace of the store, one after another;
+    with ``--json`` one document ``{workspace: report}``."""
+    results: dict[str, Any] | None = {} if ctx.args.json else None
+    for workspace in list_workspaces(ctx.store):
+        if results is None:
+            print(f"workspace {workspace}:")
+        cmd_gc(Context(ctx.args, SnapshotStore(ctx.store.url, workspace), results))
+    if results is not None:
+        ctx.emit(results, lambda: None)
+    return 0
+
+
+# -- the Jupyter application -------------------------------------------------------------------
 def thresholds(text: str) -> list[float]:
     try:
         return [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of minutes: {text!r}") from None
+        raise InvalidInputError(f"--thresholds: not a list of minutes: {text!r}") from None
 
 
-def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
-    """The options every command takes, before or after its name (after: defaults suppressed,
-    so they do not overwrite what was given before)."""
-
-    def default(value: object) -> object:
-        return argparse.SUPPRESS if suppress else value
-
-    parser.add_argument("--store", default=default(None),
-                        help="store URL (default: GKERESUME_STORE, else the local store)")
-    parser.add_argument("--workspace", default=default(None),
-                        help="workspace id (default: resolved like the server does)")
-    parser.add_argument("--key-file", default=default(None), help="signing key file")
-    parser.add_argument("--json", action="store_true", default=default(False),
-                        help="print one JSON document for scripts")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction,
-                        default=default(None), help="progress bars (default: on a terminal)")
+def check_reachable(store: SnapshotStore, timeout: float) -> None:
+    """One listing of the workspace with a deadline, so an unreachable object store fails in
+    seconds (gcsfs alone retries a refused connection for about 35 s) with one clear line."""
+    if store.local or timeout <= 0:
+        return
+    try:
+        store.fs.ls(store.root, timeout=timeout)  # fsspec's sync wrappers take a deadline
+    except FileNotFoundError:
+        pass  # reachable; the workspace has no snapshots yet
+    except FSTimeoutError:
+        raise StoreError(f"{store} did not answer within {timeout:g} s: unreachable, or no "
+                         "network (if it is only slow: --CommandApp.store_timeout=SECONDS)") from None
+    except (OSError, ValueError, *_transport_errors()) as exc:
+        raise StoreError(f"{store}: {describe(exc)}") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    _global_options(common, suppress=True)
-    main = argparse.ArgumentParser(
-        prog="jupyter gkeresume", description="List, inspect, verify and clean up snapshots."
-    )
-    _global_options(main, suppress=False)
-    sub = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
+COMMON_ALIASES = {
+    "log-level": "Application.log_level",
+    "config": "JupyterApp.config_file",
+    "store": "GkeResume.store_url",
+    "workspace": "GkeResume.workspace_id",
+    "key-file": "CommandApp.key_file",
+}
+COMMON_FLAGS = {
+    "debug": ({"Application": {"log_level": logging.DEBUG}}, "log level DEBUG"),
+    "json": ({"CommandApp": {"json": True}}, "print one JSON document for scripts"),
+    "progress": ({"CommandApp": {"progress": True}}, "progress bars (default: on a terminal)"),
+    "no-progress": ({"CommandApp": {"progress": False}}, "no progress bars"),
+}
+VALUE_OPTIONS = {f"--{name}" for name in COMMON_ALIASES}
 
-    def command(name: str, func: Callable[[Context], int], text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=text, description=text)
-        p.set_defaults(func=func)
-        return p
 
-    command("list", cmd_list, "every snapshot, newest first, with its verdict here")
-    p = command("show", cmd_show, "objects, sizes, fingerprint and verdict of one snapshot")
-    p.add_argument("reference", help="snapshot id, name, or 'latest'")
-    p = command("verify", cmd_verify, "check signatures and every blob digest (exit 1 if bad)")
-    p.add_argument("references", nargs="*", help="snapshot ids or names")
-    p.add_argument("--all", action="store_true", help="verify every snapshot")
-    p.add_argument("--trust", action="store_true",
-                   help="trust these snapshots explicitly: a bad signature is not a failure")
-    p = command("gc", cmd_gc, "apply retention, then free blobs no snapshot references")
-    p.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
-    p.add_argument("--keep-last", type=int, help="keep the N newest snapshots")
-    p.add_argument("--keep-days", type=float, help="keep snapshots newer than D days")
-    p.add_argument("--grace-hours", type=float, default=DEFAULT_GRACE_SECONDS / 3600,
-                   help="never delete blobs younger than this (default: %(default)g)")
-    p = command("rm", cmd_rm, "remove snapshots (then `gc` frees their blobs)")
-    p.add_argument("references", nargs="+", help="snapshot ids or names")
-    p.add_argument("--force", action="store_true", help="even one the paused record needs")
-    p = command("usage", cmd_usage, "bytes, snapshots and estimated monthly cost")
-    p.add_argument("--price-per-gib-month", type=float,
-                   help="USD (default: GKERESUME_PRICE_PER_GIB_MONTH, else GCS Standard $0.020)")
-    p = command("advise", cmd_advise, "replay recorded activity under candidate idle thresholds")
-    p.add_argument("--thresholds", type=thresholds,
-                   default=list(advisor.DEFAULT_THRESHOLDS_MINUTES), help="minutes, e.g. 5,15,60")
-    p.add_argument("--gpus", type=int, help="GPUs per pod (default: as recorded)")
-    p.add_argument("--plot", help="write a PNG plot to this path")
-    return main
+class CommandApp(JupyterApp):
+    """One ``jupyter gkeresume`` command. Its configuration: ``c.GkeResume.*`` from the
+    server's config files (``jupyter_server_config.py``/``.json`` in the Jupyter config path),
+    then the command line (``--store`` sets ``GkeResume.store_url``, ``--workspace``
+    ``GkeResume.workspace_id``). ``start`` runs ``run(Context)`` and returns the exit code."""
+
+    version = __version__
+    classes = [GkeResume]
+    aliases = COMMON_ALIASES
+    flags = COMMON_FLAGS
+    positional = ""  # name of the positional arguments in ``ctx.args`` ("" = none allowed)
+    nargs = "*"  # "1": exactly one, "+": at least one, "*": any number
+
+    key_file = Unicode(None, allow_none=True, help="signing key file").tag(config=True)
+    json = Bool(False, help="print one JSON document for scripts").tag(config=True)
+    progress = Bool(None, allow_none=True, help="progress bars (None: on a terminal)"
+                    ).tag(config=True)
+    store_timeout = Float(
+        10.0, help="Seconds the first request to an object store may take (0: no limit)."
+    ).tag(config=True)
+
+    @default("config_file_name")
+    def _config_file_name(self) -> str:
+        return "jupyter_server_config"  # the server's files: both read c.GkeResume.*
+
+    def get_default_logging_config(self) -> dict[str, Any]:
+        config = super().get_default_logging_config()
+        # gcsfs logs a traceback for every request it gives up on; the command reports the
+        # failure itself, in one line. --debug shows them.
+        level = "DEBUG" if self.log_level <= logging.DEBUG else "CRITICAL"
+        config["loggers"]["gcsfs"] = {"level": level, "handlers": ["console"], "propagate": False}
+        return config
+
+    def run(self, ctx: Context) -> int:
+        raise NotImplementedError
+
+    def options(self) -> dict[str, Any]:
+        """This command's own options, as the command bodies read them from ``ctx.args``."""
+        return {}
+
+    def arguments(self) -> dict[str, Any]:
+        given = list(self.extra_args)
+        if not self.positional:
+            if given:
+                raise InvalidInputError(f"{self.name} takes no arguments: {' '.join(given)}")
+            return {}
+        if (self.nargs == "1" and len(given) != 1) or (self.nargs == "+" and not given):
+            wanted = "one" if self.nargs == "1" else "at least one"
+            raise InvalidInputError(f"{self.name} needs {wanted} {self.positional}")
+        return {self.positional: given[0] if self.nargs == "1" else given}
+
+    def start(self) -> int:
+        settings = GkeResume(parent=self)
+        args = SimpleNamespace(key_file=self.key_file, json=self.json, progress=self.progress,
+                               **self.arguments(), **self.options())
+        store = SnapshotStore(settings.resolved_store_url(), settings.resolved_workspace_id())
+        check_reachable(store, self.store_timeout)
+        return self.run(Context(args, store))
+
+
+class ListApp(CommandApp):
+    name = "list"
+    description = "every snapshot, newest first, with its verdict here"
+
+    def run(self, ctx: Context) -> int:
+        return cmd_list(ctx)
+
+
+class ShowApp(CommandApp):
+    name = "show"
+    description = "objects, sizes, fingerprint and verdict of one snapshot (id, name or 'latest')"
+    positional, nargs = "reference", "1"
+
+    def run(self, ctx: Context) -> int:
+        return cmd_show(ctx)
+
+
+class VerifyApp(CommandApp):
+    name = "verify"
+    description = "check signatures and every blob digest (exit 1 if bad)"
+    positional = "references"
+    flags = {**COMMON_FLAGS,
+             "all": ({"VerifyApp": {"all": True}}, "verify every snapshot"),
+             "trust": ({"VerifyApp": {"trust": True}},
+                       "trust these snapshots explicitly: a bad signature is not a failure")}
+    all = Bool(False, help="verify every snapshot").tag(config=True)
+    trust = Bool(False, help="a bad signature is not a failure").tag(config=True)
+
+    def options(self) -> dict[str, Any]:
+        return {"all": self.all, "trust": self.trust}
+
+    def run(self, ctx: Context) -> int:
+        return cmd_verify(ctx)
+
+
+class GcApp(CommandApp):
+    name = "gc"
+    description = "apply retention, then free blobs no snapshot references"
+    aliases = {**COMMON_ALIASES, "keep-last": "GcApp.keep_last", "keep-days": "GcApp.keep_days",
+               "grace-hours": "GcApp.grace_hours"}
+    flags = {**COMMON_FLAGS,
+             "dry-run": ({"GcApp": {"dry_run": True}}, "say what would go, delete nothing"),
+             "all-workspaces": ({"GcApp": {"all_workspaces": True}},
+                                "every workspace under the store root (the admin's CronJob)")}
+    dry_run = Bool(False, help="say what would go, delete nothing").tag(config=True)
+    keep_last = Integer(None, allow_none=True, help="keep the N newest snapshots").tag(config=True)
+    keep_days = Float(None, allow_none=True, help="keep snapshots newer than D days"
+                      ).tag(config=True)
+    grace_hours = Float(DEFAULT_GRACE_SECONDS / 3600,
+                        help="never delete blobs younger than this").tag(config=True)
+    all_workspaces = Bool(False, help="every workspace under the store root").tag(config=True)
+
+    def options(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "keep_last": self.keep_last,
+                "keep_days": self.keep_days, "grace_hours": self.grace_hours}
+
+    def run(self, ctx: Context) -> int:
+        if not self.all_workspaces:
+            return cmd_gc(ctx)
+        if GkeResume(parent=self).workspace_id:
+            raise InvalidInputError("--all-workspaces and --workspace exclude each other")
+        return gc_every_workspace(ctx)
+
+
+class RmApp(CommandApp):
+    name = "rm"
+    description = "remove snapshots (then `gc` frees their blobs)"
+    positional, nargs = "references", "+"
+    flags = {**COMMON_FLAGS,
+             "force": ({"RmApp": {"force": True}}, "even one the paused record needs")}
+    force = Bool(False, help="even one the paused record needs").tag(config=True)
+
+    def options(self) -> dict[str, Any]:
+        return {"force": self.force}
+
+    def run(self, ctx: Context) -> int:
+        return cmd_rm(ctx)
+
+
+class UsageApp(CommandApp):
+    name = "usage"
+    description = "bytes, snapshots and estimated monthly cost"
+    aliases = {**COMMON_ALIASES, "price-per-gib-month": "UsageApp.price_per_gib_month"}
+    price_per_gib_month = Float(
+        None, allow_none=True,
+        help="USD (default: GKERESUME_PRICE_PER_GIB_MONTH, else GCS Standard $0.020)",
+    ).tag(config=True)
+
+    def options(self) -> dict[str, Any]:
+        return {"price_per_gib_month": self.price_per_gib_month}
+
+    def run(self, ctx: Context) -> int:
+        return cmd_usage(ctx)
+
+
+class AdviseApp(CommandApp):
+    name = "advise"
+    description = "replay recorded activity under candidate idle thresholds"
+    aliases = {**COMMON_ALIASES, "thresholds": "AdviseApp.thresholds", "gpus": "AdviseApp.gpus",
+               "plot": "AdviseApp.plot"}
+    thresholds = Unicode(",".join(f"{t:g}" for t in advisor.DEFAULT_THRESHOLDS_MINUTES),
+                         help="minutes, e.g. 5,15,60").tag(config=True)
+    gpus = Integer(None, allow_none=True, help="GPUs per pod (default: as recorded)"
+                   ).tag(config=True)
+    plot = Unicode(None, allow_none=True, help="write a PNG plot to this path").tag(config=True)
+
+    def options(self) -> dict[str, Any]:
+        return {"thresholds": thresholds(self.thresholds), "gpus": self.gpus, "plot": self.plot}
+
+    def run(self, ctx: Context) -> int:
+        return cmd_advise(ctx)
+
+
+COMMANDS = (ListApp, ShowApp, VerifyApp, GcApp, RmApp, UsageApp, AdviseApp)
+
+
+class GkeResumeCLI(JupyterApp):
+    """``jupyter gkeresume COMMAND``: the commands as subcommands, like ``jupyter labextension``."""
+
+    name = "jupyter-gkeresume"
+    description = "List, inspect, verify and clean up snapshots."
+    version = __version__
+    aliases = {name: COMMON_ALIASES[name] for name in ("log-level", "config")}
+    flags = {"debug": COMMON_FLAGS["debug"]}
+    # factories, not classes: traitlets would make each command a process-wide singleton
+    subcommands = {cls.name: (lambda parent, cls=cls: cls(parent=parent), cls.description)
+                   for cls in COMMANDS}
+
+    def parse_command_line(self, argv: list[str] | None = None) -> None:
+        super().parse_command_line(command_first(sys.argv[1:] if argv is None else argv))
+
+    def start(self) -> int:
+        if self.subapp is None:
+            known = ", ".join(self.subcommands)
+            given = f"unknown command {self.extra_args[0]!r}" if self.extra_args else "no command"
+            raise InvalidInputError(f"{given} (one of: {known})")
+        return self.subapp.start()
+
+
+def command_first(argv: list[str]) -> list[str]:
+    """``--store X list`` -> ``list --store X``: options given before the command name apply to
+    it (traitlets only dispatches on a command name in first place)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in VALUE_OPTIONS else 1
+    if i < len(argv) and argv[i] in GkeResumeCLI.subcommands:
+        return [argv[i], *argv[:i], *argv[i + 1:]]
+    return argv
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``jupyter-gkeresume`` (and so ``jupyter gkeresume``)."""
-    args = build_parser().parse_args(argv)
+    """Entry point of ``jupyter-gkeresume`` (and so ``jupyter gkeresume``). Exit codes: 0
+    success, 1 a verification or operation failed, 2 bad usage or input."""
+    app = GkeResumeCLI()
     try:
-        return args.func(Context(args))
+        app.initialize(argv)
+        return app.start()
+    except SystemExit as exc:  # --help, --version (0); bad options (traitlets exits 1)
+        return 0 if not exc.code else 2
     except InvalidInputError as exc:
         print(f"jupyter gkeresume: error: {exc}", file=sys.stderr)
         return 2

@@ -1,9 +1,11 @@
-"""`jupyter gkeresume` on a gs:// store (fake-gcs-server through gcsfs), run as a user runs it."""
+"""`jupyter gkeresume` on a gs:// store (fake-gcs-server through gcsfs), run as a user runs it;
+an unreachable one fails fast, in one line."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +57,43 @@ def test_cli_on_gcs(gcs_bucket, signing_key):
     code, reports = cli("verify", "base")
     assert code == 1 and not reports[0]["ok"]
     assert "holds 16 bytes" in reports[0]["problems"][0]
+
+
+def test_gc_all_workspaces_on_gcs(gcs_bucket, signing_key):
+    blobs = {}
+    for ws in ("ws-one", "ws-two"):
+        store = SnapshotStore(gcs_bucket.url, ws, gcs_bucket.storage_options)
+        blobs[ws] = len(make_snapshot(store, signing_key, [ws.encode() * 100]).blobs)
+    done = subprocess.run(
+        [JUPYTER, "gkeresume", "gc", "--all-workspaces", "--dry-run", "--json", "--store",
+         gcs_bucket.url], env={**os.environ, **gcs_bucket.env}, capture_output=True, text=True,
+        timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)
+    assert sorted(reports) == ["ws-one", "ws-two"]
+    assert {ws: r["blobs_total"] for ws, r in reports.items()} == blobs
+    assert all(r["swept"] == {} for r in reports.values())
+
+
+def test_unreachable_bucket_is_one_line(tmp_path):
+    """A store nobody answers for: the CLI gives up within its store_timeout (not gcsfs's ~35 s
+    of retries) and says so in one line, with no traceback."""
+    with socket.socket() as s:  # a port that was free a moment ago: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
+           "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "FSSPEC_GS_TOKEN": "anon",
+           "GKERESUME_SIGNING_KEY": "k" * 32, "JUPYTER_CONFIG_DIR": str(tmp_path)}
+    runs = {  # the default deadline (10 s), and one set through the config system
+        "10": ["list", "--store", "gs://nowhere/p", "--workspace", "w"],
+        "2": ["gc", "--all-workspaces", "--store", "gs://nowhere/p", "--CommandApp.store_timeout=2"],
+    }
+    for seconds, args in runs.items():
+        done = subprocess.run([JUPYTER, "gkeresume", *args], env=env, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 1 and done.stdout == ""
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1, done.stderr
+        assert lines[0].startswith("jupyter gkeresume: error: ")
+        assert f"did not answer within {seconds} s" in lines[0]

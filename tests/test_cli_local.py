@@ -1,18 +1,24 @@
-"""`jupyter gkeresume` on a local store: every command, --json parsed, exit codes, progress."""
+"""`jupyter gkeresume` on a local store: every command, --json parsed, exit codes, progress, the
+server's config files, ``gc --all-workspaces``."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from fixtures_lifecycle import make_snapshot, put_blob
 
+from jupyter_gkeresume import __version__
 from jupyter_gkeresume.advisor import Event, record_events
 from jupyter_gkeresume.cli import main
-from jupyter_gkeresume.snapshot import environment_fingerprint
+from jupyter_gkeresume.snapshot import SnapshotStore, environment_fingerprint
+
+JUPYTER = str(Path(sys.executable).with_name("jupyter"))
 
 
 @pytest.fixture
@@ -147,9 +153,7 @@ def test_bad_input_is_a_clear_error(run, three, tmp_path):
     assert code == 2 and "no events recorded" in err
     code, _, err = run("--key-file", str(tmp_path / "nope.key"), "list")
     assert code == 2 and "does not exist" in err and not (tmp_path / "nope.key").exists()
-    with pytest.raises(SystemExit) as exited:
-        main(["frobnicate"])
-    assert exited.value.code == 2
+    assert main(["frobnicate"]) == 2
 
 
 def test_global_options_after_the_command(local_store, signing_key, monkeypatch, capsys, three):
@@ -157,3 +161,89 @@ def test_global_options_after_the_command(local_store, signing_key, monkeypatch,
     assert main(["list", "--store", local_store.url, "--workspace", local_store.workspace,
                  "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 3
+
+
+def test_gc_all_workspaces_sweeps_every_workspace(tmp_path, signing_key, capsys):
+    root = str(tmp_path / "store")
+    stores = {ws: SnapshotStore(root, ws) for ws in ("ws-a", "ws-b")}
+    orphans = {}
+    for ws, store in stores.items():
+        kept = make_snapshot(store, signing_key, [f"kept {ws}".encode()])
+        gone = make_snapshot(store, signing_key, [f"gone {ws}".encode()])
+        store.delete_manifest(gone.snapshot_id)
+        orphans[ws] = (set(gone.blobs), set(kept.blobs))
+    (tmp_path / "store" / "not a workspace").mkdir()  # never taken for one
+    capsys.readouterr()
+    assert main(["--store", root, "--json", "gc", "--all-workspaces", "--grace-hours", "0"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert sorted(reports) == ["ws-a", "ws-b"]
+    for ws, (gone, kept) in orphans.items():
+        assert set(reports[ws]["swept"]) == gone
+        assert not any(stores[ws].has_blob(d) for d in gone)
+        assert all(stores[ws].has_blob(d) for d in kept)
+    assert main(["gc", "--all-workspaces", "--store", root]) == 0
+    assert "workspace ws-a:" in capsys.readouterr().out
+    assert main(["gc", "--all-workspaces", "--store", root, "--workspace", "ws-a"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+
+
+def test_bad_options_are_usage_errors(run, three):
+    code, _, err = run("show")
+    assert code == 2 and "show needs one reference" in err
+    code, _, err = run("list", "extra")
+    assert code == 2 and "list takes no arguments" in err
+    code, _, err = run("advise", "--thresholds", "5,soon")
+    assert code == 2 and "not a list of minutes" in err
+    assert run("gc", "--keep-last", "many")[0] == 2
+    assert run("list", "--no-such-option")[0] == 2
+
+
+def jupyter_cli(*args: str, config_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``jupyter gkeresume ARGS`` as a user runs it, with its own Jupyter config directory."""
+    return subprocess.run(
+        [JUPYTER, "gkeresume", *args], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, **env, "JUPYTER_CONFIG_DIR": str(config_dir)},
+    )
+
+
+@pytest.mark.parametrize("kind", ["py", "json"])
+def test_the_servers_config_file_is_honoured(kind, tmp_path, local_store, signing_key, three):
+    """``c.GkeResume.store_url``/``workspace_id`` in jupyter_server_config: what the server
+    reads is what the CLI reads; the command line still wins."""
+    config = tmp_path / "config"
+    config.mkdir()
+    if kind == "py":
+        (config / "jupyter_server_config.py").write_text(
+            f"c.GkeResume.store_url = {local_store.url!r}\n"
+            f"c.GkeResume.workspace_id = {local_store.workspace!r}\n")
+    else:
+        (config / "jupyter_server_config.json").write_text(json.dumps(
+            {"GkeResume": {"store_url": local_store.url, "workspace_id": local_store.workspace}}))
+    env = {"GKERESUME_SIGNING_KEY": signing_key.secret.decode(), "GKERESUME_STORE": "",
+           "GKERESUME_WORKSPACE": ""}
+    done = jupyter_cli("list", "--json", config_dir=config, env=env)
+    assert done.returncode == 0, done.stderr
+    assert [r["id"] for r in json.loads(done.stdout)] == [m.snapshot_id for m in reversed(three)]
+    elsewhere = str(tmp_path / "other")
+    done = jupyter_cli("--store", elsewhere, "list", config_dir=config, env=env)
+    assert done.returncode == 0 and done.stdout.startswith("no snapshots in"), done.stderr
+
+
+def test_version_and_help(tmp_path):
+    done = jupyter_cli("--version", config_dir=tmp_path, env={})
+    assert done.returncode == 0 and done.stdout.strip() == __version__
+    done = jupyter_cli("--help", config_dir=tmp_path, env={})
+    assert done.returncode == 0
+    assert all(name in done.stdout for name in ("list", "show", "verify", "gc", "rm", "usage"))
+    done = jupyter_cli("gc", "--help", config_dir=tmp_path, env={})
+    assert "--all-workspaces" in done.stdout and "--log-level" in done.stdout
+
+
+def test_the_cli_looks_for_the_files_the_server_reads():
+    from jupyter_server.serverapp import ServerApp
+
+    from jupyter_gkeresume.cli import ListApp
+
+    server, cli = ServerApp(), ListApp()
+    assert cli.config_file_name == server.config_file_name == "jupyter_server_config"
+    assert cli.config_file_paths == server.config_file_paths
