@@ -333,7 +333,7 @@ def thresholds(text: str) -> list[float]:
 def check_reachable(store: SnapshotStore, timeout: float) -> None:
     """One listing of the workspace with a deadline, so an unreachable object store fails in
     seconds (gcsfs alone retries a refused connection for about 35 s) with one clear line."""
-    if store.local or timeout <= 0:
+    if store.backend.local or timeout <= 0:
         return
     try:
         store.fs.ls(store.root, timeout=timeout)  # fsspec's sync wrappers take a deadline
