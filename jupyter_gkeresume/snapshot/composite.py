@@ -47,13 +47,16 @@ class CompositePolicy:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CompositePolicy:
-        """The default, with ``GKERESUME_COMPOSITE_MIB`` (threshold in MiB, 0 = off) applied."""
+        """The default, with ``GKERESUME_COMPOSITE_MIB`` (threshold in MiB, 0 = off) applied;
+        a threshold below 64 MiB also makes the parts half the threshold."""
         env = os.environ if env is None else env
         raw = env.get("GKERESUME_COMPOSITE_MIB", "").strip()
         if not raw:
             return cls()
         try:
-            return cls(threshold=int(raw) * MIB)
+            threshold = int(raw) * MIB
+            half = max(GCS_CHUNK_QUANTUM, threshold // 2 // GCS_CHUNK_QUANTUM * GCS_CHUNK_QUANTUM)
+            return cls(threshold=threshold, part_bytes=min(cls.part_bytes, half))
         except ValueError:
             raise ValueError(f"GKERESUME_COMPOSITE_MIB must be a whole number of MiB, not {raw!r}") from None
 

@@ -8,11 +8,11 @@ back must have our size and crc32c, else it is removed and ``ChecksumMismatch`` 
 corruption there).
 
 A chunk that failed on a transient error is not sent again blindly: the session is asked what
-it holds (``Content-Range: bytes */*``, answered ``308`` with ``Range``) and only the rest is
-sent, so an interrupted upload resumes from the service's offset. Streamed parts (an iterator,
-e.g. a GPU ring) get the same retries: the chunk in flight is either a view into the part in
-hand (the iterator is not advanced until that chunk is acknowledged) or the one staging buffer,
-so it can always be sent again; memory stays one chunk.
+it holds (an empty request with ``Content-Range: bytes */*``, answered ``308`` with ``Range``)
+and only the rest is sent, so an interrupted upload resumes from the service's offset.
+Streamed parts (an iterator, e.g. a GPU ring) get the same retries: the chunk in flight is
+either a view into the part in hand (the iterator is not advanced until that chunk is
+acknowledged) or the one staging buffer, so it can always be sent again; memory stays one chunk.
 """
 
 from __future__ import annotations
@@ -149,7 +149,9 @@ class GcsUpload:
         if total is not None:
             headers["X-Goog-Hash"] = f"crc32c={checksum.to_base64(self.crc)}"
         assert self.location is not None
-        return gcs_api.request_once(self.fs, "PUT", self.location, data, headers)
+        # POST, as gcsfs sends chunks: aiohttp silently resends an idempotent request (PUT) once
+        # when a kept-alive connection drops, which is exactly the blind resend to avoid here.
+        return gcs_api.request_once(self.fs, "POST", self.location, data, headers)
 
     def _check(self, stored: Any, expected_size: int | None) -> StoredObject:
         """The finished object must hold exactly our bytes. Else (a service that appended a
