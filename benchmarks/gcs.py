@@ -2,12 +2,14 @@
 the same bytes, in the same run; and a concurrency sweep.
 
     .venv/bin/python benchmarks/gcs.py [--mib 1024] [--tensors 16] [--concurrency 1,4,8,16] [--repeat 2]
+        [--composite-mib N]
 
 For each concurrency C (``GKERESUME_CONCURRENCY``, read by the store and the kernel_hooks thread
 pools), on a fresh bucket each time:
 
 - ``checkpoint``: ``kernel_hooks.checkpoint`` of a namespace holding ``--tensors`` float32 tensors
-  (``--mib`` in all): hashing, upload in 32 MiB chunks, commit, read-back verify;
+  (``--mib`` in all): hashing, upload in 32 MiB chunks with crc32c (a blob above
+  ``--composite-mib``, default 128, as parallel parts composed server-side), commit, verify;
 - ``put``: the same tensors' bytes (already in memory as ``bytes``) written by gcsfs
   ``fs.pipe({path: data}, batch_size=C)``, C uploads at a time on gcsfs's event loop;
 - ``resume``: ``kernel_hooks.resume`` of that snapshot into a new namespace (ranged reads,
@@ -46,7 +48,11 @@ def main() -> None:
     parser.add_argument("--tensors", type=int, default=16, help="number of tensors")
     parser.add_argument("--concurrency", default="1,4,8,16", help="comma-separated sweep")
     parser.add_argument("--repeat", type=int, default=2, help="best of this many runs")
+    parser.add_argument("--composite-mib", type=int, default=None,
+                        help="GKERESUME_COMPOSITE_MIB: blobs above go up as composed parts (0: never)")
     args = parser.parse_args()
+    if args.composite_mib is not None:
+        os.environ["GKERESUME_COMPOSITE_MIB"] = str(args.composite_mib)
 
     from fixtures_gcs import GcsEmulator
 
@@ -62,8 +68,9 @@ def main() -> None:
                     for c in args.concurrency.split(",")]
         finally:
             emulator.kill()
-    print(f"\n{args.mib} MiB in {args.tensors} float32 tensors, fake-gcs-server (memory backend)"
-          f" on 127.0.0.1, {os.cpu_count()} CPUs\n")
+    composite = os.environ.get("GKERESUME_COMPOSITE_MIB", "128 (default)")
+    print(f"\n{args.mib} MiB in {args.tensors} float32 tensors, composite above {composite} MiB, "
+          f"fake-gcs-server (memory backend) on 127.0.0.1, {os.cpu_count()} CPUs\n")
     print("| concurrency | checkpoint s | put s | put/ckpt | resume s | cat s | cat/resume "
           "| sha256 s | (cat+sha256)/resume | unchanged re-checkpoint s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
