@@ -176,7 +176,7 @@ def take_checkpoint(
         notebook=notebook,
         execution_count=execution_count,
         fingerprint=environment_fingerprint(),
-        history=list(history or []),
+        history=session_state.without_credentials(list(history or [])),
     )
     manifest.totals = {
         "objects": len(ordered), "saved": len(saved), "skipped": len(ordered) - len(saved),

@@ -41,6 +41,7 @@ from typing import Any, BinaryIO, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from ..credentials import mask
 from ..errors import CommitConflictError, InvalidInputError, StoreError
 from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapshot_id
 from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, upload
@@ -401,21 +402,9 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (UploadInterrupted, TimeoutError))
 
 
-_SECRET_PATTERNS = (
-    (re.compile(r"(https?://[^\s?#]+)\?[^\s#'\"]*"), r"\1?..."),  # query strings: upload ids, keys
-    (re.compile(r"(?i)(bearer\s+)[\w.~+/-]+=*"), r"\1***"),
-    (re.compile(r"(?i)((?:access_token|refresh_token|token|key|signature)[\"']?\s*[:=]\s*[\"']?)"
-                r"[^\s\"'&,}]+"), r"\1***"),
-    (re.compile(r"://[^/\s@]+@"), "://***@"),
-)
-
-
 def describe(exc: BaseException) -> str:
     """``Type: message`` for an exception, with anything that could be a credential masked."""
-    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text[:500]
+    return mask(f"{type(exc).__name__}: {exc}".strip().rstrip(":"))[:500]
 
 
 def _write_parts(f: BinaryIO, parts: Iterable[object]) -> None:
@@ -455,7 +444,4 @@ def _modified(info: dict[str, Any]) -> float | None:
 
 def _safe_url(url: str) -> str:
     """The URL without any userinfo (credentials never reach messages or logs)."""
-    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+    return mask(url)
