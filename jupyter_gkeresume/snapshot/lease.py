@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from ..errors import InvalidInputError, LeaseHeldError
 from .store import SnapshotStore
 
-KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+KEY_RE = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,99}\Z")
 DEFAULT_TTL = 120.0
 MAX_RACE_ROUNDS = 8
 

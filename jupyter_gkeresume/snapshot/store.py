@@ -47,7 +47,7 @@ from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapsho
 from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, upload
 
 RECORD_NAMES = ("paused", "events")
-LEASE_RECORD_RE = re.compile(r"^lease-[a-z0-9][a-z0-9._-]{0,150}$")
+LEASE_RECORD_RE = re.compile(r"\Alease-[a-z0-9][a-z0-9._-]{0,150}\Z")
 WRITE_CHUNK = 16 << 20
 DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
