@@ -11,17 +11,20 @@ before jupyter_server stops the kernels.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Float, Type, Unicode, Union
 from traitlets.config import LoggingConfigurable
 
+from .errors import GkeResumeError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
+from .snapshot.signing import key_warnings
 from .workspace import resolve_store_url, resolve_workspace_id
 
 
@@ -102,6 +105,8 @@ class GkeResumeApp(ExtensionApp):
         # Kernels inherit it: ``%pause`` finds this server's REST API there.
         os.environ["GKERESUME_SERVER_URL"] = serverapp.connection_url
         await self.orchestrator.ensure_started()
+        for warning in await asyncio.to_thread(self._key_warnings):
+            self.log.warning("gkeresume: %s", warning)
         self.activity_sampler = ActivitySampler(self.orchestrator, serverapp.web_app.last_activity)
         self.activity_sampler.start()
         if self.gkeresume.idle_timeout > 0:
@@ -111,6 +116,13 @@ class GkeResumeApp(ExtensionApp):
                 log=self.log,
             )
             self.idle_watcher.start()
+
+    def _key_warnings(self) -> list[str]:
+        """A shared or changed signing key, said in the log once at startup (docs/security.md)."""
+        try:
+            return key_warnings(self.orchestrator.store, self.orchestrator.key)
+        except GkeResumeError as exc:  # e.g. GKERESUME_SIGNING_KEY_FILE names a missing file
+            return [str(exc)]
 
     async def stop_extension(self) -> None:
         if self.idle_watcher:
