@@ -11,17 +11,20 @@ before jupyter_server stops the kernels.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Float, Type, Unicode, Union
 from traitlets.config import LoggingConfigurable
 
+from .errors import GkeResumeError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
+from .snapshot.signing import key_warnings
 from .workspace import resolve_store_url, resolve_workspace_id
 
 
@@ -91,6 +94,7 @@ class GkeResumeApp(ExtensionApp):
         )
         self.idle_watcher: IdleWatcher | None = None
         self.activity_sampler: ActivitySampler | None = None
+        self.key_check: asyncio.Task | None = None
         self.settings["gkeresume_orchestrator"] = self.orchestrator
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
@@ -102,6 +106,7 @@ class GkeResumeApp(ExtensionApp):
         # Kernels inherit it: ``%pause`` finds this server's REST API there.
         os.environ["GKERESUME_SERVER_URL"] = serverapp.connection_url
         await self.orchestrator.ensure_started()
+        self.key_check = asyncio.create_task(self._log_key_warnings())
         self.activity_sampler = ActivitySampler(self.orchestrator, serverapp.web_app.last_activity)
         self.activity_sampler.start()
         if self.gkeresume.idle_timeout > 0:
@@ -112,7 +117,20 @@ class GkeResumeApp(ExtensionApp):
             )
             self.idle_watcher.start()
 
+    async def _log_key_warnings(self) -> None:
+        """A shared or changed signing key, said in the log once at startup (docs/security.md):
+        a few store reads, in a task so that they never delay the server's start."""
+        try:
+            key = self.orchestrator.key
+            warnings = await asyncio.to_thread(key_warnings, self.orchestrator.store, key)
+        except GkeResumeError as exc:  # e.g. GKERESUME_SIGNING_KEY_FILE names a missing file
+            warnings = [str(exc)]
+        for warning in warnings:
+            self.log.warning("gkeresume: %s", warning)
+
     async def stop_extension(self) -> None:
+        if self.key_check:
+            self.key_check.cancel()
         if self.idle_watcher:
             self.idle_watcher.stop()
         if self.activity_sampler:

@@ -58,6 +58,6 @@ def parse_record(raw: bytes) -> dict[str, Any]:
 def safe_notebook_path(path: str) -> str:
     """A notebook path from the store, checked before it reaches the sessions API."""
     norm = posixpath.normpath(path)
-    if os.path.isabs(norm) or norm.startswith("..") or "\\" in norm or "\x00" in norm:
+    if os.path.isabs(norm) or norm.startswith("..") or "\\" in norm or any(c < " " for c in norm):
         raise InvalidInputError(f"paused record names an unsafe notebook path: {path!r}")
     return norm

@@ -40,7 +40,7 @@ from .storages import CollectedStorage, StorageCollector
 
 SESSION_RECORD = "__session__"
 HOOKS_RECORD = "__resume_hooks__"
-_IPYTHON_NAMES = re.compile(r"^(_|__|___|_i+|_i\d+|_\d+|_oh|_ih|_dh|In|Out|exit|quit|get_ipython)$")
+_IPYTHON_NAMES = re.compile(r"\A(_|__|___|_i+|_i\d+|_\d+|_oh|_ih|_dh|In|Out|exit|quit|get_ipython)\Z")
 
 
 def user_names(namespace: Mapping[str, Any], hidden: Mapping[str, Any]) -> list[str]:
@@ -176,7 +176,7 @@ def take_checkpoint(
         notebook=notebook,
         execution_count=execution_count,
         fingerprint=environment_fingerprint(),
-        history=list(history or []),
+        history=session_state.without_credentials(list(history or [])),
     )
     manifest.totals = {
         "objects": len(ordered), "saved": len(saved), "skipped": len(ordered) - len(saved),

@@ -23,7 +23,7 @@ from jupyter_gkeresume.errors import InvalidInputError
 if TYPE_CHECKING:
     from .cuda_engine import DeviceAllocation
 
-TYPESTR_RE = re.compile(r"^[<>|=]([biufc])([0-9]{1,2})$")
+TYPESTR_RE = re.compile(r"\A[<>|=]([biufc])([0-9]{1,2})\Z")
 _KINDS = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from jupyter_gkeresume.errors import InvalidInputError
 from jupyter_gkeresume.units import human_bytes
 
-CUDA_DEVICE_RE = re.compile(r"^cuda(?::([0-9]+))?$")
+CUDA_DEVICE_RE = re.compile(r"\Acuda(?::([0-9]+))?\Z")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ SNAPSHOT_MAGICS = frozenset({"pause", "resume", "checkpoint", "snapshots"})
 #: cell magics whose body runs as Python in the user namespace (bindings persist)
 PYTHON_CELL_MAGICS = frozenset({"time", "capture"})
 IPYTHON_NAMES = frozenset({"get_ipython", "In", "Out", "exit", "quit", "display"})
-IPYTHON_CACHE_RE = re.compile(r"^_(_{0,2}|i{1,3}|\d+|i\d+|ih|oh|dh)$")
+IPYTHON_CACHE_RE = re.compile(r"\A_(_{0,2}|i{1,3}|\d+|i\d+|ih|oh|dh)\Z")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
            ast.SetComp, ast.DictComp, ast.GeneratorExp)
 

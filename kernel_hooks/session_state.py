@@ -2,18 +2,19 @@
 
 ``remember_baseline()`` runs when the extension loads (at kernel start when auto-loaded): changes
 to ``sys.path`` and ``os.environ`` after it are "made in the session" and travel with snapshots.
-Environment variables whose names look like credentials are not saved; they are reported.
+Environment variables that look like credentials (by name or value, ``jupyter_gkeresume.
+credentials``) are never saved; they are reported. ``without_credentials(history)`` is the input
+history a snapshot may keep: the values of such variables scrubbed from it.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import re
 import sys
 from typing import Any
 
-SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY", re.I)
+from jupyter_gkeresume import credentials
 
 _baseline: dict[str, Any] = {}
 
@@ -40,13 +41,14 @@ def rng_states() -> dict[str, Any]:
 
 
 def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
-    """The session state to pickle, and the env names left out because they look secret."""
+    """The session state to pickle, and the env names left out because they look like
+    credentials."""
     remember_baseline()
     env_before = _baseline["env"]
     env_set, skipped = {}, []
     for name, value in os.environ.items():
         if env_before.get(name) != value:
-            if SECRET_NAME_RE.search(name):
+            if credentials.env_looks_secret(name, value):
                 skipped.append(name)
             else:
                 env_set[name] = value
@@ -59,6 +61,14 @@ def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
         "execution_count": execution_count,
     }
     return state, skipped
+
+
+def without_credentials(history: list[str]) -> list[str]:
+    """``history`` with the value of every credential-looking environment variable (set now, or
+    when the session started) scrubbed out."""
+    remember_baseline()
+    env = {**_baseline["env"], **os.environ}
+    return credentials.scrub(history, [v for n, v in env.items() if credentials.env_looks_secret(n, v)])
 
 
 def restore(state: dict[str, Any], warnings: list[str]) -> None:

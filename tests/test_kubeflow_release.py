@@ -224,3 +224,26 @@ async def test_pause_through_the_server_pauses_the_workspace(api, kube):
     assert status["state"] == "paused", status
     assert status["release_backend"] == "kubeflow"
     assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is True
+
+
+@pytest.fixture
+def black_hole():
+    """An API server that accepts connections and never answers (the kernel completes the TCP
+    handshake for the listen backlog; nobody reads)."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+def test_a_black_holed_api_server_is_a_clear_error_not_a_hang(kube, black_hole):
+    release = KubeflowRelease(api_host=black_hole, request_timeout=0.5)
+
+    async def bounded():  # a safety net so that a regression fails instead of hanging the suite
+        return await asyncio.wait_for(release.release(), 120)
+
+    with pytest.raises(ReleaseError, match=r"did not answer within 0\.5 s.*request_timeout"):
+        asyncio.run(bounded())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -152,3 +153,71 @@ def test_missing_or_malformed_fingerprint_is_said(local_store, signing_key):
     verdict = check_compatible(odd, copy.deepcopy(BASE))
     assert verdict.level == "exact"
     assert verdict.reasons == ["fingerprint fields ignored (malformed): cuda"]
+
+
+# Issue 13.3: a manifest names modules and versions; nothing of it is imported or evaluated, and
+# no field crashes the check. Run in a fresh interpreter so nothing is imported beforehand.
+PROBE = r"""
+import json, sys
+from jupyter_gkeresume.snapshot import Manifest, check_compatible
+manifest = Manifest.from_json(sys.stdin.read())
+before = set(sys.modules)
+verdict = check_compatible(manifest, {"format_version": 1, "python": "3.11.9"})
+print(json.dumps({"at_risk": verdict.objects_at_risk,
+                  "imported": sorted(set(sys.modules) - before)}))
+"""
+
+
+def probe_modules(tmp_path, modules):
+    import json
+    import subprocess
+    import sys
+
+    from test_lifecycle_fuzz import VALID
+
+    manifest = {**VALID, "objects": [{**VALID["objects"][0], "modules": modules}]}
+    run = subprocess.run([sys.executable, "-c", PROBE], input=json.dumps(manifest), cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    *printed, last = run.stdout.strip().splitlines()
+    return printed, json.loads(last), sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_module_checks_import_nothing_a_manifest_names(tmp_path):
+    missing = ["this.x", "venv.__main__.x", "antigravity.y", "gkeresume_vanished_module.sub",
+               "json.nope", "os.path.x", "", "..x", "json..decoder"]
+    printed, result, created = probe_modules(tmp_path, missing)
+    assert printed == [] and created == []  # no Zen of Python, no virtualenv made
+    assert not {"this", "venv", "venv.__main__", "antigravity"} & set(result["imported"])
+    for name in missing[:6]:
+        assert name in result["at_risk"]["x"]
+    printed, result, created = probe_modules(
+        tmp_path, ["json.decoder", "email.mime.text", "xml.etree.ElementTree", "os", "sys"])
+    assert (printed, result["at_risk"], created) == ([], {}, [])
+    assert "email.mime.text" not in result["imported"]
+
+
+@pytest.mark.parametrize("version", ["9" * 5000, "1." + "9" * 5000, "", "+", "x" * 100_000])
+def test_absurd_versions_get_a_verdict(local_store, signing_key, version):
+    from fixtures_lifecycle import make_snapshot
+
+    there = changed(packages__numpy=version, python=version)
+    m = make_snapshot(local_store, signing_key, [b"a"], fingerprint=there, modules={"x0": ["numpy"]})
+    verdict = check_compatible(m, copy.deepcopy(BASE))
+    assert verdict.level in ("partial", "incompatible", "portable")
+    assert all(len(r) < 2000 and "\n" not in r for r in verdict.reasons)
+
+
+def test_huge_sizes_and_odd_gpu_fields_get_a_verdict(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    absurd = changed(cuda=other_gpu(memory=10**4000))
+    m = make_snapshot(local_store, signing_key, [b"a"], fingerprint=absurd, device="cuda:0")
+    verdict = check_compatible(m, copy.deepcopy(BASE))
+    assert verdict.reasons == ["fingerprint fields ignored (malformed): cuda"]
+    odd = changed(cuda=other_gpu(name="x\n" * 10_000, compute_capability=[[[]]] * 500))
+    m = make_snapshot(local_store, signing_key, [b"a"], fingerprint=odd, device="cuda:0")
+    m.storages["s0"] = dataclasses.replace(m.storages["s0"], nbytes=10**4000)
+    verdict = check_compatible(m, copy.deepcopy(BASE))
+    assert verdict.level == "partial"
+    assert any("absurd number of GiB" in r for r in verdict.reasons)
+    assert all(len(r) < 2000 and "\n" not in r for r in verdict.reasons)

@@ -118,3 +118,43 @@ def test_pathological_documents():
     for raw in ("[" * 100_000, '{"a":' * 50_000, "9" * 10_000, '{"format_version": 1e999}',
                 "\ud800", b"\xff\xfe"):
         parse_or_refuse(raw)
+
+
+FULL_FINGERPRINT = {
+    "format_version": 1, "python": "3.11.9", "implementation": "cpython", "platform": "linux",
+    "machine": "x86_64", "machine_type": "g2-standard-8", "image": "jupyter/gpu:1",
+    "packages": {"numpy": "2.1.0", "torch": "2.13.0"},
+    "cuda": {"driver_version": "12.4", "gpus": [
+        {"index": 0, "name": "NVIDIA L4", "memory": 24 << 30, "compute_capability": "8.9"}]},
+}
+FINGERPRINT_PATHS = [p for p in paths(FULL_FINGERPRINT) if p]
+big_values = (json_values | st.integers(min_value=-(10**4000), max_value=10**4000)
+              | st.text(alphabet="0123456789.+", min_size=4000, max_size=6000))
+
+
+@FUZZ
+@given(st.sampled_from(FINGERPRINT_PATHS), big_values | st.just("<delete>"), st.booleans(),
+       st.lists(st.text(max_size=30), max_size=4), st.sampled_from(["cpu", "cuda:0", "cuda:x", ""]))
+def test_every_compat_field_with_any_json_gets_a_verdict(path, value, on_this_side, modules, device):
+    """Any one fingerprint field (on either side) replaced by any JSON, any module names, any
+    device: a verdict, with one-line reasons, never an exception."""
+    fingerprint = copy.deepcopy(FULL_FINGERPRINT)
+    target = fingerprint
+    for step in path[:-1]:
+        target = target[step]
+    if value == "<delete>":
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    obj = {**VALID["objects"][0], "modules": modules, "device": device}
+    storage = {**VALID["storages"]["s0"], "device": device}
+    manifest = Manifest.from_dict({**VALID, "objects": [obj], "storages": {"s0": storage},
+                                   "fingerprint": FULL_FINGERPRINT})
+    here = copy.deepcopy(FULL_FINGERPRINT)
+    if on_this_side:
+        manifest.fingerprint, here = here, fingerprint
+    else:
+        manifest.fingerprint = fingerprint
+    verdict = check_compatible(manifest, here)
+    assert verdict.level in LEVELS
+    assert all(isinstance(r, str) and "\n" not in r for r in verdict.reasons)

@@ -22,6 +22,7 @@ import os
 from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.simple_httpclient import HTTPTimeoutError
 from traitlets import Float, Unicode, default
 
 from ..errors import ReleaseError
@@ -40,7 +41,8 @@ class JupyterHubRelease(ReleaseBackend):
     user = Unicode(help="The Hub user (default: $JUPYTERHUB_USER).").tag(config=True)
     server_name = Unicode(help="Named server, '' for the default one "
                           "(default: $JUPYTERHUB_SERVER_NAME).").tag(config=True)
-    request_timeout = Float(30.0, help="Seconds to wait for the Hub.").tag(config=True)
+    request_timeout = Float(30.0, help="Seconds to wait for the Hub to connect, and again to "
+                            "answer.").tag(config=True)
 
     @default("api_url")
     def _api_url(self) -> str:
@@ -70,12 +72,17 @@ class JupyterHubRelease(ReleaseBackend):
         url = self.server_url()
         request = HTTPRequest(
             url, method="DELETE", headers={"Authorization": f"token {token}"},
-            request_timeout=self.request_timeout,
+            connect_timeout=self.request_timeout, request_timeout=self.request_timeout,
         )
         self.log.info("gkeresume: asking the Hub to stop this server: DELETE %s", url)
         try:
             response = await AsyncHTTPClient().fetch(request)
         except HTTPClientError as exc:
+            if isinstance(exc, HTTPTimeoutError):
+                raise ReleaseError(
+                    f"the Hub at {self.api_url} did not answer within {self.request_timeout:g} s "
+                    "(c.JupyterHubRelease.request_timeout)"
+                ) from None
             if exc.code == 403:
                 raise ReleaseError(SCOPES_ADVICE) from None
             raise ReleaseError(f"the Hub refused to stop this server: {exc.code} "

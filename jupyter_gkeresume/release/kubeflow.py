@@ -10,7 +10,9 @@ Two resources, tried in this order when ``kind`` is ``auto``:
 Namespace and name come from the pod's ``NB_PREFIX`` (``/notebook/{namespace}/{name}``, set by
 the notebook controller), the namespace otherwise from the service account. Credentials are the
 pod's service account (in-cluster config), else ``~/.kube/config``; the Role it needs ships as
-``deploy/kubeflow-rbac.yaml``. The kubernetes client is synchronous: calls run in a thread.
+``deploy/kubeflow-rbac.yaml``. The kubernetes client is synchronous: calls run in a thread, each
+bounded by ``request_timeout`` (a black-holed API server is a ``ReleaseError``, so the pause fails
+and the workspace returns to ``running`` instead of staying in ``releasing``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import asyncio
 import os
 from datetime import datetime, timezone
 
-from traitlets import Enum, Unicode, default
+from traitlets import Enum, Float, Unicode, default
 
 from ..errors import ReleaseError
 from .base import ReleaseBackend
@@ -44,6 +46,8 @@ class KubeflowRelease(ReleaseBackend):
                 ).tag(config=True)
     api_host = Unicode(help="Kubernetes API URL; empty = in-cluster config, else kubeconfig."
                        ).tag(config=True)
+    request_timeout = Float(30.0, help="Seconds to wait for the Kubernetes API to connect, and "
+                            "again for each answer.").tag(config=True)
 
     @default("namespace")
     def _namespace(self) -> str:
@@ -92,7 +96,8 @@ class KubeflowRelease(ReleaseBackend):
     def _release_sync(self) -> None:
         from kubernetes.client.exceptions import ApiException
         from kubernetes.config import ConfigException
-        from urllib3.exceptions import HTTPError
+        from urllib3.exceptions import HTTPError, MaxRetryError
+        from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
         try:
             api = self._custom_objects_api()
@@ -115,6 +120,13 @@ class KubeflowRelease(ReleaseBackend):
             what = {"auto": "Workspace or Notebook", "workspace": "Workspace",
                     "notebook": "Notebook"}[self.kind]
             raise ReleaseError(_explain(exc, what, where)) from None
+        except (Urllib3Timeout, MaxRetryError) as exc:
+            if isinstance(exc, Urllib3Timeout) or isinstance(exc.reason, Urllib3Timeout):
+                raise ReleaseError(
+                    f"kubeflow release: the Kubernetes API did not answer within "
+                    f"{self.request_timeout:g} s (c.KubeflowRelease.request_timeout)"
+                ) from None
+            raise ReleaseError(f"kubeflow release: Kubernetes API unreachable: {exc}") from None
         except (OSError, HTTPError) as exc:  # connection refused, retries exhausted
             raise ReleaseError(f"kubeflow release: Kubernetes API unreachable: {exc}") from None
 
@@ -126,7 +138,8 @@ class KubeflowRelease(ReleaseBackend):
         for attempt in range(3):
             try:
                 api.patch_namespaced_custom_object(
-                    GROUP, version, self.namespace, plural, self.resource_name, body
+                    GROUP, version, self.namespace, plural, self.resource_name, body,
+                    _request_timeout=self.request_timeout,
                 )
                 return
             except ApiException as exc:

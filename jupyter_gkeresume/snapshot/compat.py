@@ -15,13 +15,20 @@ Compared field by field (``fingerprint.environment_fingerprint`` writes them): `
 physical GPU of the same type on another node, and that is still ``exact``.
 
 Module checks run in *this* process: the server, the CLI and the kernel share one environment on a
-notebook pod, so "importable here" means importable by the kernel that will restore.
+notebook pod, so "importable here" means importable by the kernel that will restore. They import
+and execute nothing (``find_spec("this.x")`` would import ``this``): see ``_module_available``.
+
+Every field is untrusted JSON: ``check_compatible`` answers for any value (huge numbers, endless
+version strings, nested lists), and the values it quotes in reasons are shortened to one line.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import re
+import reprlib
+import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -30,6 +37,8 @@ from .format import FORMAT_VERSION, Manifest
 
 LEVELS = ("exact", "portable", "partial", "incompatible")
 GIB = 1 << 30
+MAX_GPU_MEMORY = 1 << 50  # bytes: a recorded GPU memory beyond this is malformed, not a GPU
+SHOWN_CHARS = 80
 
 
 @dataclass
@@ -60,10 +69,39 @@ class Verdict:
 
 
 def _module_available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
+    """Whether ``module`` could be imported here, found without executing any code: the top-level
+    name through the import system's finders (finding a top-level name imports nothing), then each
+    submodule by a path search in its parent's search locations. (``importlib.util.find_spec`` of
+    a dotted name imports the parents: ``this.x`` printed the Zen of Python, ``venv.__main__.x``
+    made virtualenvs.) A name already imported counts as available."""
+    parts = module.split(".")
+    if not all(part.isidentifier() for part in parts):
         return False
+    try:
+        spec = sys.modules[parts[0]].__spec__ if parts[0] in sys.modules else (
+            importlib.util.find_spec(parts[0]))
+        for depth in range(2, len(parts) + 1):
+            name = ".".join(parts[:depth])
+            if name in sys.modules:
+                spec = sys.modules[name].__spec__ or spec
+                continue
+            locations = spec.submodule_search_locations if spec is not None else None
+            if locations is None:  # not found, or a plain module: it has no submodules
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(name, list(locations))
+    except Exception:  # third-party finders may raise anything: that means "not found"
+        return False
+    return spec is not None
+
+
+def _show(value: Any) -> str:
+    """A manifest value as short one-line text for a reason."""
+    try:
+        text = value if isinstance(value, str) else reprlib.repr(value)
+    except (ValueError, RecursionError):  # an integer too long to print
+        text = f"<a {type(value).__name__} too long to show>"
+    shown = repr(text[:SHOWN_CHARS])[1:-1]
+    return shown + ("..." if len(text) > SHOWN_CHARS else "")
 
 
 def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
@@ -77,14 +115,14 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
         verdict.worsen("exact", "the snapshot records no environment: nothing to compare")
     written = there.get("format_version", manifest.format_version)
     if manifest.format_version != FORMAT_VERSION or written != FORMAT_VERSION:
-        verdict.worsen("incompatible", f"snapshot format {written} is unknown here")
+        verdict.worsen("incompatible", f"snapshot format {_show(written)} is unknown here")
         return verdict
     _compare_python(verdict, there, here)
     if verdict.level == "incompatible":
         return verdict
     for key in ("platform", "machine", "machine_type", "image"):
         if there.get(key) and here.get(key) and there[key] != here[key]:
-            verdict.worsen("portable", f"{key} differs: {there[key]} -> {here[key]}")
+            verdict.worsen("portable", f"{key} differs: {_show(there[key])} -> {_show(here[key])}")
     _compare_gpus(verdict, there.get("cuda", {}), here.get("cuda", {}), manifest)
     _compare_packages(verdict, there.get("packages", {}), here.get("packages", {}), manifest)
     for obj in manifest.objects:
@@ -92,7 +130,8 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
             continue
         missing = sorted(m for m in obj.modules if not _module_available(m))
         if missing:
-            verdict.at_risk(obj.name, f"needs {', '.join(missing)}, not importable here")
+            shown = ", ".join(_show(m) for m in missing)
+            verdict.at_risk(obj.name, f"needs {shown}, not importable here")
     return verdict
 
 
@@ -128,6 +167,7 @@ def _cuda_ok(cuda: dict) -> bool:
         and all(
             isinstance(g, dict)
             and isinstance(g.get("memory", 0), int) and not isinstance(g.get("memory"), bool)
+            and 0 <= g.get("memory", 0) <= MAX_GPU_MEMORY
             for g in gpus
         )
     )
@@ -136,12 +176,13 @@ def _cuda_ok(cuda: dict) -> bool:
 def _compare_python(verdict: Verdict, there: dict, here: dict) -> None:
     impl_there, impl_here = there.get("implementation"), here.get("implementation")
     if impl_there and impl_here and impl_there != impl_here:
-        verdict.worsen("incompatible", f"{impl_there} wrote it, this is {impl_here}")
+        verdict.worsen("incompatible", f"{_show(impl_there)} wrote it, this is {_show(impl_here)}")
         return
     py_there, py_here = there.get("python"), here.get("python")
     if py_there is None or py_here is None or py_there == py_here:
         return
     v_there, v_here = py_there.split("."), py_here.split(".")
+    py_there, py_here = _show(py_there), _show(py_here)
     if v_there[:1] != v_here[:1]:
         verdict.worsen("incompatible", f"Python {py_there} wrote it, this is Python {py_here}")
     elif v_there[:2] != v_here[:2]:
@@ -168,15 +209,17 @@ def _compare_gpus(verdict: Verdict, there: dict, here: dict, manifest: Manifest)
         values_there = [g.get(key) for g in gpus_there][: len(gpus_here)]
         values_here = [g.get(key) for g in gpus_here][: len(gpus_there)]
         if values_there != values_here:
-            verdict.worsen("portable", f"{what} {values_there[0]} there, {values_here[0]} here")
+            verdict.worsen(
+                "portable", f"{what} {_show(values_there[0])} there, {_show(values_here[0])} here"
+            )
     mem_there = sum(g.get("memory", 0) for g in gpus_there)
     mem_here = sum(g.get("memory", 0) for g in gpus_here)
     if mem_here < mem_there:
         verdict.worsen(
-            "portable", f"{mem_there / GIB:.1f} GiB of GPU memory there, {mem_here / GIB:.1f} here"
+            "portable", f"{_gib(mem_there)} GiB of GPU memory there, {_gib(mem_here)} here"
         )
     if cuda_bytes > mem_here:
-        why = (f"{cuda_bytes / GIB:.1f} GiB of CUDA tensors do not fit in {mem_here / GIB:.1f} GiB "
+        why = (f"{_gib(cuda_bytes)} GiB of CUDA tensors do not fit in {_gib(mem_here)} GiB "
                "of GPU memory here")
         on_gpu = [o.name for o in manifest.objects
                   if o.status == "saved" and (o.device or "").startswith("cuda")]
@@ -186,7 +229,8 @@ def _compare_gpus(verdict: Verdict, there: dict, here: dict, manifest: Manifest)
             verdict.worsen("partial", why)
     if there.get("driver_version") != here.get("driver_version"):
         verdict.worsen(
-            "portable", f"CUDA driver {there.get('driver_version')} -> {here.get('driver_version')}"
+            "portable",
+            f"CUDA driver {_show(there.get('driver_version'))} -> {_show(here.get('driver_version'))}",
         )
 
 
@@ -194,15 +238,15 @@ def _compare_packages(verdict: Verdict, there: dict, here: dict, manifest: Manif
     """Version changes are ``portable``; a major change names the objects that use the package."""
     majors = {}
     for name, version in sorted(there.items()):
+        shown = f"{_show(name)} {_show(version)}"
         if name not in here:
-            verdict.worsen("portable", f"{name} {version} was installed there, not here")
+            verdict.worsen("portable", f"{shown} was installed there, not here")
         elif here[name] != version:
             major = _major(version) != _major(here[name])
-            verdict.worsen(
-                "portable", f"{name} {version} -> {here[name]}" + (" (major)" if major else "")
-            )
+            change = f"{shown} -> {_show(here[name])}"
+            verdict.worsen("portable", change + (" (major)" if major else ""))
             if major:
-                majors[_normalize(name)] = f"{name} {version} -> {here[name]} (major change)"
+                majors[_normalize(name)] = f"{change} (major change)"
     if not majors:
         return
     owners = metadata.packages_distributions()
@@ -215,10 +259,18 @@ def _compare_packages(verdict: Verdict, there: dict, here: dict, manifest: Manif
                     verdict.at_risk(obj.name, f"pickled with {majors[_normalize(dist)]}")
 
 
-def _major(version: str) -> tuple[int, ...]:
-    """The compatibility-breaking prefix: ``2.1.0`` -> (2,), ``0.4.1`` -> (0, 4)."""
-    numbers = [int(n) for n in re.findall(r"\d+", version.split("+")[0])[:2]] or [0]
-    return tuple(numbers[:2]) if numbers[0] == 0 else (numbers[0],)
+def _gib(nbytes: int) -> str:
+    try:
+        return f"{nbytes / GIB:.1f}"
+    except OverflowError:  # a size no machine has: the manifest is absurd, say so
+        return "an absurd number of"
+
+
+def _major(version: str) -> tuple[str, ...]:
+    """The compatibility-breaking prefix: ``2.1.0`` -> ('2',), ``0.4.1`` -> ('0', '4'). Digit
+    strings, not ints: a version is untrusted text (``int()`` refuses 5000 digits)."""
+    numbers = [n.lstrip("0") or "0" for n in re.findall(r"\d+", version.split("+")[0])[:2]] or ["0"]
+    return tuple(numbers[:2]) if numbers[0] == "0" else (numbers[0],)
 
 
 def _normalize(name: str) -> str:

@@ -160,7 +160,7 @@ def format_gpu_uuid(raw: bytes) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-_RELEASE_RE = re.compile(r"^[0-9]+(?:\.[0-9]+){1,3}$")
+_RELEASE_RE = re.compile(r"\A[0-9]+(?:\.[0-9]+){1,3}\Z")
 _PROC_RE = re.compile(r"Kernel Module\b.*?\s([0-9]+(?:\.[0-9]+){1,3})(?:\s|$)")
 
 

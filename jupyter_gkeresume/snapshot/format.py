@@ -24,9 +24,9 @@ from ..errors import InvalidInputError, ManifestError
 FORMAT_NAME = "gkeresume.snapshot"
 FORMAT_VERSION = 1
 
-SNAPSHOT_ID_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
-DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+SNAPSHOT_ID_RE = re.compile(r"\A[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}\Z")
+DIGEST_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 OBJECT_STATUSES = ("saved", "skipped")
 
 

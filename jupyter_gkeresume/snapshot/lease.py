@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass
 from ..errors import CommitConflictError, InvalidInputError, LeaseHeldError
 from .store import SnapshotStore
 
-KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
-RECORD_RE = re.compile(r"^lease-(?P<key>[a-z0-9][a-z0-9_-]{0,99})\.(?P<epoch>[0-9]{1,12})$")
+KEY_RE = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,99}\Z")
+RECORD_RE = re.compile(r"\Alease-(?P<key>[a-z0-9][a-z0-9_-]{0,99})\.(?P<epoch>[0-9]{1,12})\Z")
 RECORD_PREFIX = "lease-"
 DEFAULT_TTL = 120.0
 MAX_RACE_ROUNDS = 8

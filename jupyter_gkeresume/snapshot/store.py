@@ -29,12 +29,13 @@ from typing import Any, BinaryIO
 
 import fsspec
 
+from ..credentials import mask
 from ..errors import CommitConflictError, GkeResumeError, InvalidInputError, NotFoundInStore, StoreError
 from .backends import open_backend
 from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapshot_id
 
 RECORD_NAMES = ("paused", "events")
-LEASE_RECORD_RE = re.compile(r"^lease-[a-z0-9][a-z0-9._-]{0,150}$")
+LEASE_RECORD_RE = re.compile(r"\Alease-[a-z0-9][a-z0-9._-]{0,150}\Z")
 DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
 MAX_CONCURRENCY = 256
@@ -307,26 +308,13 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-_SECRET_PATTERNS = (
-    (re.compile(r"(https?://[^\s?#]+)\?[^\s#'\"]*"), r"\1?..."),  # query strings: upload ids, keys
-    (re.compile(r"(?i)(bearer\s+)[\w.~+/-]+=*"), r"\1***"),
-    (re.compile(r"(?i)((?:access_token|refresh_token|token|key|signature)[\"']?\s*[:=]\s*[\"']?)"
-                r"[^\s\"'&,}]+"), r"\1***"),
-    (re.compile(r"://[^/\s@]+@"), "://***@"),
-)
 
 
 def describe(exc: BaseException) -> str:
     """``Type: message`` for an exception, with anything that could be a credential masked."""
-    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text[:500]
+    return mask(f"{type(exc).__name__}: {exc}".strip().rstrip(":"))[:500]
 
 
 def _safe_url(url: str) -> str:
     """The URL without any userinfo (credentials never reach messages or logs)."""
-    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+    return mask(url)
