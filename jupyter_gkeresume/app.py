@@ -102,7 +102,8 @@ class GkeResumeApp(ExtensionApp):
         # Kernels inherit it: ``%pause`` finds this server's REST API there.
         os.environ["GKERESUME_SERVER_URL"] = serverapp.connection_url
         await self.orchestrator.ensure_started()
-        self.activity_sampler = ActivitySampler(self.orchestrator, serverapp.web_app.last_activity)
+        self.activity_sampler = ActivitySampler(self.orchestrator.state, self.orchestrator.events,
+                                               serverapp.web_app.last_activity)
         self.activity_sampler.start()
         if self.gkeresume.idle_timeout > 0:
             self.idle_watcher = IdleWatcher(

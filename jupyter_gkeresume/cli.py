@@ -21,6 +21,7 @@ from typing import Any
 
 from . import advisor
 from .errors import GkeResumeError, InvalidInputError
+from .paused_record import PausedRecords
 from .snapshot import SnapshotStore, environment_fingerprint, list_snapshots, load_signing_key
 from .snapshot.catalog import resolve
 from .snapshot.compat import check_compatible
@@ -32,7 +33,7 @@ from .snapshot.gc import (
     read_manifest,
     retention_plan,
 )
-from .snapshot.retention import RetentionPolicy, paused_snapshot_ids
+from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import SigningKey, verify
 from .snapshot.verify import verify_snapshot
 from .units import human_bytes
@@ -205,7 +206,7 @@ def cmd_gc(ctx: Context) -> int:
 
 def cmd_rm(ctx: Context) -> int:
     ids = [resolve(ctx.store, ref, ctx.key) for ref in ctx.args.references]
-    paused = paused_snapshot_ids(ctx.store.read_record("paused")) & set(ids)
+    paused = PausedRecords(ctx.store).protected_ids() & set(ids)
     if paused and not ctx.args.force:
         raise InvalidInputError(
             f"{', '.join(sorted(paused))}: the paused workspace resumes from it; "

@@ -107,7 +107,7 @@ class PauseHandler(GkeResumeHandler):
         ))
         self.set_status(202)
         self.finish(json.dumps({"operation": op.to_dict(),
-                                "state": self.orchestrator.workspace.state.value}))
+                                "state": self.orchestrator.state.state.value}))
 
 
 class ResumeHandler(GkeResumeHandler):
@@ -122,7 +122,7 @@ class ResumeHandler(GkeResumeHandler):
         ))
         self.set_status(202)
         self.finish(json.dumps({"operation": op.to_dict(), "joined": joined,
-                                "state": self.orchestrator.workspace.state.value}))
+                                "state": self.orchestrator.state.state.value}))
 
 
 class SnapshotsHandler(GkeResumeHandler):

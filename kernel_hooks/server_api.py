@@ -22,13 +22,17 @@ and ``user_expressions={"result": "...last_result()"}``. Call order and invarian
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-PROGRESS_MIME = "application/vnd.gkeresume.progress+json"
+from jupyter_gkeresume.kernel_protocol import (
+    PROGRESS_MIME,
+    CheckpointRequest,
+    Outcome,
+    request_from_json,
+)
+
 PROGRESS_INTERVAL = 0.25
-ACTIONS = ("checkpoint", "resume")
 
 _last: dict[str, Any] | None = None
 
@@ -66,29 +70,21 @@ class _ProgressPublisher:
 
 
 def run(action: str, request_json: str) -> None:
-    """Run ``action`` with the JSON request; keep the outcome for ``last_result``.
-
-    Requests: checkpoint ``{"store", "workspace", "name", "notebook"}``; resume ``{"store",
-    "workspace", "reference", "only"}``.
-    """
+    """Run ``action`` with the JSON request (``jupyter_gkeresume.kernel_protocol``); keep the
+    outcome for ``last_result``."""
     global _last
     _last = None
     try:
-        if action not in ACTIONS:
-            raise ValueError(f"unknown action {action!r}")
-        request = json.loads(request_json)
+        request = request_from_json(action, request_json)
         import kernel_hooks
 
-        common = {"store": request.get("store"), "workspace": request.get("workspace"),
+        common = {"store": request.store, "workspace": request.workspace,
                   "progress": _ProgressPublisher()}
-        if action == "checkpoint":
-            result = kernel_hooks.checkpoint(
-                request.get("name"), notebook=request.get("notebook"), **common
-            )
+        if isinstance(request, CheckpointRequest):
+            result = kernel_hooks.checkpoint(request.name, notebook=request.notebook, **common)
         else:
-            result = kernel_hooks.resume(
-                request.get("reference") or "latest", only=request.get("only"), **common
-            )
-        _last = {"ok": True, "result": result.to_dict()}
+            result = kernel_hooks.resume(request.reference or "latest", only=request.only,
+                                         **common)
+        _last = Outcome.success(result.to_dict()).to_dict()
     except Exception as exc:  # the boundary: every failure is reported to the server, in words
-        _last = {"ok": False, "error": type(exc).__name__, "message": str(exc) or repr(exc)}
+        _last = Outcome.failure(exc).to_dict()

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ..errors import ManifestError
+from ..paused_record import PausedRecords
 from .format import Manifest
-from .retention import RetentionPlan, RetentionPolicy, SnapshotFacts, paused_snapshot_ids, plan
+from .retention import RetentionPlan, RetentionPolicy, SnapshotFacts, plan
 from .store import BlobInfo, SnapshotStore
 
 DEFAULT_GRACE_SECONDS = 6 * 3600
@@ -82,7 +83,7 @@ def retention_plan(
             continue  # removed meanwhile
         except ManifestError:
             facts.append(SnapshotFacts(snapshot_id, readable=False))
-    protected = paused_snapshot_ids(store.read_record("paused"))
+    protected = PausedRecords(store).protected_ids()
     return plan(facts, policy, now=now or datetime.now(timezone.utc), protected=protected)
 
 

@@ -1,0 +1,179 @@
+"""A pause: checkpoint every kernel, verify, record, release, stop.
+
+``PauseOperation.run`` reads top to bottom: checkpoint each kernel (``KernelGateway``), read
+each snapshot back in full (``SnapshotVerifier``), write the paused record (``PausedRecords``),
+record the advisor's event, ``releasing``, then (when ``release``) ``backend.release()`` and stop
+the kernels, ``paused``. ``ShutdownCheckpoint`` is the variant run when the server stops: it
+records the pause but releases nothing.
+
+Invariants:
+
+- The backend releases only after every kernel checkpointed, every snapshot was verified here
+  (signature, every blob present with its size and digest) and the paused record was written;
+  the kernels stop after that.
+- Any failure before the release call leaves the kernels as they were and the state back at
+  ``running``; a failed release also removes the paused record.
+- A pause that writes the paused record is recorded as the advisor's event before the release (a
+  released server may not live to record it); recording never fails the pause.
+- Without the paused record (``record=False``), the pause only checkpoints: back to ``running``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from logging import Logger
+from typing import Any
+
+from . import metrics
+from .advisor import Event
+from .errors import GkeResumeError, IntegrityError
+from .events import EventLog
+from .kernels import KernelGateway
+from .paused_record import PausedKernel, PausedRecord, PausedRecords
+from .release import ReleaseBackend
+from .snapshot import SigningKey, SnapshotStore, load_manifest
+from .snapshot.verify import verify_snapshot
+from .state import Operation, WorkspaceState
+from .states import State
+
+
+class SnapshotVerifier:
+    """Reads a committed snapshot back in full before anything is released."""
+
+    def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey]):
+        self.store = store
+        self.key = key
+
+    def verify(self, snapshot_id: str, progress: Callable[[int, int], None]) -> int:
+        """Check the signature and every blob's size and digest (``IntegrityError`` otherwise);
+        return the number of GPUs the snapshot was taken on. Blocking: run it in a thread."""
+        report = verify_snapshot(self.store, snapshot_id, self.key(), progress=progress)
+        if not report.ok:
+            raise IntegrityError(f"snapshot {snapshot_id} failed verification: "
+                                 + "; ".join(report.problems))
+        manifest = load_manifest(self.store, snapshot_id, self.key())
+        return len((manifest.fingerprint.get("cuda") or {}).get("gpus") or [])
+
+
+class PauseOperation:
+    """One pause of ``op.kernels``; ``run`` once, as the operation's task."""
+
+    stage = "pause"
+
+    def __init__(self, op: Operation, *, state: WorkspaceState, gateway: KernelGateway,
+                 records: PausedRecords, verifier: SnapshotVerifier, backend: ReleaseBackend,
+                 events: EventLog, log: Logger, name: str | None, record: bool, timeout: float):
+        self.op = op
+        self.state = state
+        self.gateway = gateway
+        self.records = records
+        self.verifier = verifier
+        self.backend = backend
+        self.events = events
+        self.log = log
+        self.name = name
+        self.record = record
+        self.timeout = timeout
+
+    async def run(self) -> None:
+        op, t0 = self.op, time.monotonic()
+        try:
+            try:
+                items = await self.checkpoint_all()
+                t1 = time.monotonic()
+                gpus = max([await self._verify(item) for item in items])
+                metrics.PAUSE_SECONDS.labels("checkpoint").observe(t1 - t0)
+                metrics.PAUSE_SECONDS.labels("verify").observe(time.monotonic() - t1)
+                paused = PausedRecord.new(self.gateway.workspace, op.reason, self.backend.name,
+                                          gpus, items) if self.record else None
+                if paused is not None:
+                    await asyncio.to_thread(self.records.write, paused)
+            except Exception as exc:  # the task's boundary: the kernels stay as they are
+                self._back_to_running(self.stage, exc)
+                return
+            if paused is None:
+                self._finish(State.RUNNING, t0)
+                return
+            await self.events.record(Event(op.started, "pause", seconds=time.monotonic() - t0,
+                                           gpus=max(paused.gpus, 1)))
+            self.state.move_kernels(op.kernels, State.RELEASING)
+            self.state.move(State.RELEASING)
+            if op.release:
+                t3 = time.monotonic()
+                try:
+                    await self.backend.release()
+                except Exception as exc:  # nothing released: the record must not claim it was
+                    await self._forget_record()
+                    self._back_to_running("release", exc)
+                    return
+                metrics.PAUSE_SECONDS.labels("release").observe(time.monotonic() - t3)
+                await self.gateway.stop(op.kernels)
+            self.state.set_paused(paused)
+            self._finish(State.PAUSED, t0)
+        finally:
+            self.state.end(op)
+
+    async def checkpoint_all(self) -> list[PausedKernel]:
+        """Checkpoint each kernel in turn; the first failure stops the pause."""
+        notebooks = await self.gateway.notebooks()
+        return [await self._checkpoint(kid, notebooks.get(kid)) for kid in self.op.kernels]
+
+    async def _checkpoint(self, kid: str, notebook: str | None) -> PausedKernel:
+        self.state.set_notebook(kid, notebook)
+        notebook = self.state.kernel(kid).notebook
+        reply = await self.gateway.checkpoint(
+            kid, name=self.name, notebook=notebook, timeout=self.timeout,
+            on_progress=lambda progress: self.state.set_progress(kid, progress))
+        self.state.set_result(kid, reply.snapshot_id, reply.data)
+        metrics.SNAPSHOT_BYTES.labels("new").inc(reply.bytes_new)
+        metrics.SNAPSHOT_BYTES.labels("reused").inc(reply.bytes_reused)
+        return PausedKernel(reply.snapshot_id, kid, self.gateway.info(kid)["kernel_name"],
+                            notebook, reply.bytes_total, reply.bytes_new, reply.saved,
+                            reply.skipped)
+
+    async def _verify(self, item: PausedKernel) -> int:
+        """Verify one snapshot in a worker thread, reporting progress as phase ``verifying``."""
+        kid, start = item.kernel_id or "", time.monotonic()
+
+        def progress(done: int, total: int) -> None:
+            seconds = time.monotonic() - start
+            self.state.set_progress(kid, {
+                "phase": "verifying", "done_bytes": done, "total_bytes": total,
+                "seconds": seconds, "rate": done / seconds if seconds > 0 else 0.0})
+
+        return await asyncio.to_thread(self.verifier.verify, item.snapshot_id, progress)
+
+    def _finish(self, final: State, t0: float) -> None:
+        op = self.op
+        self.state.move_kernels(op.kernels, final)
+        self.state.move(final)
+        self.state.clear_failure()
+        seconds = time.monotonic() - t0
+        metrics.PAUSE_SECONDS.labels("total").observe(seconds)
+        metrics.OPERATIONS.labels("pause", "ok").inc()
+        metrics.log_event(self.log, "pause", outcome="ok", state=final.value, reason=op.reason,
+                          seconds=round(seconds, 3), kernels=len(op.kernels),
+                          snapshots=[self.state.kernel(k).snapshot_id for k in op.kernels])
+
+    def _back_to_running(self, stage: str, exc: BaseException) -> None:
+        message = f"{stage} failed, nothing was released: {exc}"
+        self.state.move_kernels(self.op.kernels, State.RUNNING, message)
+        self.state.move(State.RUNNING, message)
+        self.state.note_failure(stage, message)
+        metrics.record_failure(self.log, stage, exc, message)
+
+    async def _forget_record(self) -> None:
+        try:
+            await asyncio.to_thread(self.records.delete)
+        except GkeResumeError as exc:  # the kernels still run; a later resume restores the pause
+            self.log.error("gkeresume: could not delete the paused record: %s", exc)
+
+
+class ShutdownCheckpoint(PauseOperation):
+    """The pause run when the server stops (SIGTERM): checkpoint and record, release nothing
+    (the platform is already taking the pod away)."""
+
+    def __init__(self, op: Operation, **parts: Any):
+        super().__init__(op, name=None, record=True, **parts)
