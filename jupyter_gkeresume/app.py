@@ -20,6 +20,7 @@ from traitlets.config import LoggingConfigurable
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
+from .kernels import guard_kernel_starts
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
 from .workspace import resolve_store_url, resolve_workspace_id
@@ -92,6 +93,10 @@ class GkeResumeApp(ExtensionApp):
         self.idle_watcher: IdleWatcher | None = None
         self.activity_sampler: ActivitySampler | None = None
         self.settings["gkeresume_orchestrator"] = self.orchestrator
+        # the kernels resolve the same store and workspace as this server (%checkpoint, %resume)
+        guard_kernel_starts(self.serverapp.kernel_manager, self.orchestrator.refuse_kernel_start,
+                            {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
+                             "GKERESUME_WORKSPACE": config.workspace_id})
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 

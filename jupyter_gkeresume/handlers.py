@@ -125,6 +125,17 @@ class ResumeHandler(GkeResumeHandler):
                                 "state": self.orchestrator.state.state.value}))
 
 
+class CancelHandler(GkeResumeHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        self._body({})
+        op = await self._run(self.orchestrator.cancel)
+        self.set_status(202)
+        self.finish(json.dumps({"operation": op.to_dict(),
+                                "state": self.orchestrator.state.state.value}))
+
+
 class SnapshotsHandler(GkeResumeHandler):
     @web.authenticated
     @authorized
@@ -158,6 +169,7 @@ def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHa
         (f"{prefix}/status", StatusHandler),
         (f"{prefix}/pause", PauseHandler),
         (f"{prefix}/resume", ResumeHandler),
+        (f"{prefix}/cancel", CancelHandler),
         (f"{prefix}/snapshots", SnapshotsHandler),
         (f"{prefix}/snapshots/(.+)", SnapshotHandler),
         (f"{prefix}/paused", PausedHandler),

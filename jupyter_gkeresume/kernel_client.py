@@ -21,11 +21,9 @@ from queue import Empty
 from typing import Any
 
 from .errors import KernelCallError
-from .kernel_protocol import PROGRESS_MIME, Outcome, Request
+from .kernel_protocol import PROGRESS_MIME, RESULT_EXPR, Outcome, Request, call_code
 
-CODE = '__import__("kernel_hooks.server_api", fromlist=["run"]).run({action!r}, {request!r})'
 TIMEOUT_HINT = "the time allowed (GkeResume.kernel_call_timeout / shutdown_checkpoint_timeout)"
-RESULT_EXPR = '__import__("kernel_hooks.server_api", fromlist=["run"]).last_result()'
 
 
 async def call_kernel(
@@ -35,21 +33,29 @@ async def call_kernel(
     *,
     timeout: float,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
+    queue_now: bool = False,
 ) -> Outcome:
-    """Run ``server_api.run(request.action, request)`` in the kernel; return its outcome."""
+    """Run ``server_api.run(request.action, request)`` in the kernel; return its outcome.
+
+    ``queue_now``: send the request at once, behind whatever the kernel is running (no
+    readiness round trip first, which a busy kernel answers only after its cell), and wait for
+    the reply alone (no progress). A hold must be in the kernel's queue before any cell sent
+    after the pause started."""
     action = request.action
     client = own_client(kernel_manager.get_kernel(kernel_id))
     client.start_channels()
     try:
-        await client.wait_for_ready(timeout=timeout)  # a busy kernel answers after its cell
-        code = CODE.format(action=action, request=request.to_json())
+        if not queue_now:
+            await client.wait_for_ready(timeout=timeout)  # a busy kernel answers after its cell
+        code = call_code(action, request.to_json())
         msg_id = client.execute(
             code, silent=True, store_history=False, user_expressions={"result": RESULT_EXPR}
         )
         deadline = time.monotonic() + timeout
         reply_task = asyncio.ensure_future(_shell_reply(client, msg_id, deadline))
         try:
-            await _follow_iopub(client, msg_id, deadline, on_progress, reply_task)
+            if not queue_now:
+                await _follow_iopub(client, msg_id, deadline, on_progress, reply_task)
             reply = await reply_task
         finally:
             reply_task.cancel()

@@ -1,7 +1,8 @@
 """The messages between the server (``kernel_client``) and a kernel (``kernel_hooks.server_api``).
 
-Spelled once, here. The server sends a request (``CheckpointRequest`` or ``ResumeRequest``) as
-JSON inside one silent execute request; progress comes back as display data of ``PROGRESS_MIME``;
+Spelled once, here. The server sends a request (``CheckpointRequest``, ``ResumeRequest`` or
+``HoldRequest``) as JSON inside one silent execute request (``call_code``, answered through
+``RESULT_EXPR``); progress comes back as display data of ``PROGRESS_MIME``;
 the answer is an ``Outcome`` (``{"ok": true, "result": {...}}`` or ``{"ok": false, "error":
 "<class>", "message": "<text>"}``) in the execute reply's ``user_expressions``.
 ``CheckpointReply`` and ``RestoreReply`` are the typed views of a successful outcome's ``result``
@@ -20,6 +21,14 @@ from typing import Any, ClassVar
 from .errors import InvalidInputError, KernelCallError
 
 PROGRESS_MIME = "application/vnd.gkeresume.progress+json"
+CALL_PREFIX = '__import__("kernel_hooks.server_api", fromlist=["run"]).run('
+RESULT_EXPR = '__import__("kernel_hooks.server_api", fromlist=["run"]).last_result()'
+PAUSING_MESSAGE = "workspace is pausing; this cell did not run"
+
+
+def call_code(action: str, request_json: str) -> str:
+    """The code of the silent execute request that runs ``action`` in a kernel."""
+    return f"{CALL_PREFIX}{action!r}, {request_json!r})"
 
 
 @dataclass(frozen=True)
@@ -50,8 +59,21 @@ class ResumeRequest:
         return json.dumps(asdict(self))
 
 
-Request = CheckpointRequest | ResumeRequest
-REQUESTS: dict[str, type] = {r.action: r for r in (CheckpointRequest, ResumeRequest)}
+@dataclass(frozen=True)
+class HoldRequest:
+    """``pausing``: refuse every cell but the server's own calls from now on (a pause is
+    taking a consistent cut); ``pausing=False`` lifts it. ``reason`` is shown with the refusal."""
+
+    action: ClassVar[str] = "hold"
+    pausing: bool
+    reason: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+Request = CheckpointRequest | ResumeRequest | HoldRequest
+REQUESTS: dict[str, type] = {r.action: r for r in (CheckpointRequest, ResumeRequest, HoldRequest)}
 
 
 def request_from_json(action: str, text: str) -> Request:

@@ -3,7 +3,11 @@
 It wraps jupyter_server's kernel and session managers and ``kernel_client.call_kernel``: list the
 live kernels and their notebooks, tell which are busy (the one busy check: pause and the idle
 watcher use it), start a kernel for a notebook (its session, reused or created), stop kernels,
-checkpoint and restore (``kernel_protocol`` requests, ``CheckpointReply`` / ``RestoreReply``).
+checkpoint and restore (``kernel_protocol`` requests, ``CheckpointReply`` / ``RestoreReply``),
+hold a kernel (refuse its cells while a pause takes its cut) and lift the hold.
+``guard_kernel_starts`` wraps jupyter_server's kernel starts: refused with a 409 while a pause is
+in flight, and otherwise started with the server's resolved store and workspace in their
+environment (one store for the Pause button and the magics).
 
 Invariants: a kernel call that does not answer ``ok`` raises ``KernelCallError`` naming the
 kernel, its notebook and the action; a kernel that has gone (``KERNEL_GONE``) is not an error
@@ -12,10 +16,12 @@ where its absence is the point (listing, stopping).
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_client.multikernelmanager import DuplicateKernelError
 from tornado import web
 
 from .errors import KernelCallError
@@ -23,6 +29,7 @@ from .kernel_client import call_kernel
 from .kernel_protocol import (
     CheckpointReply,
     CheckpointRequest,
+    HoldRequest,
     Request,
     RestoreReply,
     ResumeRequest,
@@ -107,11 +114,47 @@ class KernelGateway:
         return RestoreReply.from_result(
             await self._call(kid, notebook, request, timeout, on_progress))
 
+    async def hold(self, kid: str, *, pausing: bool, reason: str | None, timeout: float) -> None:
+        """``pausing``: from now on the kernel refuses every cell (a running one ends first);
+        ``pausing=False`` lifts that."""
+        await self._call(kid, None, HoldRequest(pausing, reason), timeout, None, queue_now=True)
+
     async def _call(self, kid: str, notebook: str | None, request: Request, timeout: float,
-                    on_progress: Progress) -> dict[str, Any]:
+                    on_progress: Progress | None, *, queue_now: bool = False) -> dict[str, Any]:
         outcome = await call_kernel(self.kernel_manager, kid, request, timeout=timeout,
-                                    on_progress=on_progress)
+                                    on_progress=on_progress, queue_now=queue_now)
         if not outcome.ok:
             raise KernelCallError(f"kernel {kid} ({notebook or 'no notebook'}): {request.action}: "
                                   f"{outcome.error}: {outcome.message}")
         return outcome.result or {}
+
+
+class KernelStartRefused(web.HTTPError, DuplicateKernelError):
+    """A 409 for every REST route that starts a kernel: the kernels API passes an ``HTTPError``
+    on as it is, the sessions API answers 409 with ``str(exc)`` only for a
+    ``DuplicateKernelError`` (any other exception becomes a 500)."""
+
+    def __init__(self, reason: str):
+        super().__init__(409, reason)
+        self.reason_text = reason
+
+    def __str__(self) -> str:
+        return self.reason_text
+
+
+def guard_kernel_starts(kernel_manager: Any, refusal: Callable[[], str | None],
+                        env: dict[str, str]) -> None:
+    """Make ``kernel_manager.start_kernel`` answer 409 with ``refusal()`` while that is not
+    ``None``, and add ``env`` to every kernel's environment. Every start goes through it:
+    ``POST /api/kernels``, a new session, our resume."""
+    start = kernel_manager.start_kernel
+
+    async def start_kernel(*args: Any, **kwargs: Any) -> str:
+        reason = refusal()
+        if reason is not None:
+            raise KernelStartRefused(reason)
+        # jupyter_client takes ``env`` as the kernel's whole environment (default: ours)
+        kwargs["env"] = {**(kwargs.get("env") or os.environ), **env}
+        return await start(*args, **kwargs)
+
+    kernel_manager.start_kernel = start_kernel

@@ -11,8 +11,8 @@ time, ``shutdown()`` when the server stops.
 
 Invariants:
 
-- Every operation start and every destructive call holds ``_lock``: at most one operation is in
-  flight. A second resume joins the running one (single flight: one restore, every caller sees
+- Every operation start, cancel and destructive call holds ``_lock``: at most one operation is
+  in flight. A second resume joins the running one (single flight: one restore, every caller sees
   its status); anything else gets ``ConflictError``.
 - A snapshot named by the paused record is not deleted; the paused record is discarded only while
   no operation is in flight.
@@ -124,7 +124,8 @@ class Orchestrator:
         async with self._lock:
             ids = self._pause_kernels(kernel_ids, release=release, name=name,
                                       allow_busy=allow_busy)
-            op = Operation("pause", reason=reason, release=release, kernels=ids)
+            op = Operation("pause", reason=reason, release=release, kernels=ids,
+                           cancellable=True)
             self.state.begin(op, State.PAUSING, State.PAUSING, reason)
             return self._launch(op, PauseOperation(
                 op, **self._pause_parts(), name=name, record=release,
@@ -189,6 +190,28 @@ class Orchestrator:
                 op, state=self.state, gateway=self.gateway, records=self.records,
                 events=self.events, log=self.log, items=items, only=only,
                 from_record=snapshot is None, timeout=self.settings.kernel_call_timeout)), False
+
+    async def cancel(self) -> Operation:
+        """Cancel the pause in flight (only before it writes the paused record): the holds are
+        lifted, the kernels stay as they were, the state goes back to ``running``."""
+        async with self._lock:
+            op = self.state.operation
+            if op is None or op.kind != "pause":
+                raise ConflictError("there is no pause in flight to cancel")
+            if not op.cancellable or op.task is None:
+                raise ConflictError(f"the pause is {self.state.state.value}: it can no longer be "
+                                    "cancelled")
+            op.cancellable = False
+            op.task.cancel()
+            return op
+
+    def refuse_kernel_start(self) -> str | None:
+        """Why no kernel (or session) may start now, or ``None`` (``guard_kernel_starts``)."""
+        op = self.state.operation
+        if op is not None and op.kind == "pause":
+            return (f"the workspace is pausing ({op.id}): no kernel or session can start until "
+                    "the pause completes, fails or is cancelled")
+        return None
 
     def _refuse_if_busy(self) -> None:
         op = self.state.operation

@@ -1,6 +1,7 @@
 """A pause: checkpoint every kernel, verify, record, release, stop.
 
-``PauseOperation.run`` reads top to bottom: checkpoint each kernel (``KernelGateway``), read
+``PauseOperation.run`` reads top to bottom: hold every kernel (from then on each refuses cells:
+the consistent cut), checkpoint each kernel (``KernelGateway``), read
 each snapshot back in full (``SnapshotVerifier``), write the paused record (``PausedRecords``),
 record the advisor's event, ``releasing``, then (when ``release``) ``backend.release()`` and stop
 the kernels, ``paused``. ``ShutdownCheckpoint`` is the variant run when the server stops: it
@@ -11,8 +12,9 @@ Invariants:
 - The backend releases only after every kernel checkpointed, every snapshot was verified here
   (signature, every blob present with its size and digest) and the paused record was written;
   the kernels stop after that.
-- Any failure before the release call leaves the kernels as they were and the state back at
-  ``running``; a failed release also removes the paused record.
+- Any failure (or a cancel) before the release call leaves the kernels as they were, lifts the
+  holds and puts the state back at ``running``; a failed release also removes the paused record.
+- A pause is cancellable (``op.cancellable``) until it writes the paused record.
 - A pause that writes the paused record is recorded as the advisor's event before the release (a
   released server may not live to record it); recording never fails the pause.
 - Without the paused record (``record=False``), the pause only checkpoints: back to ``running``.
@@ -76,11 +78,15 @@ class PauseOperation:
         self.name = name
         self.record = record
         self.timeout = timeout
+        self._holding: list[str] = []  # kernels sent a hold
+        self._held: set[str] = set()  # kernels whose hold is in place
+        self._background: set[asyncio.Future] = set()  # lifts queued behind a running cell
 
     async def run(self) -> None:
         op, t0 = self.op, time.monotonic()
         try:
             try:
+                await self._hold_all()  # the cut: no cell runs in these kernels from now on
                 items = await self.checkpoint_all()
                 t1 = time.monotonic()
                 gpus = max([await self._verify(item) for item in items])
@@ -88,12 +94,20 @@ class PauseOperation:
                 metrics.PAUSE_SECONDS.labels("verify").observe(time.monotonic() - t1)
                 paused = PausedRecord.new(self.gateway.workspace, op.reason, self.backend.name,
                                           gpus, items) if self.record else None
+                op.cancellable = False  # from the record on, the pause goes through
                 if paused is not None:
                     await asyncio.to_thread(self.records.write, paused)
+            except asyncio.CancelledError:  # ``Orchestrator.cancel``: only while cancellable
+                _uncancel()
+                await self._lift_holds()
+                self._cancelled()
+                return
             except Exception as exc:  # the task's boundary: the kernels stay as they are
+                await self._lift_holds()
                 self._back_to_running(self.stage, exc)
                 return
             if paused is None:
+                await self._lift_holds()
                 self._finish(State.RUNNING, t0)
                 return
             await self.events.record(Event(op.started, "pause", seconds=time.monotonic() - t0,
@@ -106,6 +120,7 @@ class PauseOperation:
                     await self.backend.release()
                 except Exception as exc:  # nothing released: the record must not claim it was
                     await self._forget_record()
+                    await self._lift_holds()
                     self._back_to_running("release", exc)
                     return
                 metrics.PAUSE_SECONDS.labels("release").observe(time.monotonic() - t3)
@@ -114,6 +129,40 @@ class PauseOperation:
             self._finish(State.PAUSED, t0)
         finally:
             self.state.end(op)
+
+    async def _hold_all(self) -> None:
+        """Hold every kernel of the pause at once (a busy one from the end of its cell)."""
+        reason = f"pause {self.op.id} ({self.op.reason})"
+
+        async def hold(kid: str) -> None:
+            await self.gateway.hold(kid, pausing=True, reason=reason, timeout=self.timeout)
+            self._held.add(kid)
+            self.state.set_held(kid, True)
+
+        self._holding = list(self.op.kernels)
+        await asyncio.gather(*(hold(kid) for kid in self._holding))
+
+    async def _lift_holds(self) -> None:
+        """Lift every hold sent: held kernels answer at once; a kernel still running a cell gets
+        the lift queued behind its hold (sent now, answered when its cell ends)."""
+
+        async def lift(kid: str) -> None:
+            try:
+                await self.gateway.hold(kid, pausing=False, reason=None, timeout=self.timeout)
+                self.state.set_held(kid, False)
+            except Exception as exc:  # the kernel went away or broke: nothing to lift there
+                self.log.warning("gkeresume: could not lift the hold on kernel %s: %s", kid, exc)
+
+        now = []
+        for kid in self._holding:
+            task = asyncio.ensure_future(lift(kid))
+            if kid in self._held:
+                now.append(task)
+            else:
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+        self._holding = []
+        await asyncio.gather(*now)
 
     async def checkpoint_all(self) -> list[PausedKernel]:
         """Checkpoint each kernel in turn; the first failure stops the pause."""
@@ -157,6 +206,13 @@ class PauseOperation:
                           seconds=round(seconds, 3), kernels=len(op.kernels),
                           snapshots=[self.state.kernel(k).snapshot_id for k in op.kernels])
 
+    def _cancelled(self) -> None:
+        message = "pause cancelled, nothing was released"
+        self.state.move_kernels(self.op.kernels, State.RUNNING, message)
+        self.state.move(State.RUNNING, message)
+        metrics.OPERATIONS.labels("pause", "cancelled").inc()
+        metrics.log_event(self.log, "pause", outcome="cancelled", reason=self.op.reason)
+
     def _back_to_running(self, stage: str, exc: BaseException) -> None:
         message = f"{stage} failed, nothing was released: {exc}"
         self.state.move_kernels(self.op.kernels, State.RUNNING, message)
@@ -169,6 +225,13 @@ class PauseOperation:
             await asyncio.to_thread(self.records.delete)
         except GkeResumeError as exc:  # the kernels still run; a later resume restores the pause
             self.log.error("gkeresume: could not delete the paused record: %s", exc)
+
+
+def _uncancel() -> None:
+    """The pause handles its cancellation itself: later awaits must not see it pending."""
+    task = asyncio.current_task()
+    if task is not None and hasattr(task, "uncancel"):  # Python 3.11+
+        task.uncancel()
 
 
 class ShutdownCheckpoint(PauseOperation):

@@ -42,10 +42,12 @@ class KernelEntry:
     progress: dict[str, Any] | None = None
     snapshot_id: str | None = None
     result: dict[str, Any] | None = None
+    held: bool = False  # a pause holds it: it refuses cells
 
     def to_dict(self) -> dict[str, Any]:
         return {"kernel_id": self.kernel_id, "notebook": self.notebook, **self.machine.to_dict(),
-                "progress": self.progress, "snapshot_id": self.snapshot_id, "result": self.result}
+                "progress": self.progress, "snapshot_id": self.snapshot_id, "result": self.result,
+                "held": self.held}
 
 
 @dataclass
@@ -60,10 +62,13 @@ class Operation:
     id: str = field(default_factory=lambda: f"op-{secrets.token_hex(3)}")
     started: float = field(default_factory=time.time)
     task: asyncio.Future | None = None
+    cancellable: bool = False
+    """A pause can be cancelled until it writes the paused record (``pause.PauseOperation``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "started": self.started, "reason": self.reason,
-                "release": self.release, "mode": self.mode, "kernels": list(self.kernels)}
+                "release": self.release, "mode": self.mode, "kernels": list(self.kernels),
+                "cancellable": self.cancellable}
 
 
 class WorkspaceState:
@@ -153,6 +158,9 @@ class WorkspaceState:
     def set_notebook(self, kid: str, notebook: str | None) -> None:
         entry = self.kernel(kid)
         entry.notebook = notebook or entry.notebook
+
+    def set_held(self, kid: str, held: bool) -> None:
+        self.kernel(kid).held = held
 
     def set_progress(self, kid: str, progress: dict[str, Any]) -> None:
         self.kernel(kid).progress = progress

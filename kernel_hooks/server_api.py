@@ -18,6 +18,10 @@ and ``user_expressions={"result": "...last_result()"}``. Call order and invarian
    ``_repr_json_`` giving ``{"ok": true, "result": {...to_dict()}}`` or
    ``{"ok": false, "error": "<class name>", "message": "<text>"}``. An interrupt
    (``KeyboardInterrupt``) does propagate: the reply is then an error and the server reports it.
+4. ``hold`` (a pause taking its consistent cut): from the moment it runs until it is lifted,
+   every other cell is refused before it runs, by an IPython input transformer raising
+   ``UsageError("workspace is pausing; this cell did not run")`` (the notebook shows that line;
+   nothing of the cell executes). The server's own calls (``CALL_PREFIX``) still run.
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ import time
 from typing import Any
 
 from jupyter_gkeresume.kernel_protocol import (
+    CALL_PREFIX,
+    PAUSING_MESSAGE,
     PROGRESS_MIME,
     CheckpointRequest,
+    HoldRequest,
     Outcome,
     request_from_json,
 )
@@ -35,6 +42,39 @@ from jupyter_gkeresume.kernel_protocol import (
 PROGRESS_INTERVAL = 0.25
 
 _last: dict[str, Any] | None = None
+_held_because: str | None = None  # set while a pause holds this kernel
+
+
+class _HoldResult:
+    """What ``hold`` answers (``to_dict`` like the other results)."""
+
+    def __init__(self, held: bool):
+        self.held = held
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"held": self.held}
+
+
+def _refuse_while_held(lines: list[str]) -> list[str]:
+    """Input transformer: while held, refuse every cell that is not one of the server's calls."""
+    if _held_because is not None and not (lines and lines[0].startswith(CALL_PREFIX)):
+        from IPython.core.error import UsageError
+
+        raise UsageError(f"{PAUSING_MESSAGE} ({_held_because})")
+    return lines
+
+
+def _hold(request: HoldRequest) -> _HoldResult:
+    global _held_because
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("not running in an IPython kernel")
+    if _refuse_while_held not in shell.input_transformers_post:
+        shell.input_transformers_post.append(_refuse_while_held)
+    _held_because = (request.reason or "a pause is taking a snapshot") if request.pausing else None
+    return _HoldResult(request.pausing)
 
 
 class _Outcome:
@@ -76,6 +116,9 @@ def run(action: str, request_json: str) -> None:
     _last = None
     try:
         request = request_from_json(action, request_json)
+        if isinstance(request, HoldRequest):
+            _last = Outcome.success(_hold(request).to_dict()).to_dict()
+            return
         import kernel_hooks
 
         common = {"store": request.store, "workspace": request.workspace,

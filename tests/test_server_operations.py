@@ -46,8 +46,10 @@ class FakeGateway:
         self.snapshots: dict[str, dict] = {}
         self.fail: dict[tuple[str, str], Exception] = {}
         self.gate: asyncio.Event | None = None
+        self.at_gate = asyncio.Event()  # a checkpoint waits at the gate
         self.calls: list[tuple[str, str]] = []
         self.stopped: list[str] = []
+        self.held: set[str] = set()
 
     def add(self, notebook: str | None, **namespace) -> str:
         kid = f"k-{secrets.token_hex(3)}"
@@ -79,6 +81,13 @@ class FakeGateway:
             self.namespaces.pop(kid, None)
             self.notebook_of.pop(kid, None)
 
+    async def hold(self, kid, *, pausing, reason, timeout):
+        self._maybe_fail("hold" if pausing else "lift", kid)
+        if pausing:
+            self.held.add(kid)
+        else:
+            self.held.discard(kid)
+
     def _maybe_fail(self, action, kid):
         self.calls.append((action, kid))
         if (action, kid) in self.fail:
@@ -86,6 +95,7 @@ class FakeGateway:
 
     async def checkpoint(self, kid, *, name, notebook, timeout, on_progress):
         if self.gate is not None:
+            self.at_gate.set()
             await self.gate.wait()
         self._maybe_fail("checkpoint", kid)
         on_progress({"phase": "writing", "done_bytes": 1, "total_bytes": 2})
@@ -168,11 +178,14 @@ async def test_pause_checkpoints_verifies_records_releases_then_stops(parts):
     assert record.kernels[0].saved == ["x"]
 
 
-@pytest.mark.parametrize("step", ["checkpoint-first", "checkpoint-second", "verify", "record"])
+@pytest.mark.parametrize("step", ["hold", "checkpoint-first", "checkpoint-second", "verify",
+                                  "record"])
 async def test_a_failure_before_the_release_keeps_everything_as_it_was(parts, step):
     orch, gw = parts.orch, parts.gateway
     a, b = gw.add("a.ipynb", x=1), gw.add("b.ipynb", y=2)
-    if step == "checkpoint-first":
+    if step == "hold":
+        gw.fail[("hold", b)] = KernelCallError("kernel b: no kernel_hooks")
+    elif step == "checkpoint-first":
         gw.fail[("checkpoint", a)] = KernelCallError("kernel a: no space")
     elif step == "checkpoint-second":
         gw.fail[("checkpoint", b)] = KernelCallError("kernel b: no space")
@@ -198,6 +211,7 @@ async def test_a_failure_before_the_release_keeps_everything_as_it_was(parts, st
     assert kernel_states(orch, [a, b]) == [State.RUNNING, State.RUNNING]
     assert gw.namespaces == {a: {"x": 1}, b: {"y": 2}} and gw.stopped == []
     assert parts.backend.calls == 0 and orch.records.read() is None
+    assert gw.held == set()  # every hold is lifted
     # and the next pause works
     gw.fail.clear()
     vars(gw).pop("checkpoint", None)
@@ -217,6 +231,7 @@ async def test_a_failed_release_removes_the_record_and_keeps_the_kernels(parts):
     assert orch.state.to_status()["last_error"]["operation"] == "release"
     assert orch.records.read() is None and orch.state.paused is None
     assert gw.stopped == [] and kernel_states(orch, [a]) == [State.RUNNING]
+    assert gw.held == set()
 
 
 async def test_checkpoint_only_writes_no_record_and_releases_nothing(parts):
@@ -359,3 +374,71 @@ async def test_delete_and_discard_guards(parts):
         await orch.delete_snapshot(kept)
     await orch.discard_paused()
     assert orch.state.state == State.RUNNING and orch.records.read() is None
+
+
+async def test_every_kernel_is_held_before_any_checkpoint(parts):
+    orch, gw = parts.orch, parts.gateway
+    a, b = gw.add("a.ipynb", x=1), gw.add("b.ipynb", y=2)
+    await orch.start_pause(release=False)
+    await settle(orch)
+    first_checkpoint = gw.calls.index(("checkpoint", a))
+    assert {("hold", a), ("hold", b)} <= set(gw.calls[:first_checkpoint])
+    assert gw.held == set() and orch.state.state == State.RUNNING  # lifted after the checkpoint
+
+
+async def test_a_kernel_may_not_start_while_a_pause_is_in_flight(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    assert orch.refuse_kernel_start() is None
+    gw.gate = asyncio.Event()
+    op = await orch.start_pause()
+    assert op.id in orch.refuse_kernel_start()
+    gw.gate.set()
+    await settle(orch)
+    assert orch.refuse_kernel_start() is None
+
+
+async def test_cancel_before_the_record_puts_everything_back(parts):
+    orch, gw = parts.orch, parts.gateway
+    a = gw.add("a.ipynb", x=1)
+    with pytest.raises(ConflictError, match="no pause in flight"):
+        await orch.cancel()
+    gw.gate = asyncio.Event()
+    op = await orch.start_pause()
+    assert op.to_dict()["cancellable"] is True
+    await gw.at_gate.wait()  # the pause held the kernels and waits in the checkpoint
+    assert gw.held == {a}
+    assert await orch.cancel() is op
+    with pytest.raises(ConflictError, match="can no longer be cancelled"):
+        await orch.cancel()
+    await op.task
+    assert orch.state.state == State.RUNNING and orch.state.reason == (
+        "pause cancelled, nothing was released")
+    assert orch.state.operation is None and orch.records.read() is None
+    assert gw.held == set() and gw.stopped == [] and parts.backend.calls == 0
+    assert kernel_states(orch, [a]) == [State.RUNNING]
+    gw.gate.set()
+    await orch.start_pause()  # and a pause works again
+    await settle(orch)
+    assert orch.state.state == State.PAUSED
+
+
+async def test_a_pause_past_its_record_cannot_be_cancelled(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    released = asyncio.Event()
+    proceed = asyncio.Event()
+
+    async def slow_release():
+        released.set()
+        await proceed.wait()
+
+    parts.backend.release = slow_release
+    op = await orch.start_pause()
+    await released.wait()
+    assert orch.state.state == State.RELEASING and op.to_dict()["cancellable"] is False
+    with pytest.raises(ConflictError, match="releasing: it can no longer be cancelled"):
+        await orch.cancel()
+    proceed.set()
+    await settle(orch)
+    assert orch.state.state == State.PAUSED
