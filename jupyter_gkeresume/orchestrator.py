@@ -216,7 +216,8 @@ class Orchestrator:
     def _refuse_if_busy(self) -> None:
         op = self.state.operation
         if op:
-            raise ConflictError(f"a {op.kind} is in flight ({op.id})")
+            raise ConflictError(f"a {op.kind} is in flight ({op.id}): wait for it to end"
+                                + (" or cancel it" if op.cancellable else ""))
 
     def _launch(self, op: Operation, operation: PauseOperation | ResumeOperation) -> Operation:
         op.task = asyncio.ensure_future(self._tracked(operation.run()))
@@ -273,6 +274,7 @@ class Orchestrator:
     async def delete_snapshot(self, snapshot_id: str) -> None:
         validate_snapshot_id(snapshot_id)
         async with self._lock:
+            self._refuse_if_busy()  # a pause may be about to name it in its record
             paused = self.state.paused
             if paused and snapshot_id in paused.snapshot_ids():
                 raise ConflictError(f"snapshot {snapshot_id} is part of the paused record: "

@@ -137,3 +137,23 @@ async def test_cancel_mid_pause_and_everything_goes_on(api, tmp_path):
     reply = await cell.finish()  # the queued cell was never interrupted
     assert reply["content"]["status"] == "ok"
     assert await api.run_cell(a, "print(long_cell_done)") == "True\n"
+
+
+async def test_destructive_calls_during_an_operation_are_409(api, tmp_path):
+    """Issue 12.5: no snapshot is deleted and no paused record discarded while an operation runs
+    (a pause may be about to name that snapshot in its record)."""
+    first = await api.new_session("first.ipynb")
+    await api.run_cell(first, "v = 1")
+    await api.call("POST", "gkeresume/api/pause", {"release": False})
+    older = (await api.settle())["last_snapshot"]["id"]
+    await api.call("DELETE", f"api/sessions/{(await api.call('GET', 'api/sessions'))[1][0]['id']}")
+
+    a, b, cell = await start_queued_pause(api, tmp_path)
+    code, body = await api.call("DELETE", f"gkeresume/api/snapshots/{older}")
+    assert code == 409 and "in flight" in body["message"], (code, body)
+    code, body = await api.call("DELETE", "gkeresume/api/paused")
+    assert code == 409 and "in flight" in body["message"], (code, body)
+    await cell.finish()
+    assert (await api.settle())["state"] == "running"
+    code, _ = await api.call("DELETE", f"gkeresume/api/snapshots/{older}")
+    assert code == 204
