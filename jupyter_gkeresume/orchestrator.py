@@ -102,14 +102,21 @@ class Orchestrator:
     async def _startup(self) -> None:
         try:
             record = await asyncio.to_thread(self.records.read)
-        except GkeResumeError as exc:
-            self.state.note_failure("startup", str(exc))
-            metrics.record_failure(self.log, "startup", exc, str(exc))
+        except GkeResumeError as exc:  # never taken for "not paused": a pause would overwrite it
+            message = (f"the paused record cannot be read ({exc}); nothing that could change it "
+                       "runs until it can (retried on every request; a corrupt record must be "
+                       "fixed or removed in the store)")
+            self.state.set_record_error(message)
+            self.state.note_failure("startup", message)
+            metrics.record_failure(self.log, "startup", exc, message)
             self._started = None  # the store may come back: the next request tries again
             return
+        self.state.set_record_error(None)
+        self.state.clear_failure()
         if record is None:
             return
         self.state.set_paused(record)
+        # while the record was unreadable nothing could start, so the workspace is running
         self.state.move(State.PAUSED, f"paused {record.paused_at} ({record.reason})")
         self.log.info("gkeresume: found a paused record from %s", record.paused_at)
         if self.settings.auto_resume:
@@ -214,6 +221,9 @@ class Orchestrator:
         return None
 
     def _refuse_if_busy(self) -> None:
+        """Refuse while an operation is in flight, or while the paused record is unreadable."""
+        if self.state.record_error is not None:
+            raise ConflictError(self.state.record_error)
         op = self.state.operation
         if op:
             raise ConflictError(f"a {op.kind} is in flight ({op.id}): wait for it to end"

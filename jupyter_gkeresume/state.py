@@ -81,6 +81,7 @@ class WorkspaceState:
         self._paused: PausedRecord | None = None
         self._last_error: dict[str, Any] | None = None
         self._own_activity_until = 0.0
+        self._record_error: str | None = None
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -100,6 +101,11 @@ class WorkspaceState:
         return self._paused
 
     @property
+    def record_error(self) -> str | None:
+        """Why the paused record could not be read (``None``: it was read, or there is none)."""
+        return self._record_error
+
+    @property
     def own_activity_until(self) -> float:
         return self._own_activity_until
 
@@ -115,7 +121,7 @@ class WorkspaceState:
         return {**self._workspace.to_dict(),
                 "operation": self._operation.to_dict() if self._operation else None,
                 "paused": self._paused.to_dict() if self._paused else None,
-                "last_error": self._last_error}
+                "paused_record_error": self._record_error, "last_error": self._last_error}
 
     # -- operations -------------------------------------------------------------------------
     def begin(self, op: Operation, workspace_to: State, kernels_to: State | None = None,
@@ -179,6 +185,9 @@ class WorkspaceState:
     # -- paused record, errors ---------------------------------------------------------------
     def set_paused(self, record: PausedRecord | None) -> None:
         self._paused = record
+
+    def set_record_error(self, message: str | None) -> None:
+        self._record_error = message
 
     def note_failure(self, operation: str, message: str) -> None:
         self._last_error = {"operation": operation, "message": message, "at": time.time()}
