@@ -50,7 +50,7 @@ from .snapshot import (
     load_signing_key,
 )
 from .snapshot.catalog import summarize
-from .snapshot.format import validate_snapshot_id, validate_snapshot_name
+from .snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_id, validate_snapshot_name
 from .snapshot.store import _safe_url
 from .state import Operation, WorkspaceState
 from .states import State
@@ -182,6 +182,8 @@ class Orchestrator:
                                         "'partial', and only with it")
             if kernel is not None and snapshot is None:
                 raise InvalidInputError("'kernel' needs 'snapshot'")
+            if snapshot not in (None, "latest") and not SNAPSHOT_ID_RE.fullmatch(snapshot):
+                validate_snapshot_name(snapshot)  # in full: no stray whitespace either
             if kernel is not None and kernel not in self.gateway.live_ids():
                 raise KernelNotFoundError(f"no running kernel {kernel!r}")
             if snapshot is None:
