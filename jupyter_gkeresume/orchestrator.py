@@ -151,21 +151,29 @@ class Orchestrator:
             raise KernelNotFoundError(f"no running kernel {unknown[0]!r}")
         if release and self.backend.releases_pod:  # the others would die unsaved
             ids += [k for k in live if k not in ids]
+        ids = [k for k in ids if not self._still_in_record(k)]
         if not ids:
             raise ConflictError("there is no kernel to pause")
         busy = self.gateway.busy(ids)
         if busy and not allow_busy:
             raise ConflictError(f"kernel {busy[0]} is busy running a cell: wait for it or "
                                 "interrupt it, then pause")
-        if self.state.paused is not None:
+        if self.state.state == State.PAUSED:
             raise ConflictError("this workspace is already paused: resume it or discard the "
                                 "paused record first")
         return ids
 
+    def _still_in_record(self, kid: str) -> bool:
+        """A kernel a failed resume started for a notebook it did not bring back: the paused
+        record's snapshot of that notebook is what counts, not this kernel's empty state."""
+        entry, record = self.state.kernel(kid), self.state.paused
+        return (record is not None and entry.machine.state == State.FAILED
+                and any(k.notebook == entry.notebook for k in record.kernels))
+
     def _pause_parts(self) -> dict[str, Any]:
         return {"state": self.state, "gateway": self.gateway, "records": self.records,
                 "verifier": self.verifier, "backend": self.backend, "events": self.events,
-                "log": self.log}
+                "log": self.log, "previous": self.state.paused}
 
     async def start_resume(self, snapshot: str | None, mode: str, only: list[str] | None,
                            kernel: str | None) -> tuple[Operation, bool]:

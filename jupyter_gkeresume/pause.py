@@ -18,6 +18,8 @@ Invariants:
 - A pause that writes the paused record is recorded as the advisor's event before the release (a
   released server may not live to record it); recording never fails the pause.
 - Without the paused record (``record=False``), the pause only checkpoints: back to ``running``.
+- After a failed resume (``previous``: the record of what did not come back), the new record
+  keeps those kernels beside the ones just saved.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ class PauseOperation:
 
     def __init__(self, op: Operation, *, state: WorkspaceState, gateway: KernelGateway,
                  records: PausedRecords, verifier: SnapshotVerifier, backend: ReleaseBackend,
-                 events: EventLog, log: Logger, name: str | None, record: bool, timeout: float):
+                 events: EventLog, log: Logger, name: str | None, record: bool, timeout: float,
+                 previous: PausedRecord | None = None):
         self.op = op
         self.state = state
         self.gateway = gateway
@@ -78,6 +81,7 @@ class PauseOperation:
         self.name = name
         self.record = record
         self.timeout = timeout
+        self.previous = previous  # the record of what a failed resume did not bring back
         self._holding: list[str] = []  # kernels sent a hold
         self._held: set[str] = set()  # kernels whose hold is in place
         self._background: set[asyncio.Future] = set()  # lifts queued behind a running cell
@@ -92,6 +96,8 @@ class PauseOperation:
                 gpus = max([await self._verify(item) for item in items])
                 metrics.PAUSE_SECONDS.labels("checkpoint").observe(t1 - t0)
                 metrics.PAUSE_SECONDS.labels("verify").observe(time.monotonic() - t1)
+                if self.previous is not None:
+                    items = self.previous.carried_into(items)
                 paused = PausedRecord.new(self.gateway.workspace, op.reason, self.backend.name,
                                           gpus, items) if self.record else None
                 op.cancellable = False  # from the record on, the pause goes through
@@ -221,8 +227,12 @@ class PauseOperation:
         metrics.record_failure(self.log, stage, exc, message)
 
     async def _forget_record(self) -> None:
+        """Put the stored record back as it was before this pause."""
         try:
-            await asyncio.to_thread(self.records.delete)
+            if self.previous is None:
+                await asyncio.to_thread(self.records.delete)
+            else:
+                await asyncio.to_thread(self.records.write, self.previous)
         except GkeResumeError as exc:  # the kernels still run; a later resume restores the pause
             self.log.error("gkeresume: could not delete the paused record: %s", exc)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -118,6 +118,16 @@ class PausedRecord:
 
     def snapshot_ids(self) -> frozenset[str]:
         return frozenset(k.snapshot_id for k in self.kernels)
+
+    def keeping(self, indices: set[int]) -> PausedRecord:
+        """The record of the kernels at ``indices`` only (what did not come back)."""
+        return replace(self, kernels=[k for i, k in enumerate(self.kernels) if i in indices])
+
+    def carried_into(self, items: list[PausedKernel]) -> list[PausedKernel]:
+        """``items`` (a new pause) and this record's kernels of the other notebooks: a pause
+        after a partial resume keeps what has not come back yet."""
+        notebooks = {k.notebook for k in items}
+        return items + [k for k in self.kernels if k.notebook is None or k.notebook not in notebooks]
 
     def paused_since(self) -> datetime | None:
         try:

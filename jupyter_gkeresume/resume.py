@@ -7,7 +7,8 @@ reused or created, unless one was named), ``restoring`` (one kernel call each, u
 
 Invariants:
 
-- The paused record is deleted only when every kernel is ``ready``.
+- The paused record is deleted only when every kernel is ``ready``; after a failure it keeps
+  the kernels that did not come back (a pause then saves the others anew and keeps those).
 - A resume is recorded as the advisor's event when it is ready (a ``files-only`` one as activity:
   it restores nothing); recording never fails the resume.
 - Any failure moves the workspace and every active kernel of the operation to ``failed`` with
@@ -24,7 +25,7 @@ from logging import Logger
 
 from . import metrics
 from .advisor import Event
-from .errors import InvalidInputError
+from .errors import GkeResumeError, InvalidInputError
 from .events import EventLog
 from .kernels import KernelGateway
 from .paused_record import PausedRecord, PausedRecords
@@ -92,6 +93,7 @@ class ResumeOperation:
         self.only = only
         self.from_record = from_record
         self.timeout = timeout
+        self._restored: set[int] = set()  # indices of the items that came back
 
     async def run(self) -> None:
         op = self.op
@@ -99,9 +101,11 @@ class ResumeOperation:
             kids = [await self._kernel_for(item) for item in self.items]
             if op.mode != "files-only":
                 self.state.move(State.RESTORING)
-                for item, kid in zip(self.items, kids, strict=True):
+                for index, (item, kid) in enumerate(zip(self.items, kids, strict=True)):
                     await self._restore(item, kid)
-            self.state.move_kernels(kids, State.READY)
+                    self._restored.add(index)
+            self.state.move_kernels([k for k in kids if self.state.kernel(k).machine.active],
+                                    State.READY)
             if self.from_record:
                 await asyncio.to_thread(self.records.delete)
                 _count_released(self.state.paused)
@@ -110,6 +114,8 @@ class ResumeOperation:
             message = f"resume failed: {exc}"
             self.state.move_kernels(op.kernels, State.FAILED, message, only_active=True)
             self.state.move(State.FAILED, message)
+            if self.from_record:
+                await self._keep_what_did_not_come_back()
             self.state.note_failure("resume", message)
             metrics.record_failure(self.log, "resume", exc, message)
         else:
@@ -126,6 +132,22 @@ class ResumeOperation:
                                      else Event(op.started, "resume", seconds=seconds))
         finally:
             self.state.end(op)
+
+    async def _keep_what_did_not_come_back(self) -> None:
+        """After a failed resume from the record: the record keeps only the kernels that did
+        not come back (those that did run again, and a pause saves them anew)."""
+        record = self.state.paused
+        if record is None or not self._restored:
+            return
+        remaining = record.keeping(set(range(len(record.kernels))) - self._restored)
+        if not remaining.kernels:
+            return
+        try:
+            await asyncio.to_thread(self.records.write, remaining)
+        except GkeResumeError as exc:  # the stored record still names them all: nothing lost
+            self.log.error("gkeresume: could not shorten the paused record: %s", exc)
+            return
+        self.state.set_paused(remaining)
 
     async def _kernel_for(self, item: ResumeItem) -> str:
         """The kernel ``item`` goes into, at ``waiting_for_resources``."""
@@ -146,6 +168,7 @@ class ResumeOperation:
             kid, reference=item.snapshot_id, only=names, notebook=self.state.kernel(kid).notebook,
             timeout=self.timeout, on_progress=lambda p: self.state.set_progress(kid, p))
         self.state.set_result(kid, item.snapshot_id, reply.data)
+        self.state.move_kernels([kid], State.READY)
 
 
 def _count_released(record: PausedRecord | None) -> None:

@@ -442,3 +442,30 @@ async def test_a_pause_past_its_record_cannot_be_cancelled(parts):
     proceed.set()
     await settle(orch)
     assert orch.state.state == State.PAUSED
+
+
+async def test_after_a_failed_resume_the_shutdown_checkpoint_keeps_what_did_not_come_back(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    gw.add("b.ipynb", y=2)
+    await orch.start_pause()
+    await settle(orch)
+    lost = {k.notebook: k.snapshot_id for k in orch.state.paused.kernels}["b.ipynb"]
+    original = gw.start_for
+
+    async def b_fails(notebook, kernel_name):
+        kid = await original(notebook, kernel_name)
+        if notebook == "b.ipynb":
+            gw.fail[("restore", kid)] = KernelCallError("out of memory")
+        return kid
+
+    gw.start_for = b_fails
+    await orch.start_resume(None, "full", None, None)
+    await settle(orch)
+    assert orch.state.state == State.FAILED
+    assert [k.notebook for k in orch.records.read().kernels] == ["b.ipynb"]
+    assert await orch.shutdown(5) == "checkpointed"
+    record = orch.records.read()
+    by_notebook = {k.notebook: k.snapshot_id for k in record.kernels}
+    assert sorted(by_notebook) == ["a.ipynb", "b.ipynb"] and by_notebook["b.ipynb"] == lost
+    assert gw.snapshots[by_notebook["a.ipynb"]] == {"x": 1}
