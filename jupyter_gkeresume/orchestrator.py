@@ -335,13 +335,25 @@ class Orchestrator:
                     f"failed: {self.state.reason}")
             except GkeResumeError as exc:
                 outcome = f"failed: {exc}"
-        metrics.log_event(self.log, "shutdown", outcome=outcome)
+        paused = self.state.paused
+        metrics.log_event(self.log, "shutdown", outcome=outcome,
+                          not_saved=paused.not_saved if paused and outcome == "checkpointed" else [])
         return outcome
 
     async def _start_shutdown_checkpoint(self, timeout: float) -> Operation:
+        """Every idle kernel at once; a busy one is listed as not saved, never waited for (the
+        platform's grace period is short: 1 s by default on KubeSpawner)."""
         async with self._lock:
             ids = self._pause_kernels(None, release=False, name=None, allow_busy=True)
-            op = Operation("pause", reason="shutdown", release=False, kernels=ids)
+            busy = set(self.gateway.busy(ids))
+            notebooks = await self.gateway.notebooks()
+            not_saved = [{"kernel_id": k, "notebook": notebooks.get(k),
+                          "reason": "busy running a cell at shutdown: not waited for"}
+                         for k in ids if k in busy]
+            idle = [k for k in ids if k not in busy]
+            if not idle:
+                raise ConflictError("every kernel is busy running a cell: nothing was saved")
+            op = Operation("pause", reason="shutdown", release=False, kernels=idle)
             self.state.begin(op, State.PAUSING, State.PAUSING, "shutdown")
             return self._launch(op, ShutdownCheckpoint(op, **self._pause_parts(),
-                                                       timeout=timeout))
+                                                       timeout=timeout, not_saved=not_saved))

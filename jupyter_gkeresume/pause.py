@@ -82,6 +82,7 @@ class PauseOperation:
         self.record = record
         self.timeout = timeout
         self.previous = previous  # the record of what a failed resume did not bring back
+        self.not_saved: list[dict[str, Any]] = []  # kernels not saved, and why (shutdown)
         self._holding: list[str] = []  # kernels sent a hold
         self._held: set[str] = set()  # kernels whose hold is in place
         self._background: set[asyncio.Future] = set()  # lifts queued behind a running cell
@@ -91,15 +92,11 @@ class PauseOperation:
         try:
             try:
                 await self._hold_all()  # the cut: no cell runs in these kernels from now on
-                items = await self.checkpoint_all()
-                t1 = time.monotonic()
-                gpus = max([await self._verify(item) for item in items])
-                metrics.PAUSE_SECONDS.labels("checkpoint").observe(t1 - t0)
-                metrics.PAUSE_SECONDS.labels("verify").observe(time.monotonic() - t1)
+                items, gpus = await self.save_all()
                 if self.previous is not None:
                     items = self.previous.carried_into(items)
                 paused = PausedRecord.new(self.gateway.workspace, op.reason, self.backend.name,
-                                          gpus, items) if self.record else None
+                                          gpus, items, self.not_saved) if self.record else None
                 op.cancellable = False  # from the record on, the pause goes through
                 if paused is not None:
                     await asyncio.to_thread(self.records.write, paused)
@@ -170,10 +167,17 @@ class PauseOperation:
         self._holding = []
         await asyncio.gather(*now)
 
-    async def checkpoint_all(self) -> list[PausedKernel]:
-        """Checkpoint each kernel in turn; the first failure stops the pause."""
+    async def save_all(self) -> tuple[list[PausedKernel], int]:
+        """Checkpoint each kernel in turn, then verify each snapshot; the first failure stops
+        the pause. Returns the items and the most GPUs a snapshot was taken on."""
+        t0 = time.monotonic()
         notebooks = await self.gateway.notebooks()
-        return [await self._checkpoint(kid, notebooks.get(kid)) for kid in self.op.kernels]
+        items = [await self._checkpoint(kid, notebooks.get(kid)) for kid in self.op.kernels]
+        t1 = time.monotonic()
+        gpus = max([await self._verify(item) for item in items])
+        metrics.PAUSE_SECONDS.labels("checkpoint").observe(t1 - t0)
+        metrics.PAUSE_SECONDS.labels("verify").observe(time.monotonic() - t1)
+        return items, gpus
 
     async def _checkpoint(self, kid: str, notebook: str | None) -> PausedKernel:
         self.state.set_notebook(kid, notebook)
@@ -246,7 +250,29 @@ def _uncancel() -> None:
 
 class ShutdownCheckpoint(PauseOperation):
     """The pause run when the server stops (SIGTERM): checkpoint and record, release nothing
-    (the platform is already taking the pod away)."""
+    (the platform is already taking the pod away). Every kernel of ``op`` (the idle ones) is
+    saved at once, within the one budget; a kernel that fails is listed in the record's
+    ``not_saved`` with its reason (as are ``not_saved`` given: the busy ones), the others are
+    kept. Only when none could be saved does the checkpoint fail."""
 
-    def __init__(self, op: Operation, **parts: Any):
+    def __init__(self, op: Operation, *, not_saved: list[dict[str, Any]], **parts: Any):
         super().__init__(op, name=None, record=True, **parts)
+        self.not_saved = list(not_saved)
+
+    async def save_all(self) -> tuple[list[PausedKernel], int]:
+        notebooks = await self.gateway.notebooks()
+
+        async def save(kid: str) -> tuple[PausedKernel, int] | None:
+            try:
+                item = await self._checkpoint(kid, notebooks.get(kid))
+                return item, await self._verify(item)
+            except Exception as exc:  # one kernel's failure must not cost the others
+                self.not_saved.append({"kernel_id": kid, "notebook": notebooks.get(kid),
+                                       "reason": f"{type(exc).__name__}: {exc}"})
+                return None
+
+        saved = [r for r in await asyncio.gather(*(save(k) for k in self.op.kernels)) if r]
+        if not saved:
+            raise GkeResumeError("no kernel could be saved: " + "; ".join(
+                f"{n['notebook'] or n['kernel_id']}: {n['reason']}" for n in self.not_saved))
+        return [item for item, _ in saved], max(gpus for _, gpus in saved)

@@ -87,13 +87,17 @@ class PausedRecord:
     gpus: int
     kernels: list[PausedKernel]
     version: int = RECORD_VERSION
+    not_saved: list[dict[str, Any]] = field(default_factory=list)
+    """Kernels the pause could not save (shutdown checkpoint): kernel_id, notebook, reason."""
 
     @classmethod
     def new(cls, workspace: str, reason: str | None, release_backend: str, gpus: int,
-            kernels: list[PausedKernel]) -> PausedRecord:
+            kernels: list[PausedKernel],
+            not_saved: list[dict[str, Any]] | None = None) -> PausedRecord:
         """A record stamped now."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return cls(workspace, now, reason, release_backend, gpus, kernels)
+        return cls(workspace, now, reason, release_backend, gpus, kernels,
+                   not_saved=list(not_saved or []))
 
     @classmethod
     def from_json(cls, raw: bytes) -> PausedRecord:
@@ -107,8 +111,12 @@ class PausedRecord:
                            ("reason", (str, type(None))), ("gpus", int), ("kernels", list)):
             if not isinstance(data.get(name), kind) or isinstance(data.get(name), bool):
                 raise StoredRecordError(f"paused record: {name!r} is missing or of the wrong type")
+        not_saved = data.get("not_saved", [])
+        if not (isinstance(not_saved, list) and all(isinstance(n, dict) for n in not_saved)):
+            raise StoredRecordError("paused record: 'not_saved' is not a list of objects")
         return cls(data["workspace"], data["paused_at"], data["reason"], data["release_backend"],
-                   data["gpus"], [PausedKernel.from_dict(k) for k in data["kernels"]])
+                   data["gpus"], [PausedKernel.from_dict(k) for k in data["kernels"]],
+                   not_saved=not_saved)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kernels": [k.to_dict() for k in self.kernels]}

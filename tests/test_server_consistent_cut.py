@@ -148,7 +148,7 @@ async def test_destructive_calls_during_an_operation_are_409(api, tmp_path):
     older = (await api.settle())["last_snapshot"]["id"]
     await api.call("DELETE", f"api/sessions/{(await api.call('GET', 'api/sessions'))[1][0]['id']}")
 
-    a, b, cell = await start_queued_pause(api, tmp_path)
+    _, _, cell = await start_queued_pause(api, tmp_path)
     code, body = await api.call("DELETE", f"gkeresume/api/snapshots/{older}")
     assert code == 409 and "in flight" in body["message"], (code, body)
     code, body = await api.call("DELETE", "gkeresume/api/paused")

@@ -353,13 +353,35 @@ async def test_partial_resume_restores_only_the_names_each_snapshot_holds(parts)
 
 async def test_shutdown_checkpoint_records_but_releases_nothing(parts):
     orch, gw = parts.orch, parts.gateway
-    a = gw.add("a.ipynb", x=1)
-    gw.busy_ids.add(a)  # at shutdown a busy kernel is not refused
+    a, busy = gw.add("a.ipynb", x=1), gw.add("train.ipynb", w=3)
+    gw.busy_ids.add(busy)  # at shutdown a busy kernel is reported, never waited for
     assert await orch.shutdown(5) == "checkpointed"
     assert orch.state.state == State.PAUSED and parts.backend.calls == 0
     record = orch.records.read()
     assert record.reason == "shutdown" and [k.kernel_id for k in record.kernels] == [a]
+    [reported] = record.not_saved
+    assert reported["notebook"] == "train.ipynb" and "busy" in reported["reason"]
+    assert ("hold", busy) not in gw.calls and ("checkpoint", busy) not in gw.calls
     assert await orch.shutdown(5) == "already paused or pausing"
+
+
+async def test_shutdown_checkpoint_saves_every_kernel_it_can(parts):
+    orch, gw = parts.orch, parts.gateway
+    a, b, c = gw.add("a.ipynb", x=1), gw.add("b.ipynb", y=2), gw.add("c.ipynb", z=3)
+    gw.fail[("checkpoint", a)] = KernelCallError("disk full")
+    assert await orch.shutdown(5) == "checkpointed"
+    record = orch.records.read()
+    assert sorted(k.kernel_id for k in record.kernels) == sorted([b, c])
+    assert [(n["notebook"], "disk full" in n["reason"]) for n in record.not_saved] == [
+        ("a.ipynb", True)]
+
+
+async def test_shutdown_with_every_kernel_busy_saves_nothing_and_says_so(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.busy_ids.add(gw.add("train.ipynb"))
+    outcome = await orch.shutdown(5)
+    assert outcome.startswith("failed:") and "busy" in outcome
+    assert orch.records.read() is None and orch.state.state == State.RUNNING
 
 
 async def test_delete_and_discard_guards(parts):
