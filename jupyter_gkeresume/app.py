@@ -22,6 +22,7 @@ from .errors import GkeResumeError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
+from .kernels import guard_kernel_starts
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
 from .snapshot.signing import key_warnings
@@ -96,6 +97,10 @@ class GkeResumeApp(ExtensionApp):
         self.activity_sampler: ActivitySampler | None = None
         self.key_check: asyncio.Task | None = None
         self.settings["gkeresume_orchestrator"] = self.orchestrator
+        # the kernels resolve the same store and workspace as this server (%checkpoint, %resume)
+        guard_kernel_starts(self.serverapp.kernel_manager, self.orchestrator.refuse_kernel_start,
+                            {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
+                             "GKERESUME_WORKSPACE": config.workspace_id})
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 
@@ -107,7 +112,8 @@ class GkeResumeApp(ExtensionApp):
         os.environ["GKERESUME_SERVER_URL"] = serverapp.connection_url
         await self.orchestrator.ensure_started()
         self.key_check = asyncio.create_task(self._log_key_warnings())
-        self.activity_sampler = ActivitySampler(self.orchestrator, serverapp.web_app.last_activity)
+        self.activity_sampler = ActivitySampler(self.orchestrator.state, self.orchestrator.events,
+                                               serverapp.web_app.last_activity)
         self.activity_sampler.start()
         if self.gkeresume.idle_timeout > 0:
             self.idle_watcher = IdleWatcher(

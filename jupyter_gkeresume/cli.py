@@ -31,13 +31,14 @@ from traitlets import Bool, Float, Integer, Unicode, default
 from . import __version__, advisor
 from .app import GkeResume
 from .errors import GkeResumeError, InvalidInputError, ManifestError, StoreError
+from .paused_record import PausedRecords
 from .snapshot import SnapshotStore, environment_fingerprint, list_snapshots, load_signing_key
 from .snapshot.catalog import resolve
 from .snapshot.compat import check_compatible
 from .snapshot.cost import format_cost, monthly_cost, resolve_price
 from .snapshot.gc import DEFAULT_GRACE_SECONDS, apply_retention, collect_garbage, retention_plan
 from .snapshot.manifests import read_manifest, scan_manifests
-from .snapshot.retention import RetentionPolicy, paused_snapshot_ids
+from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import SigningKey
 from .snapshot.store import _transport_errors, describe
 from .snapshot.verify import verify_snapshot
@@ -221,7 +222,7 @@ def cmd_gc(ctx: Context) -> int:
 
 def cmd_rm(ctx: Context) -> int:
     ids = [resolve(ctx.store, ref, ctx.key) for ref in ctx.args.references]
-    paused = paused_snapshot_ids(ctx.store.read_record("paused")) & set(ids)
+    paused = PausedRecords(ctx.store).protected_ids() & set(ids)
     if paused and not ctx.args.force:
         raise InvalidInputError(
             f"{', '.join(sorted(paused))}: the paused workspace resumes from it; "

@@ -104,3 +104,15 @@ class KernelNotFoundError(GkeResumeError, LookupError):
 class ConflictError(GkeResumeError):
     """The request conflicts with what is happening now: an operation in flight, a busy kernel,
     a workspace already paused (the REST API answers 409)."""
+
+
+class ServerUnreachableError(GkeResumeError):
+    """A kernel cannot reach the jupyter_server that runs it (no extension, no answer)."""
+
+
+class ServerRefusedError(GkeResumeError):
+    """The jupyter_server answered a kernel's request with an error; ``status`` is its code."""
+
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(message)

@@ -7,10 +7,11 @@ record (format and replay in ``advisor.py``).
 - ``ActivitySampler`` records user activity at most once per ``ACTIVITY_INTERVAL``: jupyter_server's
   ``last_activity()`` when it moved since the last record. The kernel traffic of our own pauses
   and resumes also moves it, so activity while an operation is in flight, or before the
-  orchestrator's ``own_activity_until``, is not the user's and is skipped.
+  workspace state's ``own_activity_until``, is not the user's and is skipped.
 
-Call order: the orchestrator owns an ``EventLog``; the extension starts an ``ActivitySampler`` once
-the event loop runs and stops it on shutdown.
+Call order: the orchestrator owns an ``EventLog``; the extension starts an ``ActivitySampler``
+(on the orchestrator's ``WorkspaceState`` and ``EventLog``) once the event loop runs and stops it
+on shutdown.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import asyncio
 from collections.abc import Callable
 from datetime import datetime
 from logging import Logger
+from typing import TYPE_CHECKING
 
 from tornado.ioloop import PeriodicCallback
 
 from .advisor import Event, record_events
 from .snapshot.store import SnapshotStore
+
+if TYPE_CHECKING:
+    from .state import WorkspaceState
 
 ACTIVITY_INTERVAL = 60.0  # seconds: the advisor's thresholds are minutes
 
@@ -49,10 +54,12 @@ class EventLog:
 
 
 class ActivitySampler:
-    """Periodically records jupyter_server's last activity for ``orchestrator``'s workspace."""
+    """Periodically records jupyter_server's last activity of a workspace into ``events``."""
 
-    def __init__(self, orchestrator, last_activity: Callable[[], datetime]):
-        self.orchestrator = orchestrator
+    def __init__(self, state: WorkspaceState, events: EventLog,
+                 last_activity: Callable[[], datetime]):
+        self.state = state
+        self.events = events
         self.last_activity = last_activity
         self.recorded = 0.0  # the ``at`` of the last activity event written
         self._callback: PeriodicCallback | None = None
@@ -67,13 +74,12 @@ class ActivitySampler:
 
     async def sample(self) -> bool:
         """Record the last activity if it is the user's and new; True when one was written."""
-        orch = self.orchestrator
-        if orch.operation is not None:
+        if self.state.operation is not None:
             return False
         at = self.last_activity().timestamp()
-        if at <= max(self.recorded, orch.own_activity_until):
+        if at <= max(self.recorded, self.state.own_activity_until):
             return False
-        if not await orch.events.record(Event(at, "activity")):
+        if not await self.events.record(Event(at, "activity")):
             return False  # tried again at the next tick
         self.recorded = at
         return True

@@ -1,8 +1,10 @@
 """REST handlers under ``/gkeresume/api/`` (the contract, with every shape, is docs/api.md).
 
 Every verb is ``@web.authenticated`` (403 without a user: these are API handlers) and
-``@authorized`` on the resource ``gkeresume``. Bodies are parsed strictly by ``_body`` (unknown
-fields and wrong types are 400s); domain errors map onto statuses in ``_http_error`` and reach
+``@authorized`` on the resource ``gkeresume``; pause, resume and cancel also need
+``OPERATION_PERMISSIONS`` (they run code in kernels, stop and start kernels and sessions).
+Bodies are parsed strictly by ``_body`` (larger than ``MAX_BODY_BYTES``, too deeply nested,
+unknown fields and wrong types are 400s); domain errors map onto statuses in ``_http_error`` and reach
 the client as ``{"message": ...}`` (APIHandler.write_error), never as a traceback.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import ensure_async
 from tornado import web
 
 from .errors import (
@@ -26,6 +29,8 @@ from .errors import (
 )
 
 AUTH_RESOURCE = "gkeresume"
+MAX_BODY_BYTES = 64 << 10  # every body is a few small fields
+OPERATION_PERMISSIONS = (("execute", "kernels"), ("write", "kernels"), ("write", "sessions"))
 CONFLICTS = (ConflictError, InvalidTransitionError, LeaseHeldError, CommitConflictError)
 
 
@@ -50,6 +55,15 @@ class GkeResumeHandler(APIHandler):
     def orchestrator(self):
         return self.settings["gkeresume_orchestrator"]
 
+    async def _require_operation_permissions(self) -> None:
+        """403 unless the user may also run code in, start and stop kernels and sessions."""
+        for action, resource in OPERATION_PERMISSIONS:
+            allowed = await ensure_async(
+                self.authorizer.is_authorized(self, self.current_user, action, resource))
+            if not allowed:
+                raise web.HTTPError(403, f"pause and resume need permission to {action} "
+                                    f"{resource}")
+
     async def _run(self, call: Callable[[], Awaitable[Any]]) -> Any:
         await self.orchestrator.ensure_started()
         try:
@@ -61,10 +75,15 @@ class GkeResumeHandler(APIHandler):
         """The JSON object body, checked: only ``fields``, each of its type (``null`` allowed
         where the types include ``type(None)``)."""
         raw = self.request.body or b"{}"
+        if len(raw) > MAX_BODY_BYTES:
+            raise web.HTTPError(400, f"the body is too large ({len(raw)} bytes; at most "
+                                f"{MAX_BODY_BYTES})")
         try:
             body = json.loads(raw)
-        except ValueError:
+        except ValueError:  # UnicodeDecodeError included
             raise web.HTTPError(400, "the body is not JSON") from None
+        except RecursionError:
+            raise web.HTTPError(400, "the body is nested too deeply") from None
         if not isinstance(body, dict):
             raise web.HTTPError(400, "the body must be a JSON object")
         unknown = sorted(set(body) - set(fields))
@@ -98,6 +117,7 @@ class PauseHandler(GkeResumeHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
+        await self._require_operation_permissions()
         body = self._body({"kernels": (list, type(None)), "release": bool,
                            "name": (str, type(None)), "when_idle": bool})
         kernels = _string_list(body, "kernels")
@@ -107,13 +127,14 @@ class PauseHandler(GkeResumeHandler):
         ))
         self.set_status(202)
         self.finish(json.dumps({"operation": op.to_dict(),
-                                "state": self.orchestrator.workspace.state.value}))
+                                "state": self.orchestrator.state.state.value}))
 
 
 class ResumeHandler(GkeResumeHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
+        await self._require_operation_permissions()
         body = self._body({"snapshot": (str, type(None)), "mode": str,
                            "only": (list, type(None)), "kernel": (str, type(None))})
         only = _string_list(body, "only")
@@ -122,7 +143,19 @@ class ResumeHandler(GkeResumeHandler):
         ))
         self.set_status(202)
         self.finish(json.dumps({"operation": op.to_dict(), "joined": joined,
-                                "state": self.orchestrator.workspace.state.value}))
+                                "state": self.orchestrator.state.state.value}))
+
+
+class CancelHandler(GkeResumeHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        await self._require_operation_permissions()
+        self._body({})
+        op = await self._run(self.orchestrator.cancel)
+        self.set_status(202)
+        self.finish(json.dumps({"operation": op.to_dict(),
+                                "state": self.orchestrator.state.state.value}))
 
 
 class SnapshotsHandler(GkeResumeHandler):
@@ -158,6 +191,7 @@ def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHa
         (f"{prefix}/status", StatusHandler),
         (f"{prefix}/pause", PauseHandler),
         (f"{prefix}/resume", ResumeHandler),
+        (f"{prefix}/cancel", CancelHandler),
         (f"{prefix}/snapshots", SnapshotsHandler),
         (f"{prefix}/snapshots/(.+)", SnapshotHandler),
         (f"{prefix}/paused", PausedHandler),

@@ -50,13 +50,12 @@ class IdleWatcher:
     async def check(self) -> bool:
         """Start an idle pause if due; True when one was started."""
         orch = self.orchestrator
-        if orch.operation or orch.workspace.state not in IDLE_STATES:
+        if orch.state.operation or orch.state.state not in IDLE_STATES:
             return False
-        kids = orch.kernel_manager.list_kernel_ids()
+        kids = orch.gateway.live_ids()
         if not kids or self.idle_seconds() < self.timeout:
             return False
-        busy = [k for k in kids if orch.kernel_manager.get_kernel(k).execution_state == "busy"]
-        if busy and not self.pause_busy:
+        if orch.gateway.busy(kids) and not self.pause_busy:
             return False
         self.log.info("gkeresume: idle for %.0f s: pausing", self.idle_seconds())
         try:

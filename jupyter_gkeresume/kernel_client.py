@@ -7,13 +7,13 @@ IOPub message). The call owns its own client (channels opened and closed here), 
 interferes with the browser's websocket connection to the same kernel.
 
 ``call_kernel`` raises ``KernelCallError`` when the kernel does not answer within ``timeout``,
-is interrupted or dies; it returns the operation's outcome dict (``{"ok": bool, ...}``) otherwise.
+is interrupted or dies; it returns the kernel's ``Outcome`` otherwise (messages:
+``kernel_protocol``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Callable
@@ -21,35 +21,41 @@ from queue import Empty
 from typing import Any
 
 from .errors import KernelCallError
+from .kernel_protocol import PROGRESS_MIME, RESULT_EXPR, Outcome, Request, call_code
 
-PROGRESS_MIME = "application/vnd.gkeresume.progress+json"  # same as kernel_hooks.server_api
-CODE = '__import__("kernel_hooks.server_api", fromlist=["run"]).run({action!r}, {request!r})'
 TIMEOUT_HINT = "the time allowed (GkeResume.kernel_call_timeout / shutdown_checkpoint_timeout)"
-RESULT_EXPR = '__import__("kernel_hooks.server_api", fromlist=["run"]).last_result()'
 
 
 async def call_kernel(
     kernel_manager: Any,
     kernel_id: str,
-    action: str,
-    request: dict[str, Any],
+    request: Request,
     *,
     timeout: float,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
-    """Run ``server_api.run(action, request)`` in the kernel; return its outcome dict."""
+    queue_now: bool = False,
+) -> Outcome:
+    """Run ``server_api.run(request.action, request)`` in the kernel; return its outcome.
+
+    ``queue_now``: send the request at once, behind whatever the kernel is running (no
+    readiness round trip first, which a busy kernel answers only after its cell), and wait for
+    the reply alone (no progress). A hold must be in the kernel's queue before any cell sent
+    after the pause started."""
+    action = request.action
     client = own_client(kernel_manager.get_kernel(kernel_id))
     client.start_channels()
     try:
-        await client.wait_for_ready(timeout=timeout)  # a busy kernel answers after its cell
-        code = CODE.format(action=action, request=json.dumps(request))
+        if not queue_now:
+            await client.wait_for_ready(timeout=timeout)  # a busy kernel answers after its cell
+        code = call_code(action, request.to_json())
         msg_id = client.execute(
             code, silent=True, store_history=False, user_expressions={"result": RESULT_EXPR}
         )
         deadline = time.monotonic() + timeout
         reply_task = asyncio.ensure_future(_shell_reply(client, msg_id, deadline))
         try:
-            await _follow_iopub(client, msg_id, deadline, on_progress, reply_task)
+            if not queue_now:
+                await _follow_iopub(client, msg_id, deadline, on_progress, reply_task)
             reply = await reply_task
         finally:
             reply_task.cancel()
@@ -70,7 +76,7 @@ async def call_kernel(
             f"kernel {kernel_id} gave no result for {action} "
             f"({expr.get('ename', 'no kernel_hooks?')}: {expr.get('evalue', '')})"
         )
-    return outcome
+    return Outcome.from_dict(outcome)
 
 
 def own_client(kernel: Any) -> Any:

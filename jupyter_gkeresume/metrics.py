@@ -43,3 +43,12 @@ ACCELERATOR_SECONDS_RELEASED = Counter(
 def log_event(log: logging.Logger | logging.LoggerAdapter, event: str, **fields: Any) -> None:
     """One structured line: ``gkeresume {"event": ..., ...}`` (never credentials)."""
     log.info("gkeresume %s", json.dumps({"event": event, **fields}, sort_keys=True, default=str))
+
+
+def record_failure(log: logging.Logger | logging.LoggerAdapter, operation: str, exc: BaseException,
+                   message: str) -> None:
+    """Count and log a failed operation (``message`` says what failed and what was kept)."""
+    FAILURES.labels(operation, type(exc).__name__).inc()
+    OPERATIONS.labels(operation, "failed").inc()
+    log_event(log, operation, outcome="failed", error=type(exc).__name__, message=message)
+    log.error("gkeresume: %s", message)

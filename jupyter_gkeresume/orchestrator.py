@@ -1,19 +1,19 @@
-"""Pause and resume of a workspace's kernels: the state machine, in one place.
+"""The server's pause/resume facade: validation, one lock for every operation, status, shutdown.
 
-One ``Orchestrator`` per server: it combines the pause flow (``pause_flow.PauseFlow``) and the
-resume flow (``resume_flow.ResumeFlow``) on their shared state and kernel plumbing
-(``orchestrator_base.OrchestratorBase``), and adds startup, the status and snapshot queries and
-shutdown. The paused record's format is ``paused_record``.
+``Orchestrator`` builds the parts once per server (``WorkspaceState``, ``KernelGateway``,
+``PausedRecords``, ``SnapshotVerifier``, ``EventLog``) and hands each operation exactly the ones
+it uses (``pause.PauseOperation``, ``pause.ShutdownCheckpoint``, ``resume.ResumeOperation``).
 
 Call order: ``ensure_started()`` (reads the paused record once, may auto-resume), then any number
-of ``start_pause`` / ``start_resume`` (each validates at once, raising a ``GkeResumeError`` the
-handlers map to 4xx, then runs in a background task), ``status()`` at any time, ``shutdown()``
-when the server stops.
+of ``start_pause`` / ``start_resume`` (each validates at once under the lock, raising a
+``GkeResumeError`` the handlers map to 4xx, then runs in a background task), ``status()`` at any
+time, ``shutdown()`` when the server stops.
 
-Invariants (each flow's own are in its module):
+Invariants:
 
-- At most one operation (pause or resume) is in flight. A second resume joins the running one
-  (single flight: one restore, every caller sees its status); anything else gets ``ConflictError``.
+- Every operation start, cancel and destructive call holds ``_lock``: at most one operation is
+  in flight. A second resume joins the running one (single flight: one restore, every caller sees
+  its status); anything else gets ``ConflictError``.
 - A snapshot named by the paused record is not deleted; the paused record is discarded only while
   no operation is in flight.
 - A store that cannot be read does not hide the rest of the status: the last snapshot says the
@@ -23,22 +23,74 @@ Invariants (each flow's own are in its module):
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from logging import Logger
 from typing import Any
 
 from . import metrics
-from .errors import ConflictError, GkeResumeError, SnapshotNotFoundError
-from .pause_flow import PauseFlow
-from .paused_record import parse_record
-from .resume_flow import ResumeFlow
-from .snapshot import list_snapshots, load_manifest
+from .errors import (
+    ConflictError,
+    GkeResumeError,
+    InvalidInputError,
+    KernelNotFoundError,
+    SnapshotNotFoundError,
+)
+from .events import EventLog
+from .kernels import KernelGateway
+from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier
+from .paused_record import PausedRecords
+from .release import ReleaseBackend
+from .resume import MODES, ResumeOperation, item_for_snapshot, items_from_record
+from .snapshot import (
+    SigningKey,
+    SnapshotStore,
+    environment_fingerprint,
+    list_snapshots,
+    load_manifest,
+    load_signing_key,
+)
 from .snapshot.catalog import summarize
-from .snapshot.format import validate_snapshot_id
+from .snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_id, validate_snapshot_name
 from .snapshot.store import _safe_url
+from .state import Operation, WorkspaceState
 from .states import State
 
 
-class Orchestrator(PauseFlow, ResumeFlow):
+class Orchestrator:
     """Pause/resume for one server. ``settings`` is the ``GkeResume`` configurable."""
+
+    def __init__(self, *, settings: Any, kernel_manager: Any, session_manager: Any,
+                 backend: ReleaseBackend, log: Logger, store: SnapshotStore | None = None,
+                 gateway: KernelGateway | None = None, verifier: SnapshotVerifier | None = None):
+        self.settings = settings
+        self.backend = backend
+        self.log = log
+        self.store = store or SnapshotStore(settings.store_url, settings.workspace_id)
+        self.state = WorkspaceState()
+        self.gateway = gateway or KernelGateway(kernel_manager, session_manager,
+                                                store_url=settings.store_url,
+                                                workspace=self.store.workspace)
+        self.records = PausedRecords(self.store)
+        self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key)
+        self.events = EventLog(self.store, log)
+        self._lock = asyncio.Lock()
+        self._key: SigningKey | None = None
+        self._here: dict[str, Any] | None = None
+        self._started: asyncio.Future | None = None
+        self._last_snapshot: dict[str, Any] | None = None
+        self._last_snapshot_stale = True
+
+    @property
+    def key(self) -> SigningKey:
+        if self._key is None:
+            self._key = load_signing_key()
+        return self._key
+
+    @property
+    def here(self) -> dict[str, Any]:
+        if self._here is None:
+            self._here = environment_fingerprint()
+        return self._here
 
     # -- startup ----------------------------------------------------------------------------
     async def ensure_started(self) -> None:
@@ -49,48 +101,167 @@ class Orchestrator(PauseFlow, ResumeFlow):
 
     async def _startup(self) -> None:
         try:
-            raw = await asyncio.to_thread(self.store.read_record, "paused")
-            record = parse_record(raw) if raw is not None else None
-        except GkeResumeError as exc:
-            self._fail_note("startup", exc)
+            record = await asyncio.to_thread(self.records.read)
+        except GkeResumeError as exc:  # never taken for "not paused": a pause would overwrite it
+            message = (f"the paused record cannot be read ({exc}); nothing that could change it "
+                       "runs until it can (retried on every request; a corrupt record must be "
+                       "fixed or removed in the store)")
+            self.state.set_record_error(message)
+            self.state.note_failure("startup", message)
+            metrics.record_failure(self.log, "startup", exc, message)
             self._started = None  # the store may come back: the next request tries again
             return
+        self.state.set_record_error(None)
+        self.state.clear_failure()
         if record is None:
             return
-        self.paused = record
-        self.workspace.move(State.PAUSED, f"paused {record['paused_at']} ({record['reason']})")
-        self.log.info("gkeresume: found a paused record from %s", record["paused_at"])
+        self.state.set_paused(record)
+        # while the record was unreadable nothing could start, so the workspace is running
+        self.state.move(State.PAUSED, f"paused {record.paused_at} ({record.reason})")
+        self.log.info("gkeresume: found a paused record from %s", record.paused_at)
         if self.settings.auto_resume:
             await self.start_resume(None, "full", None, None)
 
-    # -- status -----------------------------------------------------------------------------
+    # -- operations -------------------------------------------------------------------------
+    async def start_pause(self, kernel_ids: list[str] | None = None, *, release: bool = True,
+                          name: str | None = None, reason: str = "user",
+                          allow_busy: bool = False) -> Operation:
+        """Validate, then pause in the background; ``release`` also writes the paused record,
+        calls the backend and stops the kernels."""
+        async with self._lock:
+            ids = self._pause_kernels(kernel_ids, release=release, name=name,
+                                      allow_busy=allow_busy)
+            op = Operation("pause", reason=reason, release=release, kernels=ids,
+                           cancellable=True)
+            self.state.begin(op, State.PAUSING, State.PAUSING, reason)
+            return self._launch(op, PauseOperation(
+                op, **self._pause_parts(), name=name, record=release,
+                timeout=self.settings.kernel_call_timeout))
+
+    def _pause_kernels(self, kernel_ids: list[str] | None, *, release: bool, name: str | None,
+                       allow_busy: bool) -> list[str]:
+        """The kernels a pause takes, or the reason it cannot start."""
+        self._refuse_if_busy()
+        if name is not None:
+            validate_snapshot_name(name)
+        live = self.gateway.live_ids()
+        ids = list(dict.fromkeys(kernel_ids)) if kernel_ids is not None else list(live)
+        unknown = [k for k in ids if k not in live]
+        if unknown:
+            raise KernelNotFoundError(f"no running kernel {unknown[0]!r}")
+        if release and self.backend.releases_pod:  # the others would die unsaved
+            ids += [k for k in live if k not in ids]
+        ids = [k for k in ids if not self._still_in_record(k)]
+        if not ids:
+            raise ConflictError("there is no kernel to pause")
+        busy = self.gateway.busy(ids)
+        if busy and not allow_busy:
+            raise ConflictError(f"kernel {busy[0]} is busy running a cell: wait for it or "
+                                "interrupt it, then pause")
+        if self.state.state == State.PAUSED:
+            raise ConflictError("this workspace is already paused: resume it or discard the "
+                                "paused record first")
+        return ids
+
+    def _still_in_record(self, kid: str) -> bool:
+        """A kernel a failed resume started for a notebook it did not bring back: the paused
+        record's snapshot of that notebook is what counts, not this kernel's empty state."""
+        entry, record = self.state.kernel(kid), self.state.paused
+        return (record is not None and entry.machine.state == State.FAILED
+                and any(k.notebook == entry.notebook for k in record.kernels))
+
+    def _pause_parts(self) -> dict[str, Any]:
+        return {"state": self.state, "gateway": self.gateway, "records": self.records,
+                "verifier": self.verifier, "backend": self.backend, "events": self.events,
+                "log": self.log, "previous": self.state.paused}
+
+    async def start_resume(self, snapshot: str | None, mode: str, only: list[str] | None,
+                           kernel: str | None) -> tuple[Operation, bool]:
+        """Validate, then resume in the background; returns ``(operation, joined)``."""
+        async with self._lock:
+            running = self.state.operation
+            if running and running.kind == "resume":
+                return running, True
+            self._refuse_if_busy()
+            if mode not in MODES:
+                raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+            if (mode == "partial") != bool(only):
+                raise InvalidInputError("'only' (a non-empty list of names) goes with mode "
+                                        "'partial', and only with it")
+            if kernel is not None and snapshot is None:
+                raise InvalidInputError("'kernel' needs 'snapshot'")
+            if snapshot not in (None, "latest") and not SNAPSHOT_ID_RE.fullmatch(snapshot):
+                validate_snapshot_name(snapshot)  # in full: no stray whitespace either
+            if kernel is not None and kernel not in self.gateway.live_ids():
+                raise KernelNotFoundError(f"no running kernel {kernel!r}")
+            if snapshot is None:
+                if self.state.paused is None:
+                    raise ConflictError("nothing is paused here: give a 'snapshot' to restore")
+                items = items_from_record(self.state.paused, only)
+            else:
+                items = [await asyncio.to_thread(item_for_snapshot, self.store, self.key,
+                                                 snapshot, kernel)]
+            op = Operation("resume", mode=mode, kernels=[i.kernel_id for i in items if i.kernel_id])
+            self.state.begin(op, State.WAITING_FOR_RESOURCES)
+            return self._launch(op, ResumeOperation(
+                op, state=self.state, gateway=self.gateway, records=self.records,
+                events=self.events, log=self.log, items=items, only=only,
+                from_record=snapshot is None, timeout=self.settings.kernel_call_timeout)), False
+
+    async def cancel(self) -> Operation:
+        """Cancel the pause in flight (only before it writes the paused record): the holds are
+        lifted, the kernels stay as they were, the state goes back to ``running``."""
+        async with self._lock:
+            op = self.state.operation
+            if op is None or op.kind != "pause":
+                raise ConflictError("there is no pause in flight to cancel")
+            if not op.cancellable or op.task is None:
+                raise ConflictError(f"the pause is {self.state.state.value}: it can no longer be "
+                                    "cancelled")
+            op.cancellable = False
+            op.task.cancel()
+            return op
+
+    def refuse_kernel_start(self) -> str | None:
+        """Why no kernel (or session) may start now, or ``None`` (``guard_kernel_starts``)."""
+        op = self.state.operation
+        if op is not None and op.kind == "pause":
+            return (f"the workspace is pausing ({op.id}): no kernel or session can start until "
+                    "the pause completes, fails or is cancelled")
+        return None
+
+    def _refuse_if_busy(self) -> None:
+        """Refuse while an operation is in flight, or while the paused record is unreadable."""
+        if self.state.record_error is not None:
+            raise ConflictError(self.state.record_error)
+        op = self.state.operation
+        if op:
+            raise ConflictError(f"a {op.kind} is in flight ({op.id}): wait for it to end"
+                                + (" or cancel it" if op.cancellable else ""))
+
+    def _launch(self, op: Operation, operation: PauseOperation | ResumeOperation) -> Operation:
+        op.task = asyncio.ensure_future(self._tracked(operation.run()))
+        return op
+
+    async def _tracked(self, run: Awaitable[None]) -> None:
+        try:
+            await run
+        finally:
+            self._last_snapshot_stale = True
+
+    # -- status and snapshots ---------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
-        notebooks = await self._notebooks()
-        live = set(self.kernel_manager.list_kernel_ids())
-        for kid in list(self.entries):
-            if kid not in live and not self.entries[kid].machine.active:
-                del self.entries[kid]
+        notebooks = await self.gateway.notebooks()
+        live = set(self.gateway.live_ids())
+        self.state.forget_gone(live)
         kernels = []
-        for kid in sorted(live | set(self.entries)):
-            entry = self._entry(kid)
-            entry.notebook = notebooks.get(kid, entry.notebook)
-            kernel = self._kernel(kid)
-            kernels.append({
-                "kernel_id": kid,
-                "kernel_name": getattr(kernel, "kernel_name", None),
-                "notebook": entry.notebook,
-                "execution_state": getattr(kernel, "execution_state", None),
-                **entry.machine.to_dict(),
-                "progress": entry.progress, "snapshot_id": entry.snapshot_id,
-                "result": entry.result,
-            })
-        return {
-            "workspace": self.store.workspace, "store": _safe_url(self.settings.store_url),
-            "release_backend": self.backend.name, **self.workspace.to_dict(),
-            "operation": self.operation.to_dict() if self.operation else None,
-            "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error(),
-            "paused": self.paused, "last_error": self.last_error,
-        }
+        for kid in sorted(live | self.state.kernel_ids()):
+            self.state.set_notebook(kid, notebooks.get(kid))
+            row = self.state.kernel(kid).to_dict()
+            kernels.append({**row, **self.gateway.info(kid)})
+        return {"workspace": self.store.workspace, "store": _safe_url(self.settings.store_url),
+                "release_backend": self.backend.name, **self.state.to_status(),
+                "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error()}
 
     async def last_snapshot(self) -> dict[str, Any] | None:
         """The newest committed snapshot as a summary row (cached until something changes)."""
@@ -119,49 +290,70 @@ class Orchestrator(PauseFlow, ResumeFlow):
         rows = await asyncio.to_thread(list_snapshots, self.store, self.key, self.here)
         return [row.to_dict() for row in rows]
 
+    # -- destructive calls ------------------------------------------------------------------
     async def delete_snapshot(self, snapshot_id: str) -> None:
         validate_snapshot_id(snapshot_id)
-        if self.paused and snapshot_id in {k["snapshot_id"] for k in self.paused["kernels"]}:
-            raise ConflictError(f"snapshot {snapshot_id} is part of the paused record: resume or "
-                                "discard the pause first")
-        ids = await asyncio.to_thread(self.store.list_snapshot_ids)
-        if snapshot_id not in ids:
-            raise SnapshotNotFoundError(snapshot_id, ids)
-        await asyncio.to_thread(self.store.delete_manifest, snapshot_id)
-        self._last_snapshot_stale = True
+        async with self._lock:
+            self._refuse_if_busy()  # a pause may be about to name it in its record
+            paused = self.state.paused
+            if paused and snapshot_id in paused.snapshot_ids():
+                raise ConflictError(f"snapshot {snapshot_id} is part of the paused record: "
+                                    "resume or discard the pause first")
+            ids = await asyncio.to_thread(self.store.list_snapshot_ids)
+            if snapshot_id not in ids:
+                raise SnapshotNotFoundError(snapshot_id, ids)
+            await asyncio.to_thread(self.store.delete_manifest, snapshot_id)
+            self._last_snapshot_stale = True
         metrics.log_event(self.log, "delete", snapshot_id=snapshot_id)
 
     async def discard_paused(self) -> None:
         """Forget the paused record (the snapshots stay); the workspace becomes ``running``."""
-        if self.operation:
-            raise ConflictError(f"a {self.operation.kind} is in flight")
-        if self.paused is None:
-            raise ConflictError("nothing is paused here")
-        await asyncio.to_thread(self.store.delete_record, "paused")
-        self.paused = None
-        if self.workspace.state in (State.PAUSED, State.FAILED):
-            self.workspace.move(State.RUNNING, "paused record discarded")
+        async with self._lock:
+            self._refuse_if_busy()
+            if self.state.paused is None:
+                raise ConflictError("nothing is paused here")
+            await asyncio.to_thread(self.records.delete)
+            self.state.set_paused(None)
+            if self.state.state in (State.PAUSED, State.FAILED):
+                self.state.move(State.RUNNING, "paused record discarded")
 
     # -- shutdown ---------------------------------------------------------------------------
     async def shutdown(self, timeout: float) -> str:
         """Checkpoint every kernel before the server stops (SIGTERM); returns the outcome."""
-        if self.workspace.state in (State.PAUSED, State.RELEASING) or (
-            self.operation and self.operation.kind == "pause"
-        ):
+        op = self.state.operation
+        if self.state.state in (State.PAUSED, State.RELEASING) or (op and op.kind == "pause"):
             outcome = "already paused or pausing"
-            if self.operation and self.operation.task:
-                await asyncio.wait([self.operation.task], timeout=timeout)
-        elif self.operation or not self.kernel_manager.list_kernel_ids():
-            outcome = "nothing to checkpoint" if not self.operation else "resume in flight"
+            if op and op.task:
+                await asyncio.wait([op.task], timeout=timeout)
+        elif op or not self.gateway.live_ids():
+            outcome = "nothing to checkpoint" if not op else "resume in flight"
         else:
             try:
-                op = await self.start_pause(release=False, record=True, reason="shutdown",
-                                            allow_busy=True, timeout=timeout)
-                await asyncio.wait([op.task], timeout=timeout + 5)
-                outcome = "checkpointed" if self.workspace.state == State.PAUSED else (
-                    f"failed: {self.workspace.reason}"
-                )
+                checkpoint = await self._start_shutdown_checkpoint(timeout)
+                await asyncio.wait([checkpoint.task], timeout=timeout + 5)
+                outcome = "checkpointed" if self.state.state == State.PAUSED else (
+                    f"failed: {self.state.reason}")
             except GkeResumeError as exc:
                 outcome = f"failed: {exc}"
-        metrics.log_event(self.log, "shutdown", outcome=outcome)
+        paused = self.state.paused
+        metrics.log_event(self.log, "shutdown", outcome=outcome,
+                          not_saved=paused.not_saved if paused and outcome == "checkpointed" else [])
         return outcome
+
+    async def _start_shutdown_checkpoint(self, timeout: float) -> Operation:
+        """Every idle kernel at once; a busy one is listed as not saved, never waited for (the
+        platform's grace period is short: 1 s by default on KubeSpawner)."""
+        async with self._lock:
+            ids = self._pause_kernels(None, release=False, name=None, allow_busy=True)
+            busy = set(self.gateway.busy(ids))
+            notebooks = await self.gateway.notebooks()
+            not_saved = [{"kernel_id": k, "notebook": notebooks.get(k),
+                          "reason": "busy running a cell at shutdown: not waited for"}
+                         for k in ids if k in busy]
+            idle = [k for k in ids if k not in busy]
+            if not idle:
+                raise ConflictError("every kernel is busy running a cell: nothing was saved")
+            op = Operation("pause", reason="shutdown", release=False, kernels=idle)
+            self.state.begin(op, State.PAUSING, State.PAUSING, "shutdown")
+            return self._launch(op, ShutdownCheckpoint(op, **self._pause_parts(),
+                                                       timeout=timeout, not_saved=not_saved))

@@ -1,12 +1,14 @@
 """The paused record: the store's note that this workspace is paused, and in which snapshots.
 
-The pause flow writes it (``make_record``) before the release; the orchestrator reads it back at
-startup (``parse_record``); the resume flow brings back each kernel it lists and deletes it once
-every one is ``ready``. Plain functions on plain dicts: the record is JSON in the store.
+``PausedRecord`` is the format (one ``PausedKernel`` per kernel, ``from_json``/``to_json``);
+``PausedRecords(store)`` is the one way to read, write and delete it (the orchestrator, the pause
+and resume operations, retention/gc and ``jupyter gkeresume rm`` all go through it). The pause
+writes it before the release; the server reads it at start; a resume from it deletes it once
+every kernel is ``ready``.
 
 Invariants: a record is read strictly (``RECORD_VERSION``, every snapshot id valid, ``saved`` a
-list of names, every notebook path safe), anything else is an ``InvalidInputError`` naming the
-field; a notebook path from the record reaches the sessions API only through
+list of names, every notebook path safe); anything else is a ``StoredRecordError`` naming the
+field. A notebook path from the record reaches the sessions API only through
 ``safe_notebook_path``.
 """
 
@@ -15,49 +17,160 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from .errors import InvalidInputError
+from .errors import GkeResumeError, StoredRecordError
 from .snapshot.format import validate_snapshot_id
+from .snapshot.store import SnapshotStore
 
 RECORD_VERSION = 1
+RECORD_NAME = "paused"
 
 
-def make_record(workspace: str, reason: str | None, release_backend: str, gpus: int,
-                kernels: list[dict[str, Any]]) -> dict[str, Any]:
-    """A new paused record, stamped now: ``kernels`` are the pause's items, one per kernel."""
-    return {"version": RECORD_VERSION, "workspace": workspace,
-            "paused_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "reason": reason, "release_backend": release_backend, "gpus": gpus, "kernels": kernels}
+@dataclass(frozen=True)
+class PausedKernel:
+    """One kernel of a pause: where its snapshot is and what it saved (``saved=None``: unknown)."""
 
+    snapshot_id: str
+    kernel_id: str | None = None
+    kernel_name: str | None = None
+    notebook: str | None = None
+    bytes_total: int = 0
+    bytes_new: int = 0
+    saved: list[str] | None = None
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
-def parse_record(raw: bytes) -> dict[str, Any]:
-    """The paused record, strictly: anything else is a ``InvalidInputError`` naming the field."""
-    try:
-        record = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidInputError(f"paused record is not JSON: {exc}") from None
-    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION:
-        raise InvalidInputError("paused record has an unknown version")
-    kernels = record.get("kernels")
-    if not isinstance(kernels, list) or not all(
-        isinstance(k, dict) and isinstance(k.get("snapshot_id"), str) for k in kernels
-    ):
-        raise InvalidInputError("paused record: 'kernels' is not a list of kernel entries")
-    for k in kernels:
-        validate_snapshot_id(k["snapshot_id"])
-        saved = k.get("saved", [])
+    @classmethod
+    def from_dict(cls, data: Any) -> PausedKernel:
+        if not isinstance(data, dict) or not isinstance(data.get("snapshot_id"), str):
+            raise StoredRecordError("paused record: 'kernels' is not a list of kernel entries")
+        try:
+            validate_snapshot_id(data["snapshot_id"])
+        except GkeResumeError as exc:
+            raise StoredRecordError(f"paused record: {exc}") from None
+        for name in ("kernel_id", "kernel_name", "notebook"):
+            if not isinstance(data.get(name), (str, type(None))):
+                raise StoredRecordError(f"paused record: {name!r} is not a string")
+        for name in ("bytes_total", "bytes_new"):
+            if not isinstance(data.get(name, 0), int):
+                raise StoredRecordError(f"paused record: {name!r} is not a number")
+        saved = data.get("saved", [])
         if not (isinstance(saved, list) and all(isinstance(n, str) for n in saved)):
-            raise InvalidInputError("paused record: 'saved' is not a list of names")
-        if k.get("notebook") is not None:
-            safe_notebook_path(k["notebook"])
-    return record
+            raise StoredRecordError("paused record: 'saved' is not a list of names")
+        skipped = data.get("skipped", [])
+        if not (isinstance(skipped, list) and all(isinstance(s, dict) for s in skipped)):
+            raise StoredRecordError("paused record: 'skipped' is not a list of objects")
+        if data.get("notebook") is not None:
+            safe_notebook_path(data["notebook"])
+        return cls(data["snapshot_id"], data.get("kernel_id"), data.get("kernel_name"),
+                   data.get("notebook"), data.get("bytes_total", 0), data.get("bytes_new", 0),
+                   data.get("saved"), skipped)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored; ``saved`` only when known (a record without it means "not known")."""
+        data = asdict(self)
+        if self.saved is None:
+            del data["saved"]
+        return data
+
+
+@dataclass(frozen=True)
+class PausedRecord:
+    """The record of one pause (JSON in the store, and the status's ``paused``)."""
+
+    workspace: str
+    paused_at: str
+    reason: str | None
+    release_backend: str
+    gpus: int
+    kernels: list[PausedKernel]
+    version: int = RECORD_VERSION
+    not_saved: list[dict[str, Any]] = field(default_factory=list)
+    """Kernels the pause could not save (shutdown checkpoint): kernel_id, notebook, reason."""
+
+    @classmethod
+    def new(cls, workspace: str, reason: str | None, release_backend: str, gpus: int,
+            kernels: list[PausedKernel],
+            not_saved: list[dict[str, Any]] | None = None) -> PausedRecord:
+        """A record stamped now."""
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return cls(workspace, now, reason, release_backend, gpus, kernels,
+                   not_saved=list(not_saved or []))
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> PausedRecord:
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise StoredRecordError(f"paused record is not JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
+            raise StoredRecordError("paused record has an unknown version")
+        for name, kind in (("workspace", str), ("paused_at", str), ("release_backend", str),
+                           ("reason", (str, type(None))), ("gpus", int), ("kernels", list)):
+            if not isinstance(data.get(name), kind) or isinstance(data.get(name), bool):
+                raise StoredRecordError(f"paused record: {name!r} is missing or of the wrong type")
+        not_saved = data.get("not_saved", [])
+        if not (isinstance(not_saved, list) and all(isinstance(n, dict) for n in not_saved)):
+            raise StoredRecordError("paused record: 'not_saved' is not a list of objects")
+        return cls(data["workspace"], data["paused_at"], data["reason"], data["release_backend"],
+                   data["gpus"], [PausedKernel.from_dict(k) for k in data["kernels"]],
+                   not_saved=not_saved)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "kernels": [k.to_dict() for k in self.kernels]}
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict()).encode()
+
+    def snapshot_ids(self) -> frozenset[str]:
+        return frozenset(k.snapshot_id for k in self.kernels)
+
+    def keeping(self, indices: set[int]) -> PausedRecord:
+        """The record of the kernels at ``indices`` only (what did not come back)."""
+        return replace(self, kernels=[k for i, k in enumerate(self.kernels) if i in indices])
+
+    def carried_into(self, items: list[PausedKernel]) -> list[PausedKernel]:
+        """``items`` (a new pause) and this record's kernels of the other notebooks: a pause
+        after a partial resume keeps what has not come back yet."""
+        notebooks = {k.notebook for k in items}
+        return items + [k for k in self.kernels if k.notebook is None or k.notebook not in notebooks]
+
+    def paused_since(self) -> datetime | None:
+        try:
+            return datetime.fromisoformat(self.paused_at.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+
+
+class PausedRecords:
+    """The paused record of one store: ``read`` (``None`` when there is none), ``write``,
+    ``delete``. A corrupt record raises ``StoredRecordError``; an unreachable store raises the
+    store's ``StoreError``."""
+
+    def __init__(self, store: SnapshotStore):
+        self.store = store
+
+    def read(self) -> PausedRecord | None:
+        raw = self.store.read_record(RECORD_NAME)
+        return None if raw is None else PausedRecord.from_json(raw)
+
+    def write(self, record: PausedRecord) -> None:
+        self.store.write_record(RECORD_NAME, record.to_json())
+
+    def delete(self) -> None:
+        self.store.delete_record(RECORD_NAME)
+
+    def protected_ids(self) -> frozenset[str]:
+        """The snapshot ids a paused workspace needs (empty when nothing is paused)."""
+        record = self.read()
+        return record.snapshot_ids() if record else frozenset()
 
 
 def safe_notebook_path(path: str) -> str:
     """A notebook path from the store, checked before it reaches the sessions API."""
     norm = posixpath.normpath(path)
     if os.path.isabs(norm) or norm.startswith("..") or "\\" in norm or any(c < " " for c in norm):
-        raise InvalidInputError(f"paused record names an unsafe notebook path: {path!r}")
+        raise StoredRecordError(f"paused record names an unsafe notebook path: {path!r}")
     return norm

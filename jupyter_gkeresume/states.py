@@ -6,13 +6,13 @@ A kernel (and the workspace as a whole) moves along two paths::
     running -> pausing -> running                          (checkpoint only, or a failed pause)
     running -> pausing -> releasing -> running             (the release failed: kernels untouched)
     paused -> waiting_for_resources -> restoring -> ready  (resume)
-    ready -> running                                       (the user runs the next cell)
+    running/ready -> waiting_for_resources -> restoring     (restore into a running kernel)
 
 and any active step may go to ``failed`` with a reason. A failed pause or release returns to
 ``running`` with the reason kept (nothing was released, the kernels are untouched); a failed
-resume stays ``failed`` until it is retried.
-``StateMachine.move`` is the only way to change a state; anything the table does not allow raises
-``InvalidTransitionError``.
+resume stays ``failed`` until it is retried, paused again or discarded.
+``StateMachine.move`` is the only way to change a state (``state.WorkspaceState`` makes every
+move); anything the table does not allow raises ``InvalidTransitionError``.
 """
 
 from __future__ import annotations
@@ -37,19 +37,20 @@ class State(str, Enum):
 
 S = State
 TRANSITIONS: dict[State, frozenset[State]] = {
-    S.RUNNING: frozenset({S.PAUSING, S.PAUSED, S.WAITING_FOR_RESOURCES, S.RESTORING}),
+    S.RUNNING: frozenset({S.PAUSING, S.PAUSED, S.WAITING_FOR_RESOURCES}),
     S.PAUSING: frozenset({S.RELEASING, S.RUNNING, S.FAILED}),
     S.RELEASING: frozenset({S.PAUSED, S.RUNNING, S.FAILED}),
     S.PAUSED: frozenset({S.WAITING_FOR_RESOURCES, S.RUNNING}),
     S.WAITING_FOR_RESOURCES: frozenset({S.RESTORING, S.READY, S.FAILED}),
     S.RESTORING: frozenset({S.READY, S.FAILED}),
-    S.READY: frozenset({S.RUNNING, S.PAUSING, S.WAITING_FOR_RESOURCES, S.RESTORING}),
-    S.FAILED: frozenset({S.RUNNING, S.PAUSED, S.PAUSING, S.WAITING_FOR_RESOURCES, S.RESTORING}),
+    S.READY: frozenset({S.PAUSING, S.WAITING_FOR_RESOURCES}),
+    S.FAILED: frozenset({S.RUNNING, S.PAUSING, S.WAITING_FOR_RESOURCES}),
 }
 """Allowed moves. ``running -> paused`` is a server that starts and finds a paused record;
-``running -> restoring`` restores a snapshot into a kernel that is already running;
-``paused -> running`` is the user discarding the paused record; ``waiting_for_resources -> ready``
-is a files-only resume (fresh kernels, nothing restored); ``failed -> *`` is a retry."""
+``paused -> running`` and ``failed -> running`` are the user discarding the paused record;
+``waiting_for_resources -> ready`` is a files-only resume (fresh kernels, nothing restored);
+``failed -> waiting_for_resources`` is a retry, ``failed -> pausing`` a pause after a failed
+resume."""
 
 ACTIVE = frozenset({S.PAUSING, S.RELEASING, S.WAITING_FOR_RESOURCES, S.RESTORING})
 """States in which an operation is in flight (a second pause or resume is refused)."""

@@ -18,19 +18,63 @@ and ``user_expressions={"result": "...last_result()"}``. Call order and invarian
    ``_repr_json_`` giving ``{"ok": true, "result": {...to_dict()}}`` or
    ``{"ok": false, "error": "<class name>", "message": "<text>"}``. An interrupt
    (``KeyboardInterrupt``) does propagate: the reply is then an error and the server reports it.
+4. ``hold`` (a pause taking its consistent cut): from the moment it runs until it is lifted,
+   every other cell is refused before it runs, by an IPython input transformer raising
+   ``UsageError("workspace is pausing; this cell did not run")`` (the notebook shows that line;
+   nothing of the cell executes). The server's own calls (``CALL_PREFIX``) still run.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-PROGRESS_MIME = "application/vnd.gkeresume.progress+json"
+from jupyter_gkeresume.kernel_protocol import (
+    CALL_PREFIX,
+    PAUSING_MESSAGE,
+    PROGRESS_MIME,
+    CheckpointRequest,
+    HoldRequest,
+    Outcome,
+    request_from_json,
+)
+
 PROGRESS_INTERVAL = 0.25
-ACTIONS = ("checkpoint", "resume")
 
 _last: dict[str, Any] | None = None
+_held_because: str | None = None  # set while a pause holds this kernel
+
+
+class _HoldResult:
+    """What ``hold`` answers (``to_dict`` like the other results)."""
+
+    def __init__(self, held: bool):
+        self.held = held
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"held": self.held}
+
+
+def _refuse_while_held(lines: list[str]) -> list[str]:
+    """Input transformer: while held, refuse every cell that is not one of the server's calls."""
+    if _held_because is not None and not (lines and lines[0].startswith(CALL_PREFIX)):
+        from IPython.core.error import UsageError
+
+        raise UsageError(f"{PAUSING_MESSAGE} ({_held_because})")
+    return lines
+
+
+def _hold(request: HoldRequest) -> _HoldResult:
+    global _held_because
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("not running in an IPython kernel")
+    if _refuse_while_held not in shell.input_transformers_post:
+        shell.input_transformers_post.append(_refuse_while_held)
+    _held_because = (request.reason or "a pause is taking a snapshot") if request.pausing else None
+    return _HoldResult(request.pausing)
 
 
 class _Outcome:
@@ -66,29 +110,24 @@ class _ProgressPublisher:
 
 
 def run(action: str, request_json: str) -> None:
-    """Run ``action`` with the JSON request; keep the outcome for ``last_result``.
-
-    Requests: checkpoint ``{"store", "workspace", "name", "notebook"}``; resume ``{"store",
-    "workspace", "reference", "only"}``.
-    """
+    """Run ``action`` with the JSON request (``jupyter_gkeresume.kernel_protocol``); keep the
+    outcome for ``last_result``."""
     global _last
     _last = None
     try:
-        if action not in ACTIONS:
-            raise ValueError(f"unknown action {action!r}")
-        request = json.loads(request_json)
+        request = request_from_json(action, request_json)
+        if isinstance(request, HoldRequest):
+            _last = Outcome.success(_hold(request).to_dict()).to_dict()
+            return
         import kernel_hooks
 
-        common = {"store": request.get("store"), "workspace": request.get("workspace"),
+        common = {"store": request.store, "workspace": request.workspace,
                   "progress": _ProgressPublisher()}
-        if action == "checkpoint":
-            result = kernel_hooks.checkpoint(
-                request.get("name"), notebook=request.get("notebook"), **common
-            )
+        if isinstance(request, CheckpointRequest):
+            result = kernel_hooks.checkpoint(request.name, notebook=request.notebook, **common)
         else:
-            result = kernel_hooks.resume(
-                request.get("reference") or "latest", only=request.get("only"), **common
-            )
-        _last = {"ok": True, "result": result.to_dict()}
+            result = kernel_hooks.resume(request.reference or "latest", only=request.only,
+                                         **common)
+        _last = Outcome.success(result.to_dict()).to_dict()
     except Exception as exc:  # the boundary: every failure is reported to the server, in words
-        _last = {"ok": False, "error": type(exc).__name__, "message": str(exc) or repr(exc)}
+        _last = Outcome.failure(exc).to_dict()

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from jupyter_gkeresume.errors import ReleaseError
+from jupyter_gkeresume.errors import ServerRefusedError, ServerUnreachableError
 
 TIMEOUT = 30
 
@@ -46,7 +46,7 @@ def request_pause(name: str | None = None) -> dict[str, Any]:
     """Ask the server to pause this kernel's workspace; returns its 202 answer."""
     url = server_url()
     if url is None:
-        raise ReleaseError("no jupyter-gkeresume server extension is running this kernel")
+        raise ServerUnreachableError("no jupyter-gkeresume server extension is running this kernel")
     body: dict[str, Any] = {"kernels": [own_kernel_id()], "when_idle": True}
     if name:
         body["name"] = name
@@ -66,7 +66,8 @@ def request_pause(name: str | None = None) -> dict[str, Any]:
             message = json.loads(exc.read()).get("message")
         except ValueError:
             message = None
-        raise ReleaseError(f"the server refused the pause ({exc.code}): {message or exc.reason}") \
-            from None
+        raise ServerRefusedError(
+            exc.code, f"the server refused the pause ({exc.code}): {message or exc.reason}"
+        ) from None
     except (urllib.error.URLError, OSError) as exc:
-        raise ReleaseError(f"cannot reach the server at {url}: {exc}") from None
+        raise ServerUnreachableError(f"cannot reach the server at {url}: {exc}") from None

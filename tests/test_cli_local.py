@@ -16,6 +16,7 @@ from fixtures_lifecycle import make_snapshot, put_blob
 from jupyter_gkeresume import __version__
 from jupyter_gkeresume.advisor import Event, record_events
 from jupyter_gkeresume.cli import main
+from jupyter_gkeresume.paused_record import PausedKernel, PausedRecord, PausedRecords
 from jupyter_gkeresume.snapshot import SnapshotStore, environment_fingerprint
 
 JUPYTER = str(Path(sys.executable).with_name("jupyter"))
@@ -109,8 +110,8 @@ def test_gc_keeps_young_blobs_and_applies_retention(run, three, local_store):
 
 
 def test_rm_refuses_the_paused_snapshot_without_force(run, three, local_store):
-    paused = {"kernels": [{"kernel_id": "k", "snapshot_id": three[1].snapshot_id}]}
-    local_store.write_record("paused", json.dumps(paused).encode())
+    PausedRecords(local_store).write(PausedRecord.new(
+        local_store.workspace, "user", "none", 0, [PausedKernel(three[1].snapshot_id, "k")]))
     code, _, err = run("rm", "base")
     assert code == 2 and "the paused workspace resumes from it" in err
     assert three[1].snapshot_id in local_store.list_snapshot_ids()

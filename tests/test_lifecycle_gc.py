@@ -12,6 +12,7 @@ import pytest
 from fixtures_lifecycle import make_snapshot, put_blob
 
 from jupyter_gkeresume.errors import InvalidInputError, ManifestError
+from jupyter_gkeresume.paused_record import PausedKernel, PausedRecord, PausedRecords
 from jupyter_gkeresume.snapshot import SigningKey
 from jupyter_gkeresume.snapshot.gc import (
     apply_retention,
@@ -134,9 +135,8 @@ def test_unreadable_manifest_stops_gc_before_any_deletion(local_store, signing_k
 def test_retention_then_gc(local_store, signing_key):
     snaps = [make_snapshot(local_store, signing_key, [bytes([i]) * 50]) for i in range(4)]
     named = make_snapshot(local_store, signing_key, [b"n" * 50], name="baseline")
-    local_store.write_record(
-        "paused", b'{"kernels": [{"snapshot_id": "%s"}]}' % snaps[0].snapshot_id.encode()
-    )
+    PausedRecords(local_store).write(PausedRecord.new(
+        local_store.workspace, "user", "none", 0, [PausedKernel(snaps[0].snapshot_id)]))
     plan = retention_plan(local_store, RetentionPolicy(keep_last=2), signing_key)
     assert plan.delete == [snaps[1].snapshot_id, snaps[2].snapshot_id]
     assert apply_retention(local_store, plan, dry_run=True) == plan.delete

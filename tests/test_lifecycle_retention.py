@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 
 import pytest
 
-from jupyter_gkeresume.errors import InvalidInputError, StoredRecordError
+from jupyter_gkeresume.errors import InvalidInputError
 from jupyter_gkeresume.snapshot.retention import (
     RetentionPolicy,
     SnapshotFacts,
     created_at,
-    paused_snapshot_ids,
     plan,
 )
 
@@ -72,16 +70,6 @@ def test_no_rule_keeps_everything():
 def test_bad_policies_are_refused(policy):
     with pytest.raises(InvalidInputError):
         RetentionPolicy(**policy)
-
-
-def test_paused_record_ids():
-    record = {"version": 1, "kernels": [{"kernel_id": "k", "snapshot_id": IDS[1]},
-                                        {"kernel_id": "j", "snapshot_id": IDS[2]}]}
-    assert paused_snapshot_ids(json.dumps(record).encode()) == {IDS[1], IDS[2]}
-    assert paused_snapshot_ids(None) == frozenset()
-    for bad in (b"{", b"[]", b'{"kernels": [{"snapshot_id": "../x"}]}', b'{"kernels": 3}'):
-        with pytest.raises(StoredRecordError, match="paused record"):
-            paused_snapshot_ids(bad)
 
 
 def test_created_at_reads_the_id():

@@ -14,11 +14,14 @@ DOCUMENTED_PATHS = [
     [S.RUNNING, S.PAUSING, S.RELEASING, S.PAUSED],  # pause with release
     [S.RUNNING, S.PAUSING, S.RUNNING],  # checkpoint only, or a failed pause
     [S.RUNNING, S.PAUSING, S.RELEASING, S.RUNNING],  # release refused
-    [S.PAUSED, S.WAITING_FOR_RESOURCES, S.RESTORING, S.READY, S.RUNNING],  # resume
+    [S.PAUSED, S.WAITING_FOR_RESOURCES, S.RESTORING, S.READY],  # resume
     [S.RUNNING, S.WAITING_FOR_RESOURCES, S.RESTORING, S.READY, S.PAUSING],  # restore, then pause
+    [S.READY, S.PAUSING, S.RUNNING],  # checkpoint after a resume
     [S.PAUSED, S.WAITING_FOR_RESOURCES, S.READY],  # files-only
     [S.PAUSED, S.WAITING_FOR_RESOURCES, S.RESTORING, S.FAILED, S.WAITING_FOR_RESOURCES],  # retry
     [S.RUNNING, S.PAUSED, S.RUNNING],  # a paused record found at start, then discarded
+    [S.PAUSED, S.WAITING_FOR_RESOURCES, S.FAILED, S.PAUSING],  # pause after a failed resume
+    [S.PAUSED, S.WAITING_FOR_RESOURCES, S.FAILED, S.RUNNING],  # discard after a failed resume
 ]
 
 
@@ -42,6 +45,8 @@ def test_everything_else_raises_and_leaves_the_state_alone():
         assert machine.state == old and machine.reason == "kept"
         refused += 1
     assert refused > 30
+    # restoring always goes through waiting_for_resources (a kernel to restore into, first)
+    assert all(S.RESTORING not in TRANSITIONS[s] for s in State if s != S.WAITING_FOR_RESOURCES)
     # the invariants the orchestrator relies on
     assert S.PAUSED not in TRANSITIONS[S.PAUSING]  # never paused without the releasing step
     assert S.RELEASING not in TRANSITIONS[S.RUNNING]  # never released without a checkpoint

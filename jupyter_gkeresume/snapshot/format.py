@@ -35,14 +35,14 @@ def validate_snapshot_id(value: object) -> str:
 
     Ids double as object names in the store, so this is also the path-traversal guard.
     """
-    if not isinstance(value, str) or not SNAPSHOT_ID_RE.match(value):
+    if not isinstance(value, str) or not SNAPSHOT_ID_RE.fullmatch(value):
         raise InvalidInputError(f"not a snapshot id: {value!r} (expected like 20261130T101500Z-a1b2c3)")
     return value
 
 
 def validate_snapshot_name(value: object) -> str:
     """Return ``value`` if it is a usable snapshot name (letters, digits, ``._-``, max 100)."""
-    if not isinstance(value, str) or not NAME_RE.match(value) or SNAPSHOT_ID_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or SNAPSHOT_ID_RE.fullmatch(value):
         raise InvalidInputError(
             f"not a usable snapshot name: {value!r} (letters, digits, '.', '_', '-'; up to 100; "
             "not shaped like an id)"
@@ -54,7 +54,7 @@ def validate_snapshot_name(value: object) -> str:
 
 def validate_digest(value: object) -> str:
     """Return ``value`` if it is a lowercase hex sha256 digest, else raise ``InvalidInputError``."""
-    if not isinstance(value, str) or not DIGEST_RE.match(value):
+    if not isinstance(value, str) or not DIGEST_RE.fullmatch(value):
         raise InvalidInputError(f"not a sha256 digest: {value!r}")
     return value
 

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ..errors import ManifestError
+from ..paused_record import PausedRecords
 from .lease import finished_chains
 from .manifests import scan_manifests
-from .retention import RetentionPlan, RetentionPolicy, SnapshotFacts, paused_snapshot_ids, plan
+from .retention import RetentionPlan, RetentionPolicy, SnapshotFacts, plan
 from .signing import SigningKey
 from .store import BlobInfo, SnapshotStore
 
@@ -79,7 +80,7 @@ def retention_plan(
     verify with ``key`` are kept and do not count (see ``retention``)."""
     facts = [SnapshotFacts(m.snapshot_id, m.name if m.verified else None, m.refused)
              for m in scan_manifests(store, key)]
-    protected = paused_snapshot_ids(store.read_record("paused"))
+    protected = PausedRecords(store).protected_ids()
     return plan(facts, policy, now=now or datetime.now(timezone.utc), protected=protected)
 
 

@@ -19,12 +19,10 @@ Rules (a snapshot is kept when any rule keeps it; with no rule set nothing is de
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ..errors import InvalidInputError, StoredRecordError
-from .format import SNAPSHOT_ID_RE
+from ..errors import InvalidInputError
 
 
 @dataclass(frozen=True)
@@ -103,28 +101,6 @@ def plan(
             result.delete.append(snap.snapshot_id)
     result.delete.reverse()
     return result
-
-
-def paused_snapshot_ids(record: bytes | None) -> frozenset[str]:
-    """The ids the paused record names (``kernels[].snapshot_id``, see docs/api.md); empty if
-    there is no record.
-
-    A record that exists but cannot be read raises ``StoredRecordError``: guessing would risk
-    deleting the snapshot a paused workspace needs.
-    """
-    if record is None:
-        return frozenset()
-    try:
-        data = json.loads(record)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise StoredRecordError("the paused record is not valid JSON; fix or remove it first") from None
-    kernels = data.get("kernels") if isinstance(data, dict) else None
-    if not isinstance(kernels, list) or not all(
-        isinstance(k, dict) and isinstance(k.get("snapshot_id"), str)
-        and SNAPSHOT_ID_RE.match(k["snapshot_id"]) for k in kernels
-    ):
-        raise StoredRecordError("the paused record's 'kernels' do not each name a snapshot_id")
-    return frozenset(k["snapshot_id"] for k in kernels)
 
 
 def created_at(snapshot_id: str) -> datetime:

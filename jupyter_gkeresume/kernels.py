@@ -1,0 +1,160 @@
+"""``KernelGateway``: what the server does with its kernels, in one place, with typed results.
+
+It wraps jupyter_server's kernel and session managers and ``kernel_client.call_kernel``: list the
+live kernels and their notebooks, tell which are busy (the one busy check: pause and the idle
+watcher use it), start a kernel for a notebook (its session, reused or created), stop kernels,
+checkpoint and restore (``kernel_protocol`` requests, ``CheckpointReply`` / ``RestoreReply``),
+hold a kernel (refuse its cells while a pause takes its cut) and lift the hold.
+``guard_kernel_starts`` wraps jupyter_server's kernel starts: refused with a 409 while a pause is
+in flight, and otherwise started with the server's resolved store and workspace in their
+environment (one store for the Pause button and the magics).
+
+Invariants: a kernel call that does not answer ``ok`` raises ``KernelCallError`` naming the
+kernel, its notebook and the action; a kernel that has gone (``KERNEL_GONE``) is not an error
+where its absence is the point (listing, stopping).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Callable
+from typing import Any
+
+from jupyter_client.multikernelmanager import DuplicateKernelError
+from tornado import web
+
+from .errors import KernelCallError
+from .kernel_client import call_kernel
+from .kernel_protocol import (
+    CheckpointReply,
+    CheckpointRequest,
+    HoldRequest,
+    Request,
+    RestoreReply,
+    ResumeRequest,
+)
+from .paused_record import safe_notebook_path
+
+KERNEL_GONE = (KeyError, web.HTTPError)  # jupyter_server's kernel manager raises a 404 HTTPError
+Progress = Callable[[dict[str, Any]], None]
+
+
+class KernelGateway:
+    """The kernels of one server; ``store_url``/``workspace`` go into every kernel request."""
+
+    def __init__(self, kernel_manager: Any, session_manager: Any, *, store_url: str,
+                 workspace: str):
+        self.kernel_manager = kernel_manager
+        self.session_manager = session_manager
+        self.store_url = store_url
+        self.workspace = workspace
+
+    # -- what runs --------------------------------------------------------------------------
+    def live_ids(self) -> list[str]:
+        return list(self.kernel_manager.list_kernel_ids())
+
+    def info(self, kid: str) -> dict[str, Any]:
+        """``kernel_name`` and ``execution_state`` of a kernel (``None`` for a gone one)."""
+        try:
+            kernel = self.kernel_manager.get_kernel(kid)
+        except KERNEL_GONE:
+            kernel = None
+        return {"kernel_name": getattr(kernel, "kernel_name", None),
+                "execution_state": getattr(kernel, "execution_state", None)}
+
+    def busy(self, ids: list[str]) -> list[str]:
+        """The kernels of ``ids`` busy running a cell."""
+        return [k for k in ids if self.info(k)["execution_state"] == "busy"]
+
+    async def notebooks(self) -> dict[str, str]:
+        """kernel id -> notebook path of every session. Listing races with kernels shutting
+        down (jupyter_server raises for a kernel that vanished mid-listing): try again."""
+        for _ in range(3):
+            try:
+                sessions = await self.session_manager.list_sessions()
+            except KERNEL_GONE:
+                continue
+            return {s["kernel"]["id"]: s["path"] for s in sessions if s.get("kernel")}
+        return {}
+
+    # -- start, stop ------------------------------------------------------------------------
+    async def start_for(self, notebook: str | None, kernel_name: str | None) -> str:
+        """A kernel for ``notebook``: its session (reused or created), else a bare kernel."""
+        kernel_name = kernel_name or self.kernel_manager.default_kernel_name
+        if not notebook:
+            return await self.kernel_manager.start_kernel(kernel_name=kernel_name)
+        path = safe_notebook_path(notebook)
+        for session in await self.session_manager.list_sessions():
+            if session.get("path") == path and session.get("kernel"):
+                return session["kernel"]["id"]
+        model = await self.session_manager.create_session(
+            path=path, name=posixpath.basename(path), type="notebook", kernel_name=kernel_name,
+        )
+        return model["kernel"]["id"]
+
+    async def stop(self, ids: list[str]) -> None:
+        for kid in ids:
+            try:
+                await self.kernel_manager.shutdown_kernel(kid)
+            except KERNEL_GONE:
+                continue
+
+    # -- kernel calls -----------------------------------------------------------------------
+    async def checkpoint(self, kid: str, *, name: str | None, notebook: str | None,
+                         timeout: float, on_progress: Progress) -> CheckpointReply:
+        request = CheckpointRequest(self.store_url, self.workspace, name, notebook)
+        return CheckpointReply.from_result(
+            await self._call(kid, notebook, request, timeout, on_progress))
+
+    async def restore(self, kid: str, *, reference: str, only: list[str] | None,
+                      notebook: str | None, timeout: float,
+                      on_progress: Progress) -> RestoreReply:
+        request = ResumeRequest(self.store_url, self.workspace, reference, only)
+        return RestoreReply.from_result(
+            await self._call(kid, notebook, request, timeout, on_progress))
+
+    async def hold(self, kid: str, *, pausing: bool, reason: str | None, timeout: float) -> None:
+        """``pausing``: from now on the kernel refuses every cell (a running one ends first);
+        ``pausing=False`` lifts that."""
+        await self._call(kid, None, HoldRequest(pausing, reason), timeout, None, queue_now=True)
+
+    async def _call(self, kid: str, notebook: str | None, request: Request, timeout: float,
+                    on_progress: Progress | None, *, queue_now: bool = False) -> dict[str, Any]:
+        outcome = await call_kernel(self.kernel_manager, kid, request, timeout=timeout,
+                                    on_progress=on_progress, queue_now=queue_now)
+        if not outcome.ok:
+            raise KernelCallError(f"kernel {kid} ({notebook or 'no notebook'}): {request.action}: "
+                                  f"{outcome.error}: {outcome.message}")
+        return outcome.result or {}
+
+
+class KernelStartRefused(web.HTTPError, DuplicateKernelError):
+    """A 409 for every REST route that starts a kernel: the kernels API passes an ``HTTPError``
+    on as it is, the sessions API answers 409 with ``str(exc)`` only for a
+    ``DuplicateKernelError`` (any other exception becomes a 500)."""
+
+    def __init__(self, reason: str):
+        super().__init__(409, reason)
+        self.reason_text = reason
+
+    def __str__(self) -> str:
+        return self.reason_text
+
+
+def guard_kernel_starts(kernel_manager: Any, refusal: Callable[[], str | None],
+                        env: dict[str, str]) -> None:
+    """Make ``kernel_manager.start_kernel`` answer 409 with ``refusal()`` while that is not
+    ``None``, and add ``env`` to every kernel's environment. Every start goes through it:
+    ``POST /api/kernels``, a new session, our resume."""
+    start = kernel_manager.start_kernel
+
+    async def start_kernel(*args: Any, **kwargs: Any) -> str:
+        reason = refusal()
+        if reason is not None:
+            raise KernelStartRefused(reason)
+        # jupyter_client takes ``env`` as the kernel's whole environment (default: ours)
+        kwargs["env"] = {**(kwargs.get("env") or os.environ), **env}
+        return await start(*args, **kwargs)
+
+    kernel_manager.start_kernel = start_kernel

@@ -1,0 +1,179 @@
+"""A resume: bring a workspace's kernels back from their snapshots.
+
+Planning first (``items_from_record`` or ``item_for_snapshot``: one ``ResumeItem`` per kernel),
+then ``ResumeOperation.run``, top to bottom: a kernel for each item (the notebook's session,
+reused or created, unless one was named), ``restoring`` (one kernel call each, unless
+``files-only``), ``ready``; a resume from the paused record then deletes the record.
+
+Invariants:
+
+- The paused record is deleted only when every kernel is ``ready``; after a failure it keeps
+  the kernels that did not come back (a pause then saves the others anew and keeps those).
+- A resume is recorded as the advisor's event when it is ready (a ``files-only`` one as activity:
+  it restores nothing); recording never fails the resume.
+- Any failure moves the workspace and every active kernel of the operation to ``failed`` with
+  the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from logging import Logger
+
+from . import metrics
+from .advisor import Event
+from .errors import GkeResumeError, InvalidInputError
+from .events import EventLog
+from .kernels import KernelGateway
+from .paused_record import PausedRecord, PausedRecords
+from .snapshot import SigningKey, SnapshotStore, load_manifest, resolve
+from .state import Operation, WorkspaceState
+from .states import State
+
+MODES = ("full", "partial", "files-only")
+
+
+@dataclass
+class ResumeItem:
+    """One kernel to bring back: into ``kernel_id`` or a kernel started for ``notebook``.
+    ``saved``: the names its snapshot holds, when the paused record says (``None``: unknown)."""
+
+    snapshot_id: str
+    notebook: str | None
+    kernel_name: str | None
+    kernel_id: str | None = None
+    saved: list[str] | None = None
+
+    def only(self, names: list[str] | None) -> list[str] | None:
+        """The names of ``names`` to restore here: one ``only`` list serves every kernel of the
+        paused record, each restores those its snapshot holds (all of them when not known)."""
+        if names is None or self.saved is None:
+            return names
+        return [n for n in names if n in self.saved]
+
+
+def items_from_record(record: PausedRecord, only: list[str] | None) -> list[ResumeItem]:
+    """One item per kernel of the paused record. A partial resume: every name of ``only`` must
+    be saved by some kernel (when the record says what each saved)."""
+    items = [ResumeItem(k.snapshot_id, k.notebook, k.kernel_name, saved=k.saved)
+             for k in record.kernels]
+    if only is not None and all(item.saved is not None for item in items):
+        held = {name for item in items for name in item.saved or []}
+        missing = [n for n in only if n not in held]
+        if missing:
+            raise InvalidInputError(f"no paused snapshot holds {', '.join(map(repr, missing))}; "
+                                    f"saved: {', '.join(sorted(held)) or 'nothing'}")
+    return items
+
+
+def item_for_snapshot(store: SnapshotStore, key: SigningKey, reference: str,
+                      kernel: str | None) -> ResumeItem:
+    """The item of one named snapshot (blocking: reads the manifest)."""
+    snapshot_id = resolve(store, reference, key)
+    manifest = load_manifest(store, snapshot_id, key)
+    return ResumeItem(snapshot_id, manifest.notebook, None, kernel)
+
+
+class ResumeOperation:
+    """One resume of ``items``; ``run`` once, as the operation's task."""
+
+    def __init__(self, op: Operation, *, state: WorkspaceState, gateway: KernelGateway,
+                 records: PausedRecords, events: EventLog, log: Logger, items: list[ResumeItem],
+                 only: list[str] | None, from_record: bool, timeout: float):
+        self.op = op
+        self.state = state
+        self.gateway = gateway
+        self.records = records
+        self.events = events
+        self.log = log
+        self.items = items
+        self.only = only
+        self.from_record = from_record
+        self.timeout = timeout
+        self._restored: set[int] = set()  # indices of the items that came back
+
+    async def run(self) -> None:
+        op = self.op
+        try:
+            kids = [await self._kernel_for(item) for item in self.items]
+            if op.mode != "files-only":
+                self.state.move(State.RESTORING)
+                for index, (item, kid) in enumerate(zip(self.items, kids, strict=True)):
+                    await self._restore(item, kid)
+                    self._restored.add(index)
+            self.state.move_kernels([k for k in kids if self.state.kernel(k).machine.active],
+                                    State.READY)
+            if self.from_record:
+                await asyncio.to_thread(self.records.delete)
+                _count_released(self.state.paused)
+                self.state.set_paused(None)
+        except Exception as exc:  # the task's boundary: report every failure as a state
+            message = f"resume failed: {exc}"
+            self.state.move_kernels(op.kernels, State.FAILED, message, only_active=True)
+            self.state.move(State.FAILED, message)
+            if self.from_record:
+                await self._keep_what_did_not_come_back()
+            self.state.note_failure("resume", message)
+            metrics.record_failure(self.log, "resume", exc, message)
+        else:
+            self.state.move(State.READY)
+            self.state.clear_failure()
+            seconds = time.time() - op.started  # from the request, as the user waits
+            metrics.RESUME_SECONDS.observe(seconds)
+            metrics.OPERATIONS.labels("resume", "ok").inc()
+            metrics.log_event(self.log, "resume", outcome="ok", mode=op.mode,
+                              seconds=round(seconds, 3), kernels=len(kids),
+                              snapshots=[i.snapshot_id for i in self.items])
+            # a files-only resume restores nothing: its time says nothing of a restore
+            await self.events.record(Event(op.started, "activity") if op.mode == "files-only"
+                                     else Event(op.started, "resume", seconds=seconds))
+        finally:
+            self.state.end(op)
+
+    async def _keep_what_did_not_come_back(self) -> None:
+        """After a failed resume from the record: the record keeps only the kernels that did
+        not come back (those that did run again, and a pause saves them anew)."""
+        record = self.state.paused
+        if record is None or not self._restored:
+            return
+        remaining = record.keeping(set(range(len(record.kernels))) - self._restored)
+        if not remaining.kernels:
+            return
+        try:
+            await asyncio.to_thread(self.records.write, remaining)
+        except GkeResumeError as exc:  # the stored record still names them all: nothing lost
+            self.log.error("gkeresume: could not shorten the paused record: %s", exc)
+            return
+        self.state.set_paused(remaining)
+
+    async def _kernel_for(self, item: ResumeItem) -> str:
+        """The kernel ``item`` goes into, at ``waiting_for_resources``."""
+        kid = item.kernel_id or await self.gateway.start_for(item.notebook, item.kernel_name)
+        self.state.add_kernel(kid, item.notebook, State.PAUSED)
+        if self.state.kernel(kid).machine.state != State.WAITING_FOR_RESOURCES:
+            self.state.move_kernels([kid], State.WAITING_FOR_RESOURCES)
+        if kid not in self.op.kernels:
+            self.op.kernels.append(kid)
+        return kid
+
+    async def _restore(self, item: ResumeItem, kid: str) -> None:
+        names = item.only(self.only)
+        if names == []:  # a partial resume that wants nothing of this snapshot
+            return
+        self.state.move_kernels([kid], State.RESTORING)
+        reply = await self.gateway.restore(
+            kid, reference=item.snapshot_id, only=names, notebook=self.state.kernel(kid).notebook,
+            timeout=self.timeout, on_progress=lambda p: self.state.set_progress(kid, p))
+        self.state.set_result(kid, item.snapshot_id, reply.data)
+        self.state.move_kernels([kid], State.READY)
+
+
+def _count_released(record: PausedRecord | None) -> None:
+    paused_at = record.paused_since() if record and record.gpus else None
+    if record is None or paused_at is None:
+        return
+    seconds = (datetime.now(timezone.utc) - paused_at).total_seconds()
+    metrics.ACCELERATOR_SECONDS_RELEASED.inc(max(seconds, 0) * record.gpus)

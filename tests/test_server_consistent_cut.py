@@ -1,0 +1,159 @@
+"""A pause is a consistent cut (issue 12.1), on a real in-process server with real kernels: from
+its start until it completes, fails or is cancelled, no cell runs in any of its kernels and no
+kernel or session starts; afterwards everything goes on as before.
+
+The pause is kept in flight deterministically: notebook A runs a cell that waits for a flag
+file, and the pause (``when_idle``) queues behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fixtures_server import SETTLE_TIMEOUT, reply_to, server_config
+
+from jupyter_gkeresume.kernel_client import own_client
+from jupyter_gkeresume.kernel_protocol import PAUSING_MESSAGE
+
+
+@pytest.fixture
+def jp_server_config(store_dir):
+    return server_config(str(store_dir))
+
+
+async def try_cell(api, kernel_id: str, code: str) -> tuple[str, str]:
+    """Send ``code`` as a cell; return (reply status, text of its output or error)."""
+    client = own_client(api.serverapp.kernel_manager.get_kernel(kernel_id))
+    client.start_channels()
+    out: list[str] = []
+    try:
+        await client.wait_for_ready(timeout=60)
+
+        def hook(msg):
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+
+        reply = await client.execute_interactive(code, output_hook=hook, timeout=120)
+    finally:
+        client.stop_channels()
+    return reply["content"]["status"], "".join(out)
+
+
+class LongCell:
+    """A cell in ``kernel_id`` that runs until ``finish()``."""
+
+    def __init__(self, api, kernel_id: str, flag):
+        self.api, self.kernel_id, self.flag = api, kernel_id, flag
+        self.kernel = api.serverapp.kernel_manager.get_kernel(kernel_id)
+
+    async def start(self) -> None:
+        self.client = own_client(self.kernel)
+        self.client.start_channels()
+        await self.client.wait_for_ready(timeout=60)
+        self.msg_id = self.client.execute(
+            f"import os, time\nwhile not os.path.exists({str(self.flag)!r}): time.sleep(0.05)\n"
+            "long_cell_done = True")
+        for _ in range(1200):
+            if self.kernel.execution_state == "busy":
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the long cell never started")
+
+    async def finish(self) -> dict:
+        self.flag.write_text("go")
+        try:
+            return await reply_to(self.client, self.msg_id)
+        finally:
+            self.client.stop_channels()
+
+
+async def wait_held(api, kernel_id: str) -> None:
+    for _ in range(int(SETTLE_TIMEOUT / 0.05)):
+        status = await api.status()
+        [row] = [k for k in status["kernels"] if k["kernel_id"] == kernel_id]
+        if row["held"]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"kernel {kernel_id} never held: {status}")
+
+
+async def start_queued_pause(api, tmp_path):
+    a = await api.new_session("a.ipynb")
+    b = await api.new_session("b.ipynb")
+    await api.run_cell(b, "ran = []")
+    cell = LongCell(api, a, tmp_path / "flag")
+    await cell.start()
+    code, body = await api.call("POST", "gkeresume/api/pause",
+                                {"when_idle": True, "release": False})
+    assert code == 202, body
+    assert body["operation"]["cancellable"] is True
+    await wait_held(api, b)
+    return a, b, cell
+
+
+async def test_no_cell_runs_and_no_kernel_starts_during_a_pause(api, tmp_path):
+    a, b, cell = await start_queued_pause(api, tmp_path)
+
+    status, text = await try_cell(api, b, "ran.append(1)\nprint('ran')")
+    assert status == "error" and PAUSING_MESSAGE in text, text
+    code, body = await api.call("POST", "api/sessions", {
+        "path": "c.ipynb", "name": "c.ipynb", "type": "notebook", "kernel": {"name": "python3"}})
+    assert code == 409 and "pausing" in body["message"], (code, body)
+    code, body = await api.call("POST", "api/kernels", {"name": "python3"})
+    assert code == 409 and "pausing" in body["message"], (code, body)
+    assert (await api.status())["state"] == "pausing"
+
+    reply = await cell.finish()  # A's cell is never interrupted: it ends, then A checkpoints
+    assert reply["content"]["status"] == "ok"
+    status = await api.settle()
+    assert status["state"] == "running" and status["last_error"] is None, status
+    saved = {k["notebook"]: k["result"]["saved"] for k in status["kernels"]}
+    assert "long_cell_done" in saved["a.ipynb"] and "ran" in saved["b.ipynb"]
+    # the refused cell did not run, and now cells and kernels run again
+    assert await api.run_cell(b, "print(ran)") == "[]\n"
+    assert await api.run_cell(a, "print(long_cell_done)") == "True\n"
+    assert await api.new_session("c.ipynb")
+
+
+async def test_cancel_mid_pause_and_everything_goes_on(api, tmp_path):
+    code, body = await api.call("POST", "gkeresume/api/cancel", {})
+    assert code == 409 and "no pause in flight" in body["message"]
+    a, b, cell = await start_queued_pause(api, tmp_path)
+    status = await api.status()
+    assert status["operation"]["cancellable"] is True
+
+    code, body = await api.call("POST", "gkeresume/api/cancel", {})
+    assert code == 202, body
+    assert body["operation"]["kind"] == "pause"
+    status = await api.settle()
+    assert status["state"] == "running", status
+    assert status["reason"] == "pause cancelled, nothing was released"
+    assert status["paused"] is None and status["last_error"] is None
+    assert await api.run_cell(b, "ran.append(2)\nprint(ran)") == "[2]\n"
+    assert await api.new_session("c.ipynb")
+    reply = await cell.finish()  # the queued cell was never interrupted
+    assert reply["content"]["status"] == "ok"
+    assert await api.run_cell(a, "print(long_cell_done)") == "True\n"
+
+
+async def test_destructive_calls_during_an_operation_are_409(api, tmp_path):
+    """Issue 12.5: no snapshot is deleted and no paused record discarded while an operation runs
+    (a pause may be about to name that snapshot in its record)."""
+    first = await api.new_session("first.ipynb")
+    await api.run_cell(first, "v = 1")
+    await api.call("POST", "gkeresume/api/pause", {"release": False})
+    older = (await api.settle())["last_snapshot"]["id"]
+    await api.call("DELETE", f"api/sessions/{(await api.call('GET', 'api/sessions'))[1][0]['id']}")
+
+    _, _, cell = await start_queued_pause(api, tmp_path)
+    code, body = await api.call("DELETE", f"gkeresume/api/snapshots/{older}")
+    assert code == 409 and "in flight" in body["message"], (code, body)
+    code, body = await api.call("DELETE", "gkeresume/api/paused")
+    assert code == 409 and "in flight" in body["message"], (code, body)
+    await cell.finish()
+    assert (await api.settle())["state"] == "running"
+    code, _ = await api.call("DELETE", f"gkeresume/api/snapshots/{older}")
+    assert code == 204

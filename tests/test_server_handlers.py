@@ -1,0 +1,66 @@
+"""The REST handlers' own checks (issue 13 items 7 and 10), on a real in-process server: names
+and ids match in full (a trailing newline is refused), a body that cannot be parsed within limits
+is a 400, and pause/resume/cancel also need the ``kernels`` and ``sessions`` permissions of
+jupyter_server's authorizer (a custom one here)."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures_server import server_config
+from jupyter_server.auth.authorizer import Authorizer
+
+
+class DenyingAuthorizer(Authorizer):
+    """Allows everything except the (action, resource) pairs in ``denied``."""
+
+    denied: set[tuple[str, str]] = set()
+
+    def is_authorized(self, handler, user, action, resource) -> bool:
+        return (action, resource) not in DenyingAuthorizer.denied
+
+
+@pytest.fixture
+def jp_server_config(store_dir):
+    config = server_config(str(store_dir))
+    config["ServerApp"]["authorizer_class"] = "test_server_handlers.DenyingAuthorizer"
+    return config
+
+
+@pytest.fixture(autouse=True)
+def _allow_all():
+    DenyingAuthorizer.denied = set()
+    yield
+    DenyingAuthorizer.denied = set()
+
+
+@pytest.mark.parametrize(("path", "raw", "fragment"), [
+    ("pause", b'{"name": "ok\\n"}', "not a usable snapshot name"),
+    ("resume", b'{"snapshot": "20261130T101500Z-a1b2c3\\n"}', "not a usable snapshot name"),
+    ("pause", b"[" * 100_000 + b"]" * 100_000, "body"),
+    ("pause", b'{"name": "' + b"x" * 300_000 + b'"}', "too large"),
+    ("pause", b"\xff\xfe", "not JSON"),
+])
+async def test_bodies_that_cannot_be_used_are_400(api, path, raw, fragment):
+    code, body = await api.call("POST", f"gkeresume/api/{path}", raw=raw)
+    assert code == 400, (code, body)
+    assert fragment in body["message"]
+
+
+async def test_ids_in_the_path_match_in_full(api):
+    code, body = await api.call("DELETE", "gkeresume/api/snapshots/20261130T101500Z-a1b2c3%0A")
+    assert code == 400 and "not a snapshot id" in body["message"], (code, body)
+
+
+@pytest.mark.parametrize("denied", [("execute", "kernels"), ("write", "kernels"),
+                                    ("write", "sessions")])
+async def test_pause_and_resume_need_the_kernel_and_session_permissions(api, denied):
+    DenyingAuthorizer.denied = {denied}
+    for route in ("pause", "resume", "cancel"):
+        code, body = await api.call("POST", f"gkeresume/api/{route}", {})
+        assert code == 403, (route, code, body)
+        assert denied[1] in body["message"]
+    code, _ = await api.call("GET", "gkeresume/api/status")
+    assert code == 200
+    DenyingAuthorizer.denied = {("write", "gkeresume")}
+    code, _ = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 403

@@ -1,0 +1,493 @@
+"""PauseOperation, ResumeOperation and the Orchestrator facade without a server: a fake
+``KernelGateway`` (kernels are dicts), a fake verifier and a real store on ``memory://``.
+
+What is checked: a failure at each step leaves every kernel as it was and the state back at
+``running``; a failed release removes the record; one operation at a time (a second resume
+joins); resume brings each kernel of the record back and deletes the record only when all are
+ready; the shutdown checkpoint records but releases nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from types import SimpleNamespace
+
+import pytest
+
+from jupyter_gkeresume.errors import (
+    ConflictError,
+    IntegrityError,
+    InvalidInputError,
+    KernelCallError,
+    KernelNotFoundError,
+    ReleaseError,
+    StoreError,
+)
+from jupyter_gkeresume.kernel_protocol import CheckpointReply, RestoreReply
+from jupyter_gkeresume.orchestrator import Orchestrator
+from jupyter_gkeresume.release import ReleaseBackend
+from jupyter_gkeresume.snapshot import SnapshotStore
+from jupyter_gkeresume.states import State
+
+LOG = logging.getLogger("test-operations")
+
+
+class FakeGateway:
+    """Kernels as dicts: ``namespaces[kid]`` is what a kernel holds; ``snapshots`` what each
+    checkpoint saved. ``fail`` maps (action, kid) to an error; ``gate`` holds checkpoints."""
+
+    def __init__(self, workspace: str = "ws"):
+        self.workspace = workspace
+        self.namespaces: dict[str, dict] = {}
+        self.notebook_of: dict[str, str] = {}
+        self.busy_ids: set[str] = set()
+        self.snapshots: dict[str, dict] = {}
+        self.fail: dict[tuple[str, str], Exception] = {}
+        self.gate: asyncio.Event | None = None
+        self.at_gate = asyncio.Event()  # a checkpoint waits at the gate
+        self.calls: list[tuple[str, str]] = []
+        self.stopped: list[str] = []
+        self.held: set[str] = set()
+
+    def add(self, notebook: str | None, **namespace) -> str:
+        kid = f"k-{secrets.token_hex(3)}"
+        self.namespaces[kid] = dict(namespace)
+        if notebook:
+            self.notebook_of[kid] = notebook
+        return kid
+
+    def live_ids(self) -> list[str]:
+        return list(self.namespaces)
+
+    def info(self, kid):
+        return {"kernel_name": "python3" if kid in self.namespaces else None,
+                "execution_state": "busy" if kid in self.busy_ids else "idle"}
+
+    def busy(self, ids):
+        return [k for k in ids if k in self.busy_ids]
+
+    async def notebooks(self):
+        return dict(self.notebook_of)
+
+    async def start_for(self, notebook, kernel_name):
+        self.calls.append(("start", notebook))
+        return self.add(notebook)
+
+    async def stop(self, ids):
+        for kid in ids:
+            self.stopped.append(kid)
+            self.namespaces.pop(kid, None)
+            self.notebook_of.pop(kid, None)
+
+    async def hold(self, kid, *, pausing, reason, timeout):
+        self._maybe_fail("hold" if pausing else "lift", kid)
+        if pausing:
+            self.held.add(kid)
+        else:
+            self.held.discard(kid)
+
+    def _maybe_fail(self, action, kid):
+        self.calls.append((action, kid))
+        if (action, kid) in self.fail:
+            raise self.fail[(action, kid)]
+
+    async def checkpoint(self, kid, *, name, notebook, timeout, on_progress):
+        if self.gate is not None:
+            self.at_gate.set()
+            await self.gate.wait()
+        self._maybe_fail("checkpoint", kid)
+        on_progress({"phase": "writing", "done_bytes": 1, "total_bytes": 2})
+        snapshot_id = f"20261130T1015{len(self.snapshots):02d}Z-{secrets.token_hex(3)}"
+        self.snapshots[snapshot_id] = dict(self.namespaces[kid])
+        saved = sorted(self.namespaces[kid])
+        return CheckpointReply(snapshot_id, 10, 10, 0, saved, [],
+                               {"snapshot_id": snapshot_id, "saved": saved})
+
+    async def restore(self, kid, *, reference, only, notebook, timeout, on_progress):
+        self._maybe_fail("restore", kid)
+        values = self.snapshots[reference]
+        names = [n for n in values if only is None or n in only]
+        self.namespaces[kid].update({n: values[n] for n in names})
+        return RestoreReply(reference, names, {"snapshot_id": reference, "restored": names})
+
+
+class FakeVerifier:
+    def __init__(self):
+        self.fail_for: set[str] = set()
+        self.verified: list[str] = []
+
+    def verify(self, snapshot_id, progress):
+        progress(1, 1)
+        if snapshot_id in self.fail_for:
+            raise IntegrityError(f"snapshot {snapshot_id} failed verification: bad blob")
+        self.verified.append(snapshot_id)
+        return 1
+
+
+class FakeRelease(ReleaseBackend):
+    name = "fake"
+    releases_pod = True
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.calls = 0
+        self.fail_with: str | None = None
+
+    async def release(self):
+        self.calls += 1
+        if self.fail_with:
+            raise ReleaseError(self.fail_with)
+
+
+@pytest.fixture
+def parts():
+    url = f"memory://ops-{secrets.token_hex(4)}"
+    settings = SimpleNamespace(store_url=url, workspace_id="ws", kernel_call_timeout=60.0,
+                               auto_resume=False)
+    gateway, verifier, backend = FakeGateway(), FakeVerifier(), FakeRelease()
+    orch = Orchestrator(settings=settings, kernel_manager=None, session_manager=None,
+                        backend=backend, log=LOG, store=SnapshotStore(url, "ws"),
+                        gateway=gateway, verifier=verifier)
+    return SimpleNamespace(orch=orch, gateway=gateway, verifier=verifier, backend=backend)
+
+
+async def settle(orch) -> None:
+    op = orch.state.operation
+    if op is not None:
+        await op.task
+
+
+def kernel_states(orch, ids):
+    return [orch.state.kernel(k).machine.state for k in ids]
+
+
+async def test_pause_checkpoints_verifies_records_releases_then_stops(parts):
+    orch, gw = parts.orch, parts.gateway
+    a, b = gw.add("a.ipynb", x=1), gw.add("b.ipynb", y=2)
+    op = await orch.start_pause()
+    assert op.kernels == [a, b] and orch.state.state == State.PAUSING
+    await settle(orch)
+    assert orch.state.state == State.PAUSED and orch.state.operation is None
+    assert parts.backend.calls == 1 and gw.stopped == [a, b]
+    record = orch.records.read()
+    assert record == orch.state.paused
+    assert [(k.kernel_id, k.notebook) for k in record.kernels] == [(a, "a.ipynb"), (b, "b.ipynb")]
+    assert parts.verifier.verified == [k.snapshot_id for k in record.kernels]
+    assert record.kernels[0].saved == ["x"]
+
+
+@pytest.mark.parametrize("step", ["hold", "checkpoint-first", "checkpoint-second", "verify",
+                                  "record"])
+async def test_a_failure_before_the_release_keeps_everything_as_it_was(parts, step):
+    orch, gw = parts.orch, parts.gateway
+    a, b = gw.add("a.ipynb", x=1), gw.add("b.ipynb", y=2)
+    if step == "hold":
+        gw.fail[("hold", b)] = KernelCallError("kernel b: no kernel_hooks")
+    elif step == "checkpoint-first":
+        gw.fail[("checkpoint", a)] = KernelCallError("kernel a: no space")
+    elif step == "checkpoint-second":
+        gw.fail[("checkpoint", b)] = KernelCallError("kernel b: no space")
+    elif step == "verify":
+        original = gw.checkpoint
+
+        async def checkpoint_then_mark(kid, **kw):
+            reply = await original(kid, **kw)
+            parts.verifier.fail_for.add(reply.snapshot_id)
+            return reply
+
+        gw.checkpoint = checkpoint_then_mark
+    else:
+        def refuse(record):
+            raise StoreError("write record: permission denied")
+
+        orch.records.write = refuse
+    await orch.start_pause()
+    await settle(orch)
+    assert orch.state.state == State.RUNNING
+    assert "pause failed, nothing was released" in orch.state.reason
+    assert orch.state.to_status()["last_error"]["operation"] == "pause"
+    assert kernel_states(orch, [a, b]) == [State.RUNNING, State.RUNNING]
+    assert gw.namespaces == {a: {"x": 1}, b: {"y": 2}} and gw.stopped == []
+    assert parts.backend.calls == 0 and orch.records.read() is None
+    assert gw.held == set()  # every hold is lifted
+    # and the next pause works
+    gw.fail.clear()
+    vars(gw).pop("checkpoint", None)
+    vars(orch.records).pop("write", None)
+    await orch.start_pause()
+    await settle(orch)
+    assert orch.state.state == State.PAUSED
+
+
+async def test_a_failed_release_removes_the_record_and_keeps_the_kernels(parts):
+    orch, gw = parts.orch, parts.gateway
+    a = gw.add("a.ipynb", x=1)
+    parts.backend.fail_with = "the cluster said no"
+    await orch.start_pause()
+    await settle(orch)
+    assert orch.state.state == State.RUNNING and "the cluster said no" in orch.state.reason
+    assert orch.state.to_status()["last_error"]["operation"] == "release"
+    assert orch.records.read() is None and orch.state.paused is None
+    assert gw.stopped == [] and kernel_states(orch, [a]) == [State.RUNNING]
+    assert gw.held == set()
+
+
+async def test_checkpoint_only_writes_no_record_and_releases_nothing(parts):
+    orch, gw = parts.orch, parts.gateway
+    a = gw.add("a.ipynb", x=1)
+    await orch.start_pause(release=False)
+    await settle(orch)
+    assert orch.state.state == State.RUNNING and orch.state.reason is None
+    assert orch.records.read() is None and parts.backend.calls == 0 and gw.stopped == []
+    assert orch.state.kernel(a).snapshot_id in gw.snapshots
+
+
+async def test_validation_refuses_before_anything_moves(parts):
+    orch, gw = parts.orch, parts.gateway
+    with pytest.raises(ConflictError, match="no kernel"):
+        await orch.start_pause()
+    a = gw.add("a.ipynb")
+    with pytest.raises(KernelNotFoundError):
+        await orch.start_pause(["nope"])
+    with pytest.raises(InvalidInputError):
+        await orch.start_pause(name="../x")
+    gw.busy_ids.add(a)
+    with pytest.raises(ConflictError, match="busy"):
+        await orch.start_pause()
+    assert orch.state.state == State.RUNNING and orch.state.operation is None
+    op = await orch.start_pause(allow_busy=True, release=False)  # queued behind the cell
+    await op.task
+    assert orch.state.state == State.RUNNING
+
+
+async def test_a_releasing_pause_takes_every_kernel(parts):
+    orch, gw = parts.orch, parts.gateway
+    a, b = gw.add("a.ipynb"), gw.add("b.ipynb")
+    op = await orch.start_pause([a])
+    assert op.kernels == [a, b]
+    await settle(orch)
+    parts.backend.releases_pod = False
+    c, d = gw.add("c.ipynb"), gw.add("d.ipynb")
+    await orch.discard_paused()
+    op = await orch.start_pause([c])
+    assert op.kernels == [c]
+    await settle(orch)
+    assert d in gw.live_ids() and c not in gw.live_ids()
+
+
+async def test_one_operation_at_a_time_under_one_lock(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    gw.gate = asyncio.Event()
+    results = await asyncio.gather(orch.start_pause(), orch.start_pause(),
+                                   return_exceptions=True)
+    assert sum(isinstance(r, ConflictError) for r in results) == 1
+    for call in (orch.start_pause(release=False), orch.start_resume("latest", "full", None, None),
+                 orch.discard_paused()):
+        with pytest.raises(ConflictError, match="in flight"):
+            await call
+    gw.gate.set()
+    await settle(orch)
+    assert orch.state.state == State.PAUSED
+
+
+async def test_resume_from_the_record_brings_every_kernel_back_then_deletes_it(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    gw.add("b.ipynb", y=2)
+    await orch.start_pause()
+    await settle(orch)
+    assert gw.live_ids() == []
+    answers = await asyncio.gather(*[orch.start_resume(None, "full", None, None)
+                                     for _ in range(5)])
+    assert len({op.id for op, _ in answers}) == 1
+    assert sorted(joined for _, joined in answers) == [False] + [True] * 4
+    await settle(orch)
+    assert orch.state.state == State.READY and orch.state.paused is None
+    assert orch.records.read() is None
+    by_notebook = {gw.notebook_of[k]: gw.namespaces[k] for k in gw.live_ids()}
+    assert by_notebook == {"a.ipynb": {"x": 1}, "b.ipynb": {"y": 2}}
+    assert kernel_states(orch, gw.live_ids()) == [State.READY, State.READY]
+
+
+async def test_a_failed_resume_keeps_the_record(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    await orch.start_pause()
+    await settle(orch)
+    original = gw.start_for
+
+    async def start_failing(notebook, kernel_name):
+        kid = await original(notebook, kernel_name)
+        gw.fail[("restore", kid)] = KernelCallError("out of memory")
+        return kid
+
+    gw.start_for = start_failing
+    await orch.start_resume(None, "full", None, None)
+    await settle(orch)
+    assert orch.state.state == State.FAILED and "out of memory" in orch.state.reason
+    assert orch.records.read() is not None and orch.state.paused is not None
+    [kid] = gw.live_ids()
+    assert kernel_states(orch, [kid]) == [State.FAILED]
+    gw.start_for = original  # a retry works
+    await orch.start_resume(None, "full", None, None)
+    await settle(orch)
+    assert orch.state.state == State.READY and orch.records.read() is None
+
+
+async def test_partial_resume_restores_only_the_names_each_snapshot_holds(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1, y=2)
+    gw.add("b.ipynb", z=3)
+    await orch.start_pause()
+    await settle(orch)
+    with pytest.raises(InvalidInputError, match="no paused snapshot holds 'nope'"):
+        await orch.start_resume(None, "partial", ["nope"], None)
+    await orch.start_resume(None, "partial", ["x"], None)
+    await settle(orch)
+    assert sorted(map(dict.__len__, gw.namespaces.values())) == [0, 1]
+    assert [("restore" in c[0]) for c in gw.calls].count(True) == 1
+
+
+async def test_shutdown_checkpoint_records_but_releases_nothing(parts):
+    orch, gw = parts.orch, parts.gateway
+    a, busy = gw.add("a.ipynb", x=1), gw.add("train.ipynb", w=3)
+    gw.busy_ids.add(busy)  # at shutdown a busy kernel is reported, never waited for
+    assert await orch.shutdown(5) == "checkpointed"
+    assert orch.state.state == State.PAUSED and parts.backend.calls == 0
+    record = orch.records.read()
+    assert record.reason == "shutdown" and [k.kernel_id for k in record.kernels] == [a]
+    [reported] = record.not_saved
+    assert reported["notebook"] == "train.ipynb" and "busy" in reported["reason"]
+    assert ("hold", busy) not in gw.calls and ("checkpoint", busy) not in gw.calls
+    assert await orch.shutdown(5) == "already paused or pausing"
+
+
+async def test_shutdown_checkpoint_saves_every_kernel_it_can(parts):
+    orch, gw = parts.orch, parts.gateway
+    a, b, c = gw.add("a.ipynb", x=1), gw.add("b.ipynb", y=2), gw.add("c.ipynb", z=3)
+    gw.fail[("checkpoint", a)] = KernelCallError("disk full")
+    assert await orch.shutdown(5) == "checkpointed"
+    record = orch.records.read()
+    assert sorted(k.kernel_id for k in record.kernels) == sorted([b, c])
+    assert [(n["notebook"], "disk full" in n["reason"]) for n in record.not_saved] == [
+        ("a.ipynb", True)]
+
+
+async def test_shutdown_with_every_kernel_busy_saves_nothing_and_says_so(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.busy_ids.add(gw.add("train.ipynb"))
+    outcome = await orch.shutdown(5)
+    assert outcome.startswith("failed:") and "busy" in outcome
+    assert orch.records.read() is None and orch.state.state == State.RUNNING
+
+
+async def test_delete_and_discard_guards(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    with pytest.raises(ConflictError, match="nothing is paused"):
+        await orch.discard_paused()
+    await orch.start_pause()
+    await settle(orch)
+    [kept] = orch.state.paused.snapshot_ids()
+    with pytest.raises(ConflictError, match="paused record"):
+        await orch.delete_snapshot(kept)
+    await orch.discard_paused()
+    assert orch.state.state == State.RUNNING and orch.records.read() is None
+
+
+async def test_every_kernel_is_held_before_any_checkpoint(parts):
+    orch, gw = parts.orch, parts.gateway
+    a, b = gw.add("a.ipynb", x=1), gw.add("b.ipynb", y=2)
+    await orch.start_pause(release=False)
+    await settle(orch)
+    first_checkpoint = gw.calls.index(("checkpoint", a))
+    assert {("hold", a), ("hold", b)} <= set(gw.calls[:first_checkpoint])
+    assert gw.held == set() and orch.state.state == State.RUNNING  # lifted after the checkpoint
+
+
+async def test_a_kernel_may_not_start_while_a_pause_is_in_flight(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    assert orch.refuse_kernel_start() is None
+    gw.gate = asyncio.Event()
+    op = await orch.start_pause()
+    assert op.id in orch.refuse_kernel_start()
+    gw.gate.set()
+    await settle(orch)
+    assert orch.refuse_kernel_start() is None
+
+
+async def test_cancel_before_the_record_puts_everything_back(parts):
+    orch, gw = parts.orch, parts.gateway
+    a = gw.add("a.ipynb", x=1)
+    with pytest.raises(ConflictError, match="no pause in flight"):
+        await orch.cancel()
+    gw.gate = asyncio.Event()
+    op = await orch.start_pause()
+    assert op.to_dict()["cancellable"] is True
+    await gw.at_gate.wait()  # the pause held the kernels and waits in the checkpoint
+    assert gw.held == {a}
+    assert await orch.cancel() is op
+    with pytest.raises(ConflictError, match="can no longer be cancelled"):
+        await orch.cancel()
+    await op.task
+    assert orch.state.state == State.RUNNING and orch.state.reason == (
+        "pause cancelled, nothing was released")
+    assert orch.state.operation is None and orch.records.read() is None
+    assert gw.held == set() and gw.stopped == [] and parts.backend.calls == 0
+    assert kernel_states(orch, [a]) == [State.RUNNING]
+    gw.gate.set()
+    await orch.start_pause()  # and a pause works again
+    await settle(orch)
+    assert orch.state.state == State.PAUSED
+
+
+async def test_a_pause_past_its_record_cannot_be_cancelled(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    released = asyncio.Event()
+    proceed = asyncio.Event()
+
+    async def slow_release():
+        released.set()
+        await proceed.wait()
+
+    parts.backend.release = slow_release
+    op = await orch.start_pause()
+    await released.wait()
+    assert orch.state.state == State.RELEASING and op.to_dict()["cancellable"] is False
+    with pytest.raises(ConflictError, match="releasing: it can no longer be cancelled"):
+        await orch.cancel()
+    proceed.set()
+    await settle(orch)
+    assert orch.state.state == State.PAUSED
+
+
+async def test_after_a_failed_resume_the_shutdown_checkpoint_keeps_what_did_not_come_back(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    gw.add("b.ipynb", y=2)
+    await orch.start_pause()
+    await settle(orch)
+    lost = {k.notebook: k.snapshot_id for k in orch.state.paused.kernels}["b.ipynb"]
+    original = gw.start_for
+
+    async def b_fails(notebook, kernel_name):
+        kid = await original(notebook, kernel_name)
+        if notebook == "b.ipynb":
+            gw.fail[("restore", kid)] = KernelCallError("out of memory")
+        return kid
+
+    gw.start_for = b_fails
+    await orch.start_resume(None, "full", None, None)
+    await settle(orch)
+    assert orch.state.state == State.FAILED
+    assert [k.notebook for k in orch.records.read().kernels] == ["b.ipynb"]
+    assert await orch.shutdown(5) == "checkpointed"
+    record = orch.records.read()
+    by_notebook = {k.notebook: k.snapshot_id for k in record.kernels}
+    assert sorted(by_notebook) == ["a.ipynb", "b.ipynb"] and by_notebook["b.ipynb"] == lost
+    assert gw.snapshots[by_notebook["a.ipynb"]] == {"x": 1}
