@@ -36,6 +36,7 @@ from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation
 from .graph import read_graph
 from .loader import StorageLoader
+from .placeholders import Uncaptured
 from .results import Progress, ResumeResult, Skipped
 
 MAX_WALK = 2_000_000
@@ -132,7 +133,7 @@ def _restore(
                            priority=list(dict.fromkeys([*(only or []), *manifest.records])))
     try:
         graph = loader.read_graph_blob()
-        with rebuild.loading(loader):
+        with rebuild.loading(loader, namespace) as reading:
             values, failures, placeholders = read_graph(graph, manifest.graph_ends)
     except BaseException:
         loader.abort()
@@ -166,6 +167,9 @@ def _restore(
             result.not_restored.append(Skipped(obj.name, obj.type, reasons[obj.name]))
 
     namespace.update(restored)
+    for name, value in reading.referenced.items():  # what notebook functions need, if missing
+        if name not in reasons and not isinstance(value, Uncaptured):
+            namespace.setdefault(name, value)
     result.restored = list(restored)
     if only is None:
         state = loaded.get(SESSION_RECORD)
