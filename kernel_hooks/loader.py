@@ -29,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
 
-from jupyter_gkeresume.errors import CudaError, CudaOutOfMemoryError, GkeResumeError, InvalidInputError
+from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError
 from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import EntryTarget, read_verified
 from jupyter_gkeresume.snapshot.fingerprint import cuda_status
@@ -37,6 +37,7 @@ from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
 from .cuda_engine import DeviceAllocation, Uploader, get_engine
 from .cuda_plan import cuda_index, plan_device_mapping, plan_placement
+from .errors import CudaError, CudaOutOfMemoryError
 from .memory import host_view
 from .results import Progress
 
