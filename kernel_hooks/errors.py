@@ -14,11 +14,16 @@ class CudaOutOfMemoryError(CudaError):
 
 
 class NoNotebookSnapshotError(SnapshotNotFoundError):
-    """This notebook has no restorable snapshot (``%resume`` without an id looks only at it)."""
+    """No signed snapshot of this notebook (None: of any notebook) to restore; ``%resume``
+    without an id looks only at this notebook's."""
 
-    def __init__(self, notebook: str, known: list[str], newest_other: tuple[str, str] | None):
+    def __init__(self, notebook: str | None, known: list[str], newest_other: tuple[str, str] | None,
+                 newest_refused: tuple[str, str] | None):
         self.reference, self.known, self.notebook = "latest", known, notebook
-        message = f"no snapshot of {notebook} in this workspace"
+        message = f"no snapshot of {notebook or 'any notebook'} in this workspace"
+        if newest_refused is not None:
+            snapshot_id, why = newest_refused
+            message += f" whose signature verifies (newest refused: {snapshot_id}: {why})"
         if newest_other is not None:
             snapshot_id, other = newest_other
             message += (f"; the newest of another notebook is {snapshot_id} ({other}): "
