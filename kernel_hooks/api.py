@@ -7,6 +7,7 @@ the signing key from ``jupyter_gkeresume.snapshot.signing``; the notebook from `
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -158,8 +159,26 @@ def replay(
             result.failed = f"In[{number}] failed: {type(exc).__name__}: {exc}"
             break
     result.back = [n for n in missing if n in scratch]
-    namespace.update({n: scratch[n] for n in result.back})
+    namespace.update({n: _bound_to(namespace, scratch[n], scratch) for n in result.back})
     return result
+
+
+def _bound_to(namespace: dict[str, Any], value: Any, scratch: dict[str, Any]) -> Any:
+    """A function (or the methods of a class) the replay defined, bound to ``namespace`` instead
+    of the scratch copy, as if its cell had run there (redefining a global then takes effect)."""
+    if isinstance(value, types.FunctionType) and value.__globals__ is scratch:
+        bound = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
+                                   value.__closure__)
+        bound.__dict__.update(value.__dict__)
+        for attribute in ("__kwdefaults__", "__qualname__", "__annotations__", "__doc__",
+                          "__module__"):
+            setattr(bound, attribute, getattr(value, attribute))
+        return bound
+    if isinstance(value, type):
+        for attribute, member in list(vars(value).items()):
+            if isinstance(member, types.FunctionType) and member.__globals__ is scratch:
+                setattr(value, attribute, _bound_to(namespace, member, scratch))
+    return value
 
 
 def list_snapshots(*, store: str | None = None, workspace: str | None = None) -> list[SnapshotSummary]:

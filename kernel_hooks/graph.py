@@ -1,6 +1,6 @@
 """The namespace as one object graph: a pickle stream with one record per top-level name.
 
-``GraphWriter`` pickles each name with ONE cloudpickle pickler, so its memo spans the names:
+``write_graph`` pickles each name with ONE cloudpickle pickler, so its memo spans the names:
 ``b is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects. A name whose pickling raises is
@@ -13,7 +13,7 @@ not written as a private dict: on restore they are bound to the namespace they c
 the pause. The values they referenced are kept and fill only the names that namespace still lacks
 once the restore has assigned its names (``rebuild.Loading.referenced``).
 
-``GraphReader`` loads the records back in order with one unpickler. If a record fails (say, its
+``read_graph`` loads the records back in order with one unpickler. If a record fails (say, its
 class's library is gone), the memo entries it created are removed and reading resumes at the next
 record with a fresh unpickler: records that depended on the failed one fail too (and are named),
 the rest load.
