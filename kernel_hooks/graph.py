@@ -10,8 +10,8 @@ Functions defined in the notebook (globals of module ``__main__``: cells, lambda
 methods of notebook classes) pickle by value as cloudpickle does, except that their globals are
 not written as a private dict: on restore they are bound to the namespace they come back into
 (``rebuild.notebook_function``), so redefining a global or a helper takes effect as it did before
-the pause. The values they referenced are kept and fill only the names that namespace still lacks
-once the restore has assigned its names (``rebuild.Loading.referenced``).
+the pause. The values they referenced are kept and fill only the names that namespace lacks
+(``rebuild.Loading``).
 
 ``read_graph`` loads the records back in order with one unpickler. If a record fails (say, its
 class's library is gone), the memo entries it created are removed and reading resumes at the next

@@ -4,7 +4,7 @@ The capture reduces each torch storage to ``storage(key, dtype)`` (``untyped(key
 UntypedStorage), each large numpy array to ``array(key, ...)`` and each ``__cuda_array_interface__``
 object to ``cuda_array(key, record)``, and each notebook function to ``notebook_function`` +
 ``notebook_function_state``. While a graph is read, the restore code installs its loader and
-target namespace with ``loading(loader, namespace)``; storages ask the loader for their bytes,
+target namespace with ``loading(Loading(loader, namespace))``; storages ask the loader for their bytes,
 notebook functions are bound to the namespace. Pickle's memo makes each reduced object come back
 once, so aliases stay aliases.
 """
@@ -28,26 +28,32 @@ class Loader(Protocol):
 
 @dataclass
 class Loading:
-    """One graph being read: where storages come from, the namespace notebook functions are
-    bound to, and ``referenced``: the globals those functions used at the checkpoint (name ->
-    value), which the restore assigns only where the namespace lacks the name."""
+    """One graph being read: where storages come from, and the namespace notebook functions are
+    bound to. A notebook function may run while the graph loads (a registered ``load``, a
+    ``__setstate__``), so the globals it referenced are put in the namespace at once, where it
+    lacks them (a name it has keeps its value); ``added`` lists those names, and ``take_back()``
+    removes them again when the restore fails."""
 
     loader: Loader
     namespace: dict[str, Any]
-    referenced: dict[str, Any] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+
+    def take_back(self) -> None:
+        for name in self.added:
+            self.namespace.pop(name, None)
+        self.added.clear()
 
 
 _loading: Loading | None = None
 
 
 @contextmanager
-def loading(loader: Loader, namespace: dict[str, Any]) -> Iterator[Loading]:
-    """Serve the reconstructors from ``loader`` and bind notebook functions to ``namespace``
-    while a graph is unpickled."""
+def loading(state: Loading) -> Iterator[Loading]:
+    """Serve the reconstructors from ``state`` while a graph is unpickled."""
     global _loading
-    previous, _loading = _loading, Loading(loader, namespace)
+    previous, _loading = _loading, state
     try:
-        yield _loading
+        yield state
     finally:
         _loading = previous
 
@@ -70,10 +76,14 @@ def notebook_function(code: types.CodeType, name: str | None, defaults: tuple | 
 
 def notebook_function_state(func: types.FunctionType, state: tuple[dict, dict]) -> None:
     """cloudpickle's ``_function_setstate`` for a notebook function, except that the globals it
-    referenced are remembered in ``Loading.referenced`` instead of written into the namespace."""
+    referenced fill only the names the namespace lacks (``Loading``)."""
     attributes, slots = state
     func.__dict__.update(attributes)
-    _current_loading().referenced.update(slots.pop("__globals__"))
+    loading = _current_loading()
+    for name, value in slots.pop("__globals__").items():
+        if name not in loading.namespace:
+            loading.namespace[name] = value
+            loading.added.append(name)
     closure = slots.pop("__closure__")
     slots.pop("_cloudpickle_submodules", None)
     for cell, saved in zip(func.__closure__ or (), closure or (), strict=True):

@@ -137,15 +137,21 @@ def _restore(
     result.warnings.extend(plan.warnings)
     loader = StorageLoader(store, manifest, plan, engine, store.concurrency, progress,
                            result.warnings)  # 2. allocate
+    reading = rebuild.Loading(loader, namespace)
     try:
         loader.start()  # 3. read
         graph = loader.read_graph_blob()
-        with rebuild.loading(loader, namespace) as reading:  # 4. unpickle
+        with rebuild.loading(reading):  # 4. unpickle
             values, failures, placeholders = read_graph(graph, manifest.graph_ends)
     except BaseException:
         loader.abort()
+        reading.take_back()
         raise
-    loader.finish()  # 5. finish: every read and device copy landed
+    try:
+        loader.finish()  # 5. finish: every read and device copy landed
+    except BaseException:
+        reading.take_back()
+        raise
     result.bytes_read = loader.bytes_read
     loaded = dict(zip(manifest.records, values, strict=True))
     reasons = {manifest.records[i]: why for i, why in failures.items()}
@@ -174,9 +180,9 @@ def _restore(
             result.not_restored.append(Skipped(obj.name, obj.type, reasons[obj.name]))
 
     namespace.update(restored)
-    for name, value in reading.referenced.items():  # what notebook functions need, if missing
-        if name not in reasons and not isinstance(value, Uncaptured):
-            namespace.setdefault(name, value)
+    for name in reading.added:  # globals notebook functions needed: not those that failed
+        if name not in restored and (name in reasons or isinstance(namespace[name], Uncaptured)):
+            del namespace[name]
     result.restored = list(restored)
     if only is None:
         state = loaded.get(SESSION_RECORD)

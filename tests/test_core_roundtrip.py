@@ -174,3 +174,18 @@ def test_resume_only_a_function_binds_it_to_the_live_namespace(start_kernel):
     b.run("%resume fn --only scaled")
     # SCALE exists here: the live value wins; OFFSET did not: the checkpoint's fills the gap.
     assert b.run("print(scaled(1), OFFSET, scaled.__globals__ is globals())") == "6 1 True\n"
+
+
+def test_notebook_code_that_runs_while_the_graph_loads_sees_its_globals(start_kernel):
+    a = start_kernel()
+    a.run("import math\n"
+          "def make_angle(deg): return Angle(math.radians(deg))\n"
+          "class Angle:\n"
+          "    def __init__(self, rad): self.rad = rad\n"
+          "    def __reduce__(self): return (make_angle, (math.degrees(self.rad),))\n"
+          "turn = Angle(math.pi)\n%checkpoint -n angle")
+    a.kill()
+    b = start_kernel()
+    b.run("%resume angle")
+    assert b.run("print(round(turn.rad, 6), type(turn) is Angle, make_angle.__globals__ is globals())") \
+        == "3.141593 True True\n"
