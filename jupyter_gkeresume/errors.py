@@ -89,14 +89,6 @@ class KernelCallError(GkeResumeError):
     """A kernel did not answer a kernel_hooks call, or answered with an error."""
 
 
-class CudaError(GkeResumeError):
-    """The CUDA driver refused a transfer (bad pointer, device lost, out of pinned memory)."""
-
-
-class CudaOutOfMemoryError(CudaError):
-    """The GPU has not enough free memory for an allocation (CUDA_ERROR_OUT_OF_MEMORY)."""
-
-
 class KernelNotFoundError(GkeResumeError, LookupError):
     """No running kernel has this id (the REST API answers 404)."""
 

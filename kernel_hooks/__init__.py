@@ -5,11 +5,11 @@ the environment load it at start, through ``etc/ipython/ipython_kernel_config.js
 ``%checkpoint``, ``%snapshots``, ``%resume``, ``%pause``; the same verbs as functions below.
 """
 
-from .api import checkpoint, list_snapshots, resume
+from .api import checkpoint, list_snapshots, replay, resume
 from .registry import on_resume, register
 
 __all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "register",
-           "resume"]
+           "replay", "resume"]
 
 
 def load_ipython_extension(ipython) -> None:

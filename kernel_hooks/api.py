@@ -2,12 +2,12 @@
 
 Defaults: the namespace is the running IPython shell's user namespace; the store and workspace
 come from ``jupyter_gkeresume.workspace`` (``GKERESUME_STORE``, ``GKERESUME_WORKSPACE``, ...);
-the signing key from ``jupyter_gkeresume.snapshot.signing``.
+the signing key from ``jupyter_gkeresume.snapshot.signing``; the notebook from ``notebooks``.
 """
 
 from __future__ import annotations
 
-import os
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -19,12 +19,14 @@ from jupyter_gkeresume.snapshot import (
     load_signing_key,
 )
 from jupyter_gkeresume.snapshot import list_snapshots as catalog_list
-from jupyter_gkeresume.snapshot.format import validate_snapshot_name
+from jupyter_gkeresume.snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_name
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
 
 from .capture import take_checkpoint
+from .notebooks import newest_snapshot, this_notebook
+from .replay import ReplayPlan, plan_replay
 from .restore import take_resume
-from .results import CheckpointResult, Progress, ResumeResult
+from .results import CheckpointResult, Progress, ReplayResult, ResumeResult
 
 
 def open_store(store: str | None = None, workspace: str | None = None) -> SnapshotStore:
@@ -66,7 +68,7 @@ def checkpoint(
         open_store(store, workspace),
         load_signing_key(),
         name=name,
-        notebook=notebook or os.environ.get("JPY_SESSION_NAME"),
+        notebook=this_notebook(notebook),
         hidden=shell.user_ns_hidden if shell else None,
         execution_count=shell.execution_count if shell else 0,
         history=list(shell.history_manager.input_hist_raw) if shell else None,
@@ -75,8 +77,10 @@ def checkpoint(
 
 
 def resume(
-    reference: str | None = "latest",
+    reference: str | None = None,
     *,
+    any_notebook: bool = False,
+    notebook: str | None = None,
     only: list[str] | None = None,
     namespace: dict[str, Any] | None = None,
     store: str | None = None,
@@ -86,17 +90,26 @@ def resume(
     continuing_cell: bool = False,
     lease_wait: float | None = None,
 ) -> ResumeResult:
-    """Restore a snapshot (id, name or ``latest``) into the namespace; report what came back.
+    """Restore a snapshot into the namespace; report what came back.
 
-    ``trust=True`` accepts this one snapshot even if its signature does not verify.
-    ``continuing_cell`` is for callers running inside a counted cell (the magics).
+    ``reference``: an id or a name (of any notebook), or None / ``latest``: the newest snapshot
+    of this notebook (``notebook``, else this kernel's: ``notebooks.this_notebook``), of the
+    whole workspace with ``any_notebook`` or outside a notebook. Only signed snapshots count.
+    ``trust=True`` accepts one snapshot whose signature does not verify; it needs an explicit
+    id. ``continuing_cell`` is for callers running inside a counted cell (the magics).
     ``lease_wait``: seconds to wait while another restore of the same snapshot runs.
     """
+    if trust and not (reference and SNAPSHOT_ID_RE.match(reference)):
+        raise InvalidInputError("trust accepts one snapshot named by its id, not "
+                                f"{reference or 'the default'!r}: pass the id to trust")
     namespace, shell = _target(namespace)
+    snapshots, key = open_store(store, workspace), load_signing_key()
+    if reference is None or reference.strip() == "latest":
+        reference = newest_snapshot(snapshots, key, None if any_notebook else this_notebook(notebook))
     return take_resume(
         namespace,
-        open_store(store, workspace),
-        load_signing_key(),
+        snapshots,
+        key,
         reference=reference,
         only=only,
         trust=trust,
@@ -105,6 +118,67 @@ def resume(
         shell=shell,
         lease_wait=lease_wait,
     )
+
+
+def replay(
+    missing: list[str],
+    *,
+    namespace: dict[str, Any] | None = None,
+    history: list[str] | None = None,
+    on_plan: Callable[[ReplayPlan], None] | None = None,
+) -> ReplayResult:
+    """Rebuild ``missing`` names by re-running the cells of the input history that define them
+    (``replay.plan_replay``), on a copy of the namespace; only the missing names are taken back.
+
+    ``history`` defaults to the shell's input history (index = execution count). ``on_plan`` is
+    called with the plan before any cell runs. A cell that raises stops the replay; what came
+    back before it is kept and the failure is in ``ReplayResult.failed``.
+    """
+    namespace, shell = _target(namespace)
+    if history is None:
+        if shell is None:
+            raise InvalidInputError("no IPython shell here: pass history=")
+        history = list(shell.history_manager.input_hist_raw)
+    plan = plan_replay(history, missing)
+    if on_plan is not None:
+        on_plan(plan)
+    result = ReplayResult(cells=plan.cells, unresolved=plan.unresolved)
+    if not plan.cells:
+        return result
+    if shell is not None:
+        transform = shell.transform_cell
+    else:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        transform = TransformerManager().transform_cell
+    scratch = dict(namespace)
+    for number, source in zip(plan.cells, plan.sources, strict=True):
+        try:
+            exec(compile(transform(source), f"<replay In[{number}]>", "exec"), scratch)
+        except Exception as exc:  # the user's own cell failed: say which, keep the rest
+            result.failed = f"In[{number}] failed: {type(exc).__name__}: {exc}"
+            break
+    result.back = [n for n in missing if n in scratch]
+    namespace.update({n: _bound_to(namespace, scratch[n], scratch) for n in result.back})
+    return result
+
+
+def _bound_to(namespace: dict[str, Any], value: Any, scratch: dict[str, Any]) -> Any:
+    """A function (or the methods of a class) the replay defined, bound to ``namespace`` instead
+    of the scratch copy, as if its cell had run there (redefining a global then takes effect)."""
+    if isinstance(value, types.FunctionType) and value.__globals__ is scratch:
+        bound = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
+                                   value.__closure__)
+        bound.__dict__.update(value.__dict__)
+        for attribute in ("__kwdefaults__", "__qualname__", "__annotations__", "__doc__",
+                          "__module__"):
+            setattr(bound, attribute, getattr(value, attribute))
+        return bound
+    if isinstance(value, type):
+        for attribute, member in list(vars(value).items()):
+            if isinstance(member, types.FunctionType) and member.__globals__ is scratch:
+                setattr(value, attribute, _bound_to(namespace, member, scratch))
+    return value
 
 
 def list_snapshots(*, store: str | None = None, workspace: str | None = None) -> list[SnapshotSummary]:

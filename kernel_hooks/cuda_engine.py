@@ -38,11 +38,12 @@ from typing import Any, NamedTuple
 from traitlets import Int
 from traitlets.config import Configurable
 
-from jupyter_gkeresume.errors import CudaError, CudaOutOfMemoryError, InvalidInputError
+from jupyter_gkeresume.errors import InvalidInputError
 from jupyter_gkeresume.snapshot.fingerprint import cuda_driver
 from jupyter_gkeresume.units import human_bytes
 
 from .cuda_plan import d2h_schedule, plan_chunks
+from .errors import CudaError, CudaOutOfMemoryError
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
 _UNSET = object()

@@ -1,12 +1,19 @@
 """The namespace as one object graph: a pickle stream with one record per top-level name.
 
-``GraphWriter`` pickles each name with ONE cloudpickle pickler, so its memo spans the names:
+``write_graph`` pickles each name with ONE cloudpickle pickler, so its memo spans the names:
 ``b is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects. A name whose pickling raises is
 dropped and the stream is rebuilt without it, so one bad object never sinks the snapshot.
 
-``GraphReader`` loads the records back in order with one unpickler. If a record fails (say, its
+Functions defined in the notebook (globals of module ``__main__``: cells, lambdas, closures,
+methods of notebook classes) pickle by value as cloudpickle does, except that their globals are
+not written as a private dict: on restore they are bound to the namespace they come back into
+(``rebuild.notebook_function``), so redefining a global or a helper takes effect as it did before
+the pause. The values they referenced are kept and fill only the names that namespace lacks
+(``rebuild.Loading``).
+
+``read_graph`` loads the records back in order with one unpickler. If a record fails (say, its
 class's library is gone), the memo entries it created are removed and reading resumes at the next
 record with a fresh unpickler: records that depended on the failed one fail too (and are named),
 the rest load.
@@ -24,7 +31,7 @@ from typing import Any
 
 import cloudpickle
 
-from . import registry
+from . import rebuild, registry
 from .placeholders import Uncaptured, type_name, uncapturable_reason
 from .storages import StorageCollector
 
@@ -74,6 +81,16 @@ class _GraphPickler(cloudpickle.Pickler):
             if isinstance(module, str) and module not in ("__main__", "builtins"):
                 self.note.modules.add(module.split(".", 1)[0])
         return super().reducer_override(obj)
+
+    def _dynamic_function_reduce(self, func: types.FunctionType) -> Any:
+        """cloudpickle's by-value reduction; a notebook function's globals become a reference
+        to the user namespace and its referenced globals are deferred (module docstring)."""
+        reduced = super()._dynamic_function_reduce(func)
+        if func.__globals__.get("__name__") != "__main__":
+            return reduced
+        _make, (code, _private_globals, name, defaults, closure), state, *_ = reduced
+        return (rebuild.notebook_function, (code, name, defaults, closure), state, None, None,
+                rebuild.notebook_function_state)
 
 
 @dataclass

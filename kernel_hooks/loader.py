@@ -1,18 +1,17 @@
-"""The storages of a snapshot on their way back: blobs read in parallel, verified, and served to
-the unpickler (``rebuild``) by key as torch storages, NumPy buffers or CUDA arrays.
+"""Stages 2 to 5 of a resume: the storages of a snapshot allocated, read, served, finished.
 
-Call order (``restore._restore``): ``StorageLoader(...)`` plans where every storage goes and
-starts all reads; ``read_graph_blob()``; unpickle under ``rebuild.loading(loader)``; then
-``finish()`` (or ``abort()`` on failure); only then do ``damaged`` and ``not_fitted`` say
-everything.
+Call order (``restore._restore``), one way: ``resume_plan.make_plan`` (stage 1) decides where
+every storage goes; ``StorageLoader(store, manifest, plan, ...)`` allocates (stage 2: device
+memory for the storages the plan streams to a GPU, host buffers for the rest); ``start()`` starts
+reading every blob in parallel, each verified against its digest (stage 3); the graph is
+unpickled under ``rebuild.loading`` and asks for storages by key (stage 4); ``finish()`` (or
+``abort()``) waits for every read and device copy (stage 5); only then do ``damaged`` and
+``not_fitted`` say everything. The loader never plans: an allocation that fails after all (the
+GPU filled up since it was measured) puts that storage on the CPU and names it in ``not_fitted``.
 
-Where storages go. ``plan_device_mapping`` maps saved devices onto the GPUs here (fewer GPUs: by
-order; none: the CPU), then ``plan_placement`` fits whole objects (the storages of each owning
-name, in priority order) into each GPU's free memory less a reserve; what does not fit is
-restored on the CPU and reported. With the CUDA engine, GPU-bound storages are allocated on their
-device up front and their blob bytes stream from storage through the engine's pinned ring to the
-device (host memory stays within the ring, whatever the VRAM state); without it, they are read
-into host memory and copied by torch.
+Streamed storages go from storage through the engine's pinned ring to their device (host memory
+stays within the ring, whatever the VRAM size); without the engine, GPU-bound torch storages are
+read into host memory and copied by torch.
 
 Invariants: nothing reaches the user before ``finish()`` has waited for every read, its digest
 check and every copy to a device; a storage bound for a GPU is handed to the unpickler only after
@@ -21,7 +20,6 @@ its bytes landed there.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,27 +27,27 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
 
-from jupyter_gkeresume.errors import CudaError, CudaOutOfMemoryError, GkeResumeError, InvalidInputError
+from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError
 from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import EntryTarget, read_verified
 from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
-from .cuda_engine import DeviceAllocation, Uploader, get_engine
-from .cuda_plan import cuda_index, plan_device_mapping, plan_placement
+from .cuda_engine import CudaEngine, DeviceAllocation, Uploader
+from .errors import CudaError, CudaOutOfMemoryError
 from .memory import host_view
 from .results import Progress
-
-GPU_RESERVE_MAX = 1 << 30
+from .resume_plan import ResumePlan, StoragePlace
 
 
 class StorageLoader:
-    """Reads storage blobs in parallel into buffers (host) or device memory (GPU, streamed)
-    allocated up front, and serves them to the unpickler by key. See the module docstring."""
+    """Allocates every storage where ``plan`` puts it, reads the blobs in parallel into host
+    buffers or (streamed) device memory, and serves them to the unpickler by key. See the
+    module docstring for the call order."""
 
-    def __init__(self, store: SnapshotStore, manifest: Manifest, concurrency: int,
-                 progress: Callable[[Progress], None] | None, warnings: list[str],
-                 priority: list[str]):
+    def __init__(self, store: SnapshotStore, manifest: Manifest, plan: ResumePlan,
+                 engine: CudaEngine | None, concurrency: int,
+                 progress: Callable[[Progress], None] | None, warnings: list[str]):
         self.store = store
         self.manifest = manifest
         self.progress = progress
@@ -58,12 +56,12 @@ class StorageLoader:
         self.not_fitted: dict[str, str] = {}  # storage key -> the device it did not fit on
         self.bytes_read = 0
         self._lock = threading.Lock()
-        self._engine = get_engine()
-        self._devices = self._plan_devices(priority)  # key -> device here
+        self._engine = engine
+        self._places = dict(plan.places)  # key -> where it is; an allocation failure moves it
         self._on_device: dict[str, Any] = {}  # key -> GPU memory its bytes stream into
         self._buffers: dict[str, Any] = {}  # key -> host buffer
         for key, ref in manifest.storages.items():
-            memory = self._device_memory(key) if self._streams(key) else None
+            memory = self._device_memory(key) if self._places[key].streamed else None
             if memory is not None:
                 self._on_device[key] = memory
             else:
@@ -71,25 +69,29 @@ class StorageLoader:
         self._untyped: dict[str, Any] = {}
         self._made: dict[str, list[Any]] = {}  # key -> the CUDA arrays made over it
         self._total = sum(s.nbytes for s in manifest.storages.values())
-        self._start = time.monotonic()
         self._cleanup = ExitStack()
         self._uploads: Uploader | None = None
         if self._on_device:
-            self._uploads = self._cleanup.enter_context(self._engine.uploads())
-        # Equal content is stored once, so one blob entry may hold several distinct storages.
-        by_blob: dict[str, dict[int, list[str]]] = {}
-        for key, ref in manifest.storages.items():
-            by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
+            self._uploads = self._cleanup.enter_context(engine.uploads())
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="gkeresume-read")
         self._futures: dict[str, Future] = {}
         self._synchronized: set[tuple[Future, int]] = set()  # (blob read, GPU) whose copies landed
-        for digest, entries in sorted(by_blob.items(), key=lambda kv: -manifest.blobs[kv[0]]):
+        self._start = time.monotonic()
+
+    # -- call order ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start reading every storage blob, largest first. Equal content is stored once, so one
+        blob entry may hold several distinct storages: all are filled from it."""
+        self._start = time.monotonic()
+        by_blob: dict[str, dict[int, list[str]]] = {}
+        for key, ref in self.manifest.storages.items():
+            by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
+        for digest, entries in sorted(by_blob.items(), key=lambda kv: -self.manifest.blobs[kv[0]]):
             future = self._pool.submit(self._read_blob, digest, entries)
             for keys in entries.values():
                 for key in keys:
                     self._futures[key] = future
 
-    # -- call order ------------------------------------------------------------------------------
     def read_graph_blob(self) -> bytearray:
         """The graph pickle (the blob's single entry), read once into its own buffer."""
         entries: list[bytearray] = []
@@ -123,7 +125,7 @@ class StorageLoader:
             if self._landed(key):
                 self._untyped[key] = self._on_device[key]
             else:
-                device = self._devices.get(key, "cpu")
+                device = self._place(key).device
                 host = self._buffer(key, wait=device != "cpu").untyped_storage()
                 self._untyped[key] = host if device == "cpu" else self._copy_by_torch(key, host)
         return self._untyped[key]
@@ -139,7 +141,7 @@ class StorageLoader:
             array = cuda_array_on_device(info, self._on_device[key])
             self._made.setdefault(key, []).append(array)
             return array
-        if cuda_index(self._devices.get(key, "cpu")) is not None:
+        if self._place(key).gpu is not None:
             self._warn_once(f"CUDA arrays come back on the CPU as NumPy arrays: {cuda_status()[1]}")
         return cuda_array_on_cpu(info, self._buffer(key))
 
@@ -164,64 +166,18 @@ class StorageLoader:
         if warning not in self.warnings:
             self.warnings.append(warning)
 
-    # -- placement -------------------------------------------------------------------------------
-    def _plan_devices(self, priority: list[str]) -> dict[str, str]:
-        """Each storage's device here (see the module docstring)."""
-        storages = self.manifest.storages
-        saved = sorted({s.device for s in storages.values()})
-        mapping = plan_device_mapping(saved, self._gpu_count())
-        self.warnings.extend(mapping.warnings)
-        mapped = {key: (mapping.get(s.device, "cpu"), s.nbytes) for key, s in storages.items()}
-        gpus = {device for device, _ in mapped.values() if cuda_index(device) is not None}
-        if not gpus:
-            return {key: device for key, (device, _) in mapped.items()}
-        owned: dict[str, list[str]] = {}
-        for key, ref in storages.items():
-            owned.setdefault(ref.owner or key, []).append(key)
-        rank = {name: i for i, name in enumerate(priority)}
-        objects = sorted(owned.items(), key=lambda item: rank.get(item[0], len(rank)))
-        placement = plan_placement(objects, mapped, {d: self._usable_bytes(d) for d in gpus})
-        self.warnings.extend(placement.warnings)
-        return placement.devices
+    def _place(self, key: str) -> StoragePlace:
+        return self._places.get(key) or StoragePlace("cpu")
 
-    def _gpu_count(self) -> int:
-        """GPUs usable here: the CUDA engine's, else torch's (imported when torch storages were
-        saved on a GPU: the graph needs torch anyway), else 0."""
-        if self._engine is not None:
-            return self._engine.device_count
-        torch = sys.modules.get("torch")
-        if torch is None and any(
-            s.kind == "torch" and cuda_index(s.device) is not None
-            for s in self.manifest.storages.values()
-        ):
-            import torch
-        return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
-
-    def _usable_bytes(self, device: str) -> int:
-        """Free memory of ``device`` a restore may fill: all but a reserve of 5% of the GPU (at
-        most 1 GiB) left for the next cell's workspaces."""
-        index = cuda_index(device)
-        if self._engine is not None:
-            free, total = self._engine.memory_info(index)
-        else:
-            import torch
-
-            free, total = torch.cuda.mem_get_info(index)
-        return max(0, free - min(total // 20, GPU_RESERVE_MAX))
-
-    def _streams(self, key: str) -> bool:
-        """Whether ``key``'s bytes go from storage straight to its GPU through the engine."""
-        kind = self.manifest.storages[key].kind
-        return (self._engine is not None and kind in ("torch", "cuda_array")
-                and cuda_index(self._devices[key]) is not None)
-
+    # -- allocating ------------------------------------------------------------------------------
     def _device_memory(self, key: str) -> Any:
         """``key``'s memory on its GPU, or None when it did not fit there after all (then it is
         restored on the CPU and reported)."""
-        ref, device = self.manifest.storages[key], self._devices[key]
+        ref, place = self.manifest.storages[key], self._places[key]
+        device = place.device
         try:
             if ref.kind == "cuda_array":
-                return self._engine.allocate(ref.nbytes, cuda_index(device))
+                return self._engine.allocate(ref.nbytes, place.gpu)
             import torch
 
             try:
@@ -233,7 +189,7 @@ class StorageLoader:
                                 "back on the CPU")
         except CudaOutOfMemoryError:
             self.not_fitted[key] = device
-        self._devices[key] = "cpu"
+        self._places[key] = StoragePlace("cpu")
         return None
 
     def _copy_by_torch(self, key: str, host: Any) -> Any:
@@ -241,7 +197,7 @@ class StorageLoader:
         storage stays on the CPU and is remembered, so the objects using it are reported."""
         import torch
 
-        device = self._devices[key]
+        device = self._place(key).device
         try:
             target = torch.UntypedStorage(host.nbytes(), device=device)
         except torch.OutOfMemoryError:
@@ -290,7 +246,7 @@ class StorageLoader:
             for key in keys:
                 memory = self._on_device.get(key)
                 if memory is not None:
-                    uploads.write(_address(memory) + offset, self._device_index(key), chunk)
+                    uploads.write(_address(memory) + offset, self._places[key].gpu, chunk)
                 else:
                     host_view(_address(self._buffers[key]) + offset, len(chunk))[:] = chunk
             offset += len(chunk)
@@ -301,15 +257,12 @@ class StorageLoader:
         """For a storage streamed to a GPU: wait until its bytes are there, then True."""
         if key not in self._on_device:
             return False
-        read = self._futures[key]
+        read, gpu = self._futures[key], self._places[key].gpu
         read.result()
-        if (read, self._device_index(key)) not in self._synchronized:  # once per blob and GPU
-            self._uploads.synchronize(self._device_index(key))
-            self._synchronized.add((read, self._device_index(key)))
+        if (read, gpu) not in self._synchronized:  # once per blob and GPU
+            self._uploads.synchronize(gpu)
+            self._synchronized.add((read, gpu))
         return True
-
-    def _device_index(self, key: str) -> int:
-        return cuda_index(self._devices[key])
 
     def _buffer(self, key: str, *, wait: bool = False) -> Any:
         if key not in self._buffers:

@@ -1,4 +1,7 @@
-"""The magics: %checkpoint, %snapshots, %resume, %pause. Each docstring is its --help.
+"""The magics: %checkpoint, %snapshots, %resume, %pause.
+
+Each option is declared once, with IPython's ``magic_arguments``; the help it generates from the
+docstring and those declarations is what ``%magic --help`` prints and ``%magic?`` shows.
 
 User mistakes raise ``UsageError`` (IPython shows the message, no traceback); domain failures are
 printed as one clear line, never as a traceback from deep inside.
@@ -13,14 +16,16 @@ from datetime import datetime, timezone
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, real_name
 
 from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError, SnapshotNotFoundError
 from jupyter_gkeresume.snapshot.cost import format_cost, workspace_cost
 from jupyter_gkeresume.units import human_bytes
 
 from . import api, server_link
+from .notebooks import notebook_path, shorten, this_notebook
 from .progress import CellProgress
-from .replay import plan_replay
+from .replay import ReplayPlan
 from .results import CheckpointResult, ResumeResult
 
 
@@ -35,22 +40,19 @@ class MagicFailed(GkeResumeError):
         return [f"{type(self.cause).__name__}: {self.cause}"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would exit the kernel's process
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def _parse(doc: str | None, prog: str, line: str, setup: Callable[[_Parser], None]):
+def _parse(magic: Callable, line: str) -> argparse.Namespace | None:
+    """``line`` parsed by the magic's ``magic_arguments`` declaration; None when ``-h``/``--help``
+    printed the help (generated from that declaration). Mistakes are ``UsageError``s naming the
+    magic."""
+    name = real_name(magic)
     try:
-        args = shlex.split(line)
-    except ValueError as exc:
-        raise UsageError(f"%{prog}: {exc}") from None
-    if "-h" in args or "--help" in args:
-        print(doc)
-        return None
-    parser = _Parser(prog=f"%{prog}", add_help=False)
-    setup(parser)
-    return parser.parse_args(args)
+        args = shlex.split(line)  # as a shell would: quotes are removed
+        if {"-h", "--help"} & set(args):
+            print(magic.__doc__)
+            return None
+        return magic.parser.parse_args(args)
+    except (UsageError, ValueError) as exc:  # ValueError: unbalanced quotes
+        raise UsageError(f"%{name}: {exc}") from None
 
 
 def format_checkpoint(r: CheckpointResult) -> str:
@@ -104,80 +106,78 @@ class ResumeMagics(Magics):
         except GkeResumeError as exc:
             raise MagicFailed(exc) from None
 
+    @magic_arguments()
+    @argument("-n", "--name", help="give the snapshot a name (%%resume NAME finds the newest one)")
     @line_magic
     def checkpoint(self, line: str = ""):
-        """%checkpoint [-n NAME]
-
-        Write a snapshot of this kernel's variables (models, tensors, arrays, Python objects,
+        """Write a snapshot of this kernel's variables (models, tensors, arrays, Python objects,
         RNG states) to the workspace store, and print its id, bytes written (new / reused), the
         time taken, and every object that could not be captured with the reason.
-
-        Options:
-          -n NAME, --name NAME   give the snapshot a name (%resume NAME finds the newest one)
         """
-        args = _parse(self.checkpoint.__doc__, "checkpoint", line,
-                      lambda p: p.add_argument("-n", "--name"))
+        args = _parse(self.checkpoint, line)
         if args is None:
             return None
         print(format_checkpoint(self._run(lambda: api.checkpoint(args.name, progress=CellProgress()))))
         return None
 
+    @magic_arguments()
     @line_magic
     def snapshots(self, line: str = ""):
-        """%snapshots
-
-        List this workspace's snapshots, newest first: id, name, created, notebook, size,
+        """List this workspace's snapshots, newest first: id, name, created, notebook, size,
         objects, and whether it can be restored here (exact, portable, partial, incompatible).
+        A "*" marks this notebook's snapshots (what %resume without an id chooses from).
         """
-        if _parse(self.snapshots.__doc__, "snapshots", line, lambda p: None) is None:
+        if _parse(self.snapshots, line) is None:
             return None
         rows = self._run(api.list_snapshots)
         if not rows:
             print("no snapshots in this workspace yet (%checkpoint makes one)")
             return None
-        print(f"{'id':<24} {'name':<16} {'created':<12} {'notebook':<24} {'size':>9} "
+        here = this_notebook()
+        print(f"  {'id':<24} {'name':<16} {'created':<12} {'notebook':<24} {'size':>9} "
               f"{'objects':>7} {'$/month':>8}  here")
         for r in rows:
             if r.error:
-                print(f"{r.snapshot_id:<24} unreadable: {r.error}")
+                print(f"  {r.snapshot_id:<24} unreadable: {r.error}")
                 continue
-            print(f"{r.snapshot_id:<24} {(r.name or '-'):<16} {_age(r.created):<12} "
-                  f"{(r.notebook or '-')[-24:]:<24} {human_bytes(r.bytes):>9} {r.objects:>7} "
+            notebook = notebook_path(r.notebook)
+            mark = "*" if here is not None and notebook == here else " "
+            print(f"{mark} {r.snapshot_id:<24} {(r.name or '-'):<16} {_age(r.created):<12} "
+                  f"{shorten(notebook or '-', 24):<24} {human_bytes(r.bytes):>9} {r.objects:>7} "
                   f"{format_cost(r.monthly_cost_usd).removesuffix('/month'):>8}  "
                   f"{r.verdict.level if r.verdict else '?'}")
         usage = self._run(lambda: workspace_cost(api.open_store()))
         print(f"workspace: {usage.snapshots} snapshots, {human_bytes(usage.bytes)} stored "
               f"(shared blobs once), about {format_cost(usage.monthly_usd)}")
+        if here is not None:
+            print(f"* = this notebook ({shorten(here, 60)})")
         return None
 
+    @magic_arguments()
+    @argument("reference", nargs="?", default=None, metavar="ID|NAME|latest",
+              help="the snapshot to restore; default: the newest of this notebook")
+    @argument("--any", action="store_true", dest="any_notebook",
+              help="latest means the newest of the whole workspace, of any notebook")
+    @argument("--only", metavar="a,b", help="restore only these variables")
+    @argument("--trust", action="store_true",
+              help="accept this one snapshot (an explicit id) though its signature does not verify")
+    @argument("--replay", action="store_true",
+              help="then rebuild what did not come back by re-running the cells of the input "
+                   "history that defined it (and what those cells need); they run on a copy of "
+                   "the namespace, and only the missing names are taken from it")
     @line_magic
     def resume(self, line: str = ""):
-        """%resume [ID|NAME|latest] [--only a,b] [--trust] [--replay]
-
-        Restore a snapshot into this kernel (default: the latest) and print what came back,
-        what did not, and why. Tensors return to their device when it exists, else to the CPU
-        (with a warning).
-
-        Options:
-          --only a,b   restore only these variables
-          --trust      accept this one snapshot even though its signature does not verify
-          --replay     then rebuild what did not come back by re-running the cells of the
-                       input history that defined it (and what those cells need); they run on a
-                       copy of the namespace, and only the missing names are taken from it
+        """Restore a snapshot into this kernel and print what came back, what did not, and why.
+        Without an id: the newest snapshot of this notebook. Tensors return to their device
+        when it exists, else to the CPU (with a warning).
         """
-        def setup(p: _Parser) -> None:
-            p.add_argument("reference", nargs="?", default="latest")
-            p.add_argument("--only")
-            p.add_argument("--trust", action="store_true")
-            p.add_argument("--replay", action="store_true")
-
-        args = _parse(self.resume.__doc__, "resume", line, setup)
+        args = _parse(self.resume, line)
         if args is None:
             return None
         only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
         result = self._run(lambda: api.resume(
-            args.reference, only=only, trust=args.trust, progress=CellProgress(),
-            continuing_cell=True,
+            args.reference, any_notebook=args.any_notebook, only=only, trust=args.trust,
+            progress=CellProgress(), continuing_cell=True,
         ))
         print(format_resume(result))
         if args.replay:
@@ -185,42 +185,34 @@ class ResumeMagics(Magics):
         return None
 
     def _replay(self, missing: list[str]) -> None:
-        """Re-run the history cells that rebuild ``missing`` (``replay.plan_replay``)."""
+        """Re-run the history cells that rebuild ``missing`` (``api.replay``), saying what ran."""
         if not missing:
             print("replay: nothing is missing")
             return
-        shell = self.shell
-        plan = plan_replay(list(shell.history_manager.input_hist_raw), missing)
-        for name, why in plan.unresolved.items():
-            print(f"replay: cannot rebuild {name}: {why}")
-        if not plan.cells:
-            return
-        print("replay: re-running " + ", ".join(f"In[{n}]" for n in plan.cells))
-        scratch = dict(shell.user_ns)
-        for number, source in zip(plan.cells, plan.sources, strict=True):
-            try:
-                exec(compile(shell.transform_cell(source), f"<replay In[{number}]>", "exec"),
-                     scratch)
-            except Exception as exc:  # the user's own cell failed: say which, keep the rest
-                print(f"replay: In[{number}] failed: {type(exc).__name__}: {exc}")
-                break
-        back = [n for n in missing if n in scratch]
-        shell.user_ns.update({n: scratch[n] for n in back})
-        print(f"replay: back: {', '.join(back) or 'nothing'}")
 
+        def announce(plan: ReplayPlan) -> None:
+            for name, why in plan.unresolved.items():
+                print(f"replay: cannot rebuild {name}: {why}")
+            if plan.cells:
+                print("replay: re-running " + ", ".join(f"In[{n}]" for n in plan.cells))
+
+        result = self._run(lambda: api.replay(missing, on_plan=announce))
+        if not result.cells:
+            return
+        if result.failed:
+            print(f"replay: {result.failed}")
+        print(f"replay: back: {', '.join(result.back) or 'nothing'}")
+
+    @magic_arguments()
+    @argument("-n", "--name", help="give the snapshot a name")
     @line_magic
     def pause(self, line: str = ""):
-        """%pause [-n NAME]
-
-        Pause this workspace: the jupyter-gkeresume server extension checkpoints the kernels as
+        """Pause this workspace: the jupyter-gkeresume server extension checkpoints the kernels as
         soon as this cell ends, verifies the snapshots, then releases the pod (and its GPU).
         Follow it in the status bar or with GET /gkeresume/api/status. Without the server
         extension it checkpoints here and says that no release backend is configured.
-
-        Options:
-          -n NAME, --name NAME   give the snapshot a name
         """
-        args = _parse(self.pause.__doc__, "pause", line, lambda p: p.add_argument("-n", "--name"))
+        args = _parse(self.pause, line)
         if args is None:
             return None
         if server_link.server_url() is None:

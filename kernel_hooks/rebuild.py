@@ -2,15 +2,19 @@
 
 The capture reduces each torch storage to ``storage(key, dtype)`` (``untyped(key)`` for a bare
 UntypedStorage), each large numpy array to ``array(key, ...)`` and each ``__cuda_array_interface__``
-object to ``cuda_array(key, record)``. While a graph is read, the
-restore code installs its loader with ``loading(loader)``; these functions ask it for the bytes.
-Pickle's memo makes each reduced object come back once, so aliases stay aliases.
+object to ``cuda_array(key, record)``, and each notebook function to ``notebook_function`` +
+``notebook_function_state``. While a graph is read, the restore code installs its loader and
+target namespace with ``loading(Loading(loader, namespace))``; storages ask the loader for their bytes,
+notebook functions are bound to the namespace. Pickle's memo makes each reduced object come back
+once, so aliases stay aliases.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -22,24 +26,73 @@ class Loader(Protocol):
     def cuda_array(self, key: str, record: dict[str, Any]) -> Any: ...
 
 
-_loader: Loader | None = None
+@dataclass
+class Loading:
+    """One graph being read: where storages come from, and the namespace notebook functions are
+    bound to. A notebook function may run while the graph loads (a registered ``load``, a
+    ``__setstate__``), so the globals it referenced are put in the namespace at once, where it
+    lacks them (a name it has keeps its value); ``added`` lists those names, and ``take_back()``
+    removes them again when the restore fails."""
+
+    loader: Loader
+    namespace: dict[str, Any]
+    added: list[str] = field(default_factory=list)
+
+    def take_back(self) -> None:
+        for name in self.added:
+            self.namespace.pop(name, None)
+        self.added.clear()
+
+
+_loading: Loading | None = None
 
 
 @contextmanager
-def loading(loader: Loader) -> Iterator[None]:
-    """Serve the reconstructors from ``loader`` while a graph is unpickled."""
-    global _loader
-    previous, _loader = _loader, loader
+def loading(state: Loading) -> Iterator[Loading]:
+    """Serve the reconstructors from ``state`` while a graph is unpickled."""
+    global _loading
+    previous, _loading = _loading, state
     try:
-        yield
+        yield state
     finally:
-        _loader = previous
+        _loading = previous
+
+
+def _current_loading() -> Loading:
+    if _loading is None:
+        raise RuntimeError("a gkeresume graph can only be unpickled by kernel_hooks.resume")
+    return _loading
 
 
 def _current() -> Loader:
-    if _loader is None:
-        raise RuntimeError("a gkeresume graph can only be unpickled by kernel_hooks.resume")
-    return _loader
+    return _current_loading().loader
+
+
+def notebook_function(code: types.CodeType, name: str | None, defaults: tuple | None,
+                      closure: tuple | None) -> types.FunctionType:
+    """A notebook function whose globals are the namespace being restored into."""
+    return types.FunctionType(code, _current_loading().namespace, name, defaults, closure)
+
+
+def notebook_function_state(func: types.FunctionType, state: tuple[dict, dict]) -> None:
+    """cloudpickle's ``_function_setstate`` for a notebook function, except that the globals it
+    referenced fill only the names the namespace lacks (``Loading``)."""
+    attributes, slots = state
+    func.__dict__.update(attributes)
+    loading = _current_loading()
+    for name, value in slots.pop("__globals__").items():
+        if name not in loading.namespace:
+            loading.namespace[name] = value
+            loading.added.append(name)
+    closure = slots.pop("__closure__")
+    slots.pop("_cloudpickle_submodules", None)
+    for cell, saved in zip(func.__closure__ or (), closure or (), strict=True):
+        try:
+            cell.cell_contents = saved.cell_contents
+        except ValueError:  # an empty cell stays empty
+            continue
+    for attribute, value in slots.items():
+        setattr(func, attribute, value)
 
 
 def storage(key: str, dtype: str) -> Any:

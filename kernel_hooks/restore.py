@@ -2,11 +2,12 @@
 
 Call order inside ``take_resume``: resolve the reference; take the snapshot's single-flight
 ``RestoreLease``; load and verify the manifest; judge compatibility (``incompatible`` stops
-here); start reading every storage blob in parallel (each verified against its digest while
-read; GPU storages stream to their device: ``loader``); unpickle the graph record by record,
-storages arriving through ``rebuild``; find what a damaged blob or a failed record cost; then,
-only when all loading is done, assign the names in one step and apply the session state. A
-failure before that last step leaves the namespace as it was.
+here); then the stages, each once and in order: plan where every storage goes
+(``resume_plan.make_plan``), allocate (``StorageLoader``), read every blob in parallel, each
+verified against its digest (``start``), unpickle the graph record by record with storages
+arriving through ``rebuild``, finish (``finish``: every read and device copy landed). Then find
+what a damaged blob or a failed record cost and, only then, assign the names in one step and
+apply the session state. A failure before that last step leaves the namespace as it was.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ from jupyter_gkeresume.snapshot.lease import RestoreLease
 
 from . import rebuild, session_state
 from .capture import HOOKS_RECORD, SESSION_RECORD
-from .cuda_engine import DeviceAllocation
+from .cuda_engine import DeviceAllocation, get_engine
 from .graph import read_graph
 from .loader import StorageLoader
+from .placeholders import Uncaptured
 from .results import Progress, ResumeResult, Skipped
+from .resume_plan import make_plan
 
 MAX_WALK = 2_000_000
 DEFAULT_LEASE_WAIT = 600.0
@@ -128,16 +131,27 @@ def _restore(
                 f"(it has: {', '.join(manifest.saved_names)})"
             )
     result = ResumeResult(snapshot_id, verdict=verdict.to_dict())
-    loader = StorageLoader(store, manifest, store.concurrency, progress, result.warnings,
-                           priority=list(dict.fromkeys([*(only or []), *manifest.records])))
+    engine = get_engine()
+    priority = list(dict.fromkeys([*(only or []), *manifest.records]))
+    plan = make_plan(manifest.storages, priority, engine)  # 1. plan: devices, placement
+    result.warnings.extend(plan.warnings)
+    loader = StorageLoader(store, manifest, plan, engine, store.concurrency, progress,
+                           result.warnings)  # 2. allocate
+    reading = rebuild.Loading(loader, namespace)
     try:
+        loader.start()  # 3. read
         graph = loader.read_graph_blob()
-        with rebuild.loading(loader):
+        with rebuild.loading(reading):  # 4. unpickle
             values, failures, placeholders = read_graph(graph, manifest.graph_ends)
     except BaseException:
         loader.abort()
+        reading.take_back()
         raise
-    loader.finish()
+    try:
+        loader.finish()  # 5. finish: every read and device copy landed
+    except BaseException:
+        reading.take_back()
+        raise
     result.bytes_read = loader.bytes_read
     loaded = dict(zip(manifest.records, values, strict=True))
     reasons = {manifest.records[i]: why for i, why in failures.items()}
@@ -166,6 +180,9 @@ def _restore(
             result.not_restored.append(Skipped(obj.name, obj.type, reasons[obj.name]))
 
     namespace.update(restored)
+    for name in reading.added:  # globals notebook functions needed: not those that failed
+        if name not in restored and (name in reasons or isinstance(namespace[name], Uncaptured)):
+            del namespace[name]
     result.restored = list(restored)
     if only is None:
         state = loaded.get(SESSION_RECORD)

@@ -50,6 +50,20 @@ class ResumeResult:
 
 
 @dataclass
+class ReplayResult:
+    """What ``api.replay`` re-ran (execution counts), which names came back, which could not be
+    planned (name -> why), and the cell failure that stopped it, if any."""
+
+    cells: list[int] = field(default_factory=list)
+    back: list[str] = field(default_factory=list)
+    unresolved: dict[str, str] = field(default_factory=dict)
+    failed: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class Progress:
     """One progress report: ``phase`` is one of hashing, writing, committing, verifying, reading,
     restoring, done."""

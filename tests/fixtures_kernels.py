@@ -2,8 +2,9 @@
 
 ``kernel_env`` is the environment every kernel of a test gets: its own store directory, workspace
 and signing key. ``start_kernel()`` starts a fresh kernel process (the extension is auto-loaded by
-the installed etc/ipython config) and returns a ``Kernel`` handle; every kernel is killed at the
-end of the test.
+the installed etc/ipython config) and returns a ``Kernel`` handle; ``start_kernel(env={...})``
+adds variables for that kernel only (``JPY_SESSION_NAME``: which notebook it belongs to). Every
+kernel is killed at the end of the test.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def kernel_env(tmp_path):
         GKERESUME_SIGNING_KEY="test-key-" + "0" * 32,
         OMP_NUM_THREADS="1",
     )
-    env.pop("GKERESUME_SERVER_URL", None)
+    for inherited in ("GKERESUME_SERVER_URL", "JPY_SESSION_NAME", "GKERESUME_ROOT_DIR"):
+        env.pop(inherited, None)
     return env
 
 
@@ -80,8 +82,8 @@ def kernel_env(tmp_path):
 def start_kernel(kernel_env):
     started: list[Kernel] = []
 
-    def start() -> Kernel:
-        manager, client = start_new_kernel(kernel_name="python3", env=kernel_env,
+    def start(env: dict[str, str] | None = None) -> Kernel:
+        manager, client = start_new_kernel(kernel_name="python3", env={**kernel_env, **(env or {})},
                                            cwd=kernel_env.get("GKERESUME_TEST_CWD",
                                                               kernel_env["GKERESUME_STORE"]))
         kernel = Kernel(manager, client)

@@ -39,6 +39,7 @@ def make_snapshot(
     modules: dict[str, list[str]] | None = None,
     device: str = "cpu",
     history: list[str] | None = None,
+    notebook: str | None = None,
 ) -> Manifest:
     """Commit a snapshot holding one object ``x{i}`` per payload; unsigned when ``key`` is None.
 
@@ -64,7 +65,7 @@ def make_snapshot(
         snapshot_id=snapshot_id, workspace=store.workspace, created=when.isoformat(),
         graph_blob=graph_digest, objects=objects, storages=storages, blobs=blobs,
         records=[o.name for o in objects], graph_ends=list(range(1, len(objects) + 1)),
-        name=name, fingerprint=fingerprint or {}, history=history or [],
+        name=name, fingerprint=fingerprint or {}, history=history or [], notebook=notebook,
     )
     if key is not None:
         sign(manifest, key)

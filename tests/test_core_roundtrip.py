@@ -60,6 +60,15 @@ class Point:
     def __init__(self, x, y): self.x, self.y = x, y
     def norm2(self): return self.x ** 2 + self.y ** 2
 pt = Point(3, 4)
+SCALE = 10
+def scaled(v): return v * SCALE
+def helper(v): return v + 1
+def uses_helper(v): return helper(v)
+class Scaler:
+    def apply(self, v): return scaled(v)
+def make_adder(k):
+    return lambda v: scaled(v) + k
+scalers = [Scaler(), make_adder(1), {"f": scaled}]
 gen = (i for i in range(3))
 handle = open(__import__("os").devnull)
 '''
@@ -82,6 +91,17 @@ def test_resume_in_a_fresh_kernel_continues_bit_identically(start_kernel):
     assert "not restored: gen" in out and "not restored: handle" in out
     assert b.run("print(1)") == "1\n"
     assert b.last_execution_count == saved_count + 1, "cell numbering continues"
+    live = b.run_json(r'''
+SCALE = 20
+def helper(v): return v - 1
+print(json.dumps({
+    "scaled": scaled(1), "method": scalers[0].apply(1), "closure_lambda": scalers[1](1),
+    "in_dict": scalers[2]["f"](1), "redefined_helper": uses_helper(1),
+    "bound_to_user_ns": all(f.__globals__ is globals() for f in
+                            (scaled, Scaler.apply, scalers[1], counter, square, Point.norm2)),
+}))''')
+    assert live == {"scaled": 20, "method": 20, "closure_lambda": 21, "in_dict": 20,
+                    "redefined_helper": 0, "bound_to_user_ns": True}
     identity = b.run_json(r'''
 print(json.dumps({
     "opt_holds_model_params": opt.param_groups[0]["params"][0] is model.emb.weight,
@@ -143,3 +163,29 @@ def test_magic_usage_errors_are_clear(start_kernel, flag):
     k = start_kernel()
     with pytest.raises(AssertionError, match="UsageError: %checkpoint"):
         k.run(f"%checkpoint {flag}")
+
+
+def test_resume_only_a_function_binds_it_to_the_live_namespace(start_kernel):
+    a = start_kernel()
+    a.run("SCALE = 10\nOFFSET = 1\ndef scaled(v): return v * SCALE + OFFSET\n%checkpoint -n fn")
+    a.kill()
+    b = start_kernel()
+    b.run("SCALE = 5")
+    b.run("%resume fn --only scaled")
+    # SCALE exists here: the live value wins; OFFSET did not: the checkpoint's fills the gap.
+    assert b.run("print(scaled(1), OFFSET, scaled.__globals__ is globals())") == "6 1 True\n"
+
+
+def test_notebook_code_that_runs_while_the_graph_loads_sees_its_globals(start_kernel):
+    a = start_kernel()
+    a.run("import math\n"
+          "def make_angle(deg): return Angle(math.radians(deg))\n"
+          "class Angle:\n"
+          "    def __init__(self, rad): self.rad = rad\n"
+          "    def __reduce__(self): return (make_angle, (math.degrees(self.rad),))\n"
+          "turn = Angle(math.pi)\n%checkpoint -n angle")
+    a.kill()
+    b = start_kernel()
+    b.run("%resume angle")
+    assert b.run("print(round(turn.rad, 6), type(turn) is Angle, make_angle.__globals__ is globals())") \
+        == "3.141593 True True\n"

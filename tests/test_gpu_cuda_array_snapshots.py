@@ -17,6 +17,7 @@ from traitlets.config import Config
 
 import kernel_hooks.cuda_engine as cuda_engine
 import kernel_hooks.loader as loader
+import kernel_hooks.resume_plan as resume_plan
 from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore
 from kernel_hooks.capture import take_checkpoint
 from kernel_hooks.cuda_arrays import CudaArray
@@ -125,8 +126,8 @@ def test_gpus_that_cuda_python_cannot_drive_get_numpy_arrays_and_the_reason(save
     store, expected = saved
     use_engine(monkeypatch, gpus=0)
     # torch sees 2 GPUs with room to spare, cuda-python cannot drive them
-    monkeypatch.setattr(loader.StorageLoader, "_gpu_count", lambda self: 2)
-    monkeypatch.setattr(loader.StorageLoader, "_usable_bytes", lambda self, device: 1 << 30)
+    monkeypatch.setattr(resume_plan, "gpu_count", lambda engine, storages: 2)
+    monkeypatch.setattr(resume_plan, "usable_bytes", lambda engine, index: 1 << 30)
     namespace: dict = {}
     report = take_resume(namespace, store, KEY, reference="arrays")
     assert report.not_restored == []
@@ -153,7 +154,7 @@ def test_what_does_not_fit_stays_on_the_cpu_and_is_named(saved, monkeypatch):
 def test_an_allocation_that_fails_after_all_is_caught_and_named(saved, monkeypatch):
     store, expected = saved
     use_engine(monkeypatch, gpus=2, memory=12_700)  # weights fit, then rows no longer do
-    monkeypatch.setattr(loader.StorageLoader, "_usable_bytes", lambda self, device: 1 << 30)
+    monkeypatch.setattr(resume_plan, "usable_bytes", lambda engine, index: 1 << 30)
     namespace: dict = {}
     report = take_resume(namespace, store, KEY, reference="arrays")
     assert report.not_restored == []

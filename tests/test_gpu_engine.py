@@ -19,8 +19,9 @@ from fixtures_gpu import INVALID_VALUE, SimulatedDriver
 from traitlets.config import Config, Configurable
 
 import kernel_hooks.cuda_engine as cuda_engine
-from jupyter_gkeresume.errors import CudaError, CudaOutOfMemoryError, InvalidInputError
+from jupyter_gkeresume.errors import InvalidInputError
 from kernel_hooks.cuda_engine import CudaEngine, DeviceRange, get_engine
+from kernel_hooks.errors import CudaError, CudaOutOfMemoryError
 
 CHUNK = 4096
 

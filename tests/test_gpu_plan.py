@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jupyter_gkeresume.errors import InvalidInputError
+from jupyter_gkeresume.snapshot.format import StorageRef
 from kernel_hooks.cuda_plan import (
     cuda_index,
     d2h_schedule,
@@ -14,6 +15,7 @@ from kernel_hooks.cuda_plan import (
     plan_device_mapping,
     plan_placement,
 )
+from kernel_hooks.resume_plan import StoragePlace, make_plan, plan_places, usable_bytes
 
 sizes_st = st.lists(st.integers(0, 200), min_size=0, max_size=6)
 chunk_st = st.integers(1, 64)
@@ -129,3 +131,55 @@ def test_placement_counts_shared_storages_once_and_keeps_a_reserve():
 def test_placement_on_an_unknown_gpu_does_not_fit():
     placement = plan_placement([("x", ["s"])], {"s": ("cuda:1", 10)}, {"cuda:0": GIB})
     assert placement.devices == {"s": "cpu"} and placement.not_fitted == ["x"]
+
+
+def _ref(device: str, nbytes: int, owner: str, kind: str = "torch") -> StorageRef:
+    return StorageRef("0" * 64, 0, nbytes, "uint8", device, kind, owner)
+
+
+STORAGES = {
+    "m0": _ref("cuda:0", 6 * GIB, "model"), "m1": _ref("cuda:0", 2 * GIB, "model"),
+    "o0": _ref("cuda:1", 3 * GIB, "opt"), "a0": _ref("cuda:1", GIB, "arr", "cuda_array"),
+    "n0": _ref("cpu", 10, "table", "numpy"),
+}
+
+
+def test_one_plan_maps_places_and_marks_what_streams():
+    plan = plan_places(STORAGES, ["opt", "model"], 1, {0: 10 * GIB}, engine=True)
+    places = plan.places
+    # one GPU here: cuda:1 maps onto cuda:0; opt (priority) fits first, then model does not
+    assert places["o0"] == StoragePlace("cuda:0", 0, True)
+    assert places["a0"] == StoragePlace("cuda:0", 0, True)
+    assert places["m0"] == places["m1"] == StoragePlace("cpu")
+    assert places["n0"] == StoragePlace("cpu")
+    assert any("cuda:1 does not exist here" in w for w in plan.warnings)
+    assert any(w.startswith("model: needs 8.0 GiB on cuda:0") for w in plan.warnings)
+
+
+def test_without_the_engine_gpu_storages_are_placed_but_not_streamed():
+    plan = plan_places(STORAGES, [], 2, {0: 99 * GIB, 1: 99 * GIB}, engine=False)
+    assert plan.places["m0"] == StoragePlace("cuda:0", 0, False)
+    assert plan.places["o0"] == StoragePlace("cuda:1", 1, False)
+    assert plan.warnings == []
+
+
+def test_no_gpu_here_puts_everything_on_the_cpu():
+    plan = plan_places(STORAGES, [], 0, {}, engine=False)
+    assert {p.device for p in plan.places.values()} == {"cpu"}
+    assert plan.warnings == ["no GPU here: tensors of cuda:0, cuda:1 come back on the CPU"]
+
+
+def test_make_plan_asks_the_gpus_once_each():
+    class Engine:
+        device_count = 2
+        asked: list[int] = []
+
+        def memory_info(self, index):
+            self.asked.append(index)
+            return 20 * GIB, 40 * GIB
+
+    engine = Engine()
+    plan = make_plan(STORAGES, [], engine)
+    assert engine.asked == [0, 1]
+    assert all(p.streamed for k, p in plan.places.items() if k != "n0")
+    assert usable_bytes(engine, 0) == 20 * GIB - GIB  # 5% of 40 GiB, at most 1 GiB, reserved

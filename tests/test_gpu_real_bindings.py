@@ -23,7 +23,7 @@ CHUNK = 4096
 ENGINE = f"""
 import gc, json, os, threading
 from cuda.bindings import driver
-from jupyter_gkeresume.errors import CudaError
+from kernel_hooks.errors import CudaError
 from jupyter_gkeresume.snapshot.fingerprint import cuda_driver
 from kernel_hooks.cuda_engine import CudaEngine, DeviceRange
 engine = CudaEngine(cuda_driver(), chunk_bytes={CHUNK}, buffers=3)

@@ -132,6 +132,17 @@ def test_unreadable_manifest_stops_gc_before_any_deletion(local_store, signing_k
     assert local_store.has_blob(garbage)
 
 
+def test_keep_last_counts_per_notebook(local_store, signing_key):
+    """A notebook checkpointed often never costs a quieter notebook its last snapshot."""
+    quiet = make_snapshot(local_store, signing_key, [b"q" * 50], notebook="quiet.ipynb")
+    busy = [make_snapshot(local_store, signing_key, [bytes([i]) * 50], notebook="sub/busy.ipynb")
+            for i in range(3)]
+    plan = retention_plan(local_store, RetentionPolicy(keep_last=1), signing_key)
+    assert plan.delete == [busy[0].snapshot_id, busy[1].snapshot_id]
+    assert plan.keep[quiet.snapshot_id] == ["one of the last 1 of quiet.ipynb"]
+    assert plan.keep[busy[2].snapshot_id] == ["one of the last 1 of sub/busy.ipynb"]
+
+
 def test_retention_then_gc(local_store, signing_key):
     snaps = [make_snapshot(local_store, signing_key, [bytes([i]) * 50]) for i in range(4)]
     named = make_snapshot(local_store, signing_key, [b"n" * 50], name="baseline")

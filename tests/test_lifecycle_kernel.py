@@ -48,13 +48,14 @@ def test_unsigned_and_foreign_snapshots_are_refused_trust_is_explicit(start_kern
     data = json.loads(manifest_path.read_bytes())
     del data["signature"]
     manifest_path.write_text(json.dumps(data))
+    unsigned = newest(kernel_env).snapshot_id
     b = start_kernel()
+    with pytest.raises(KernelError, match=r"no snapshot of any notebook .* verifies .*is unsigned"):
+        b.run("%resume")  # an unsigned snapshot never counts as the latest
     with pytest.raises(KernelError, match="is unsigned"):
-        b.run("%resume")
+        b.run(f"%resume {unsigned}")
     assert b.run("print('w' in globals())") == "False\n"
-    unsigned = newest(kernel_env).snapshot_id  # trust names one snapshot: never "latest"
-    out = b.run(f"import kernel_hooks\nr = kernel_hooks.resume({unsigned!r}, trust=True)\n"
-                "print(w.sum())")
+    out = b.run(f"import kernel_hooks\nr = kernel_hooks.resume({unsigned!r}, trust=True)\nprint(w.sum())")
     assert out.strip().endswith("499500.0")
     refused = cli(kernel_env, "verify", "--all")
     assert refused.returncode == 1 and "is unsigned: refused" in refused.stdout

@@ -155,3 +155,25 @@ def test_a_binding_that_may_not_run_keeps_the_one_before():
     history = ["", "a = 1", "if a > 5:\n    a = 9", "b = a"]
     assert plan_replay(history, ["b"]).cells == [1, 2, 3]
     assert analyze_cell(history[2]).binds_always == set()
+
+
+def test_replay_runs_from_the_python_api_and_binds_to_the_namespace():
+    import kernel_hooks
+
+    history = ["", "SCALE = 2", "def scaled(v):\n    return v * SCALE",
+               "class Box:\n    def get(self):\n        return scaled(1)", "data = [scaled(3)]",
+               "boom = 1 / 0"]
+    namespace = {"SCALE": 2, "__name__": "__main__"}
+    planned = []
+    result = kernel_hooks.replay(["data", "scaled", "Box"], namespace=namespace, history=history,
+                                 on_plan=planned.append)
+    assert planned[0].cells == result.cells == [1, 2, 3, 4]
+    assert result.back == ["data", "scaled", "Box"] and result.failed is None
+    assert namespace["data"] == [6]
+    namespace["SCALE"] = 10  # redefining a global after the replay takes effect
+    assert namespace["scaled"](1) == 10 and namespace["Box"]().get() == 10
+    assert namespace["scaled"].__globals__ is namespace
+
+    failed = kernel_hooks.replay(["boom"], namespace={}, history=history)
+    assert failed.cells == [5] and failed.back == []
+    assert failed.failed == "In[5] failed: ZeroDivisionError: division by zero"

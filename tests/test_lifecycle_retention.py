@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jupyter_gkeresume.errors import InvalidInputError
 from jupyter_gkeresume.snapshot.retention import (
@@ -75,3 +77,48 @@ def test_bad_policies_are_refused(policy):
 def test_created_at_reads_the_id():
     assert created_at(IDS[0]) == datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
     assert created_at("20261399T999999Z-000000").year == 9999
+
+
+def test_keep_last_counts_per_notebook():
+    # b.ipynb checkpoints often; a.ipynb once, long ago: a keeps its only snapshot.
+    snaps = [SnapshotFacts(IDS[0], notebook="a.ipynb")] + [
+        SnapshotFacts(i, notebook="b.ipynb") for i in IDS[1:]]
+    p = plan(snaps, RetentionPolicy(keep_last=2), now=NOW)
+    assert p.keep[IDS[0]] == ["one of the last 2 of a.ipynb"]
+    assert p.delete == IDS[1:3]
+
+
+def _snapshot_id(n: int) -> str:
+    return f"20261{n % 2}{n % 28 + 1:02d}T12{n % 60:02d}00Z-{n:06x}"
+
+
+snapshot_facts = st.lists(
+    st.builds(
+        SnapshotFacts,
+        snapshot_id=st.integers(0, 10**6).map(_snapshot_id),
+        name=st.sampled_from([None, None, None, "baseline"]),
+        refused=st.sampled_from([None, None, None, "unsigned"]),
+        notebook=st.sampled_from([None, "a.ipynb", "sub/b.ipynb", "c.ipynb"]),
+    ),
+    max_size=30, unique_by=lambda s: s.snapshot_id,
+)
+
+
+@given(snapshot_facts, st.integers(1, 4), st.randoms(use_true_random=False))
+def test_no_notebook_loses_its_newest_snapshots(snaps, keep_last, rnd):
+    p = plan(snaps, RetentionPolicy(keep_last=keep_last), now=NOW)
+    assert set(p.keep) | set(p.delete) == {s.snapshot_id for s in snaps}
+    assert not set(p.keep) & set(p.delete)
+    for notebook in {s.notebook for s in snaps}:
+        verified = sorted((s.snapshot_id for s in snaps if s.notebook == notebook and s.refused is None),
+                          reverse=True)
+        assert set(verified[:keep_last]) <= set(p.keep), notebook
+        kept_by_count = [i for i in verified if any(r.startswith("one of the last")
+                                                    for r in p.keep.get(i, []))]
+        assert kept_by_count == verified[:keep_last]
+    for s in snaps:  # what a policy deletes is never named, unreadable or protected
+        if s.snapshot_id in p.delete:
+            assert s.name is None and s.refused is None
+    shuffled = list(snaps)
+    rnd.shuffle(shuffled)
+    assert plan(shuffled, RetentionPolicy(keep_last=keep_last), now=NOW) == p

@@ -6,8 +6,9 @@ delete what ``RetentionPlan.delete`` lists (``gc.apply_retention`` does exactly 
 
 Rules (a snapshot is kept when any rule keeps it; with no rule set nothing is deleted):
 
-- ``keep_last=N``: the N newest verified snapshots (N >= 1: a policy never deletes the newest
-  one);
+- ``keep_last=N``: the N newest verified snapshots of each notebook (N >= 1: a policy never
+  deletes a notebook's newest one, so no notebook loses its last snapshot to another's
+  checkpoints); snapshots without a notebook count as one more group; refused ones take no place;
 - ``keep_days=D``: snapshots created less than D days before ``now``;
 - named snapshots (``%checkpoint -n NAME``) are always kept: a name says "I want this one";
 - snapshots named by the paused record (``records/paused.json``, ``kernels[].snapshot_id`` as
@@ -45,11 +46,13 @@ class RetentionPolicy:
 
 @dataclass(frozen=True)
 class SnapshotFacts:
-    """What retention needs to know about one snapshot (its id also tells when it was made)."""
+    """What retention needs to know about one snapshot (its id also tells when it was made).
+    ``notebook``: the notebook it was taken from, as the manifest names it (None: none)."""
 
     snapshot_id: str
     name: str | None = None
     refused: str | None = None  # why it does not verify; None: it does
+    notebook: str | None = None
 
     @property
     def created(self) -> datetime:
@@ -78,15 +81,17 @@ def plan(
     result = RetentionPlan()
     newest_first = sorted(snapshots, key=lambda s: s.snapshot_id, reverse=True)
     cutoff = now - timedelta(days=policy.keep_days) if policy.keep_days is not None else None
-    verified = [s for s in newest_first if s.refused is None]
-    ranks = {s.snapshot_id: rank for rank, s in enumerate(verified)}
+    seen_of: dict[str | None, int] = {}  # notebook -> verified snapshots of it already ranked
     for snap in newest_first:
-        rank = ranks.get(snap.snapshot_id, len(verified))
+        rank = seen_of.get(snap.notebook, 0)
+        if snap.refused is None:
+            seen_of[snap.notebook] = rank + 1
         reasons = []
         if not policy.active:
             reasons.append("no retention rule set")
-        if policy.keep_last is not None and rank < policy.keep_last:
-            reasons.append(f"one of the last {policy.keep_last}")
+        if policy.keep_last is not None and rank < policy.keep_last and snap.refused is None:
+            of = f" of {snap.notebook}" if snap.notebook is not None else ""
+            reasons.append(f"one of the last {policy.keep_last}{of}")
         if cutoff is not None and snap.created > cutoff:
             reasons.append(f"newer than {policy.keep_days:g} days")
         if snap.name:
