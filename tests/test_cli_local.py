@@ -248,3 +248,16 @@ def test_the_cli_looks_for_the_files_the_server_reads():
     server, cli = ServerApp(), ListApp()
     assert cli.config_file_name == server.config_file_name == "jupyter_server_config"
     assert cli.config_file_paths == server.config_file_paths
+
+
+def test_show_imports_nothing_from_an_unsigned_manifest(run, local_store):
+    """13.3: a planted manifest naming ``this`` (prints the Zen when imported) and
+    ``venv.__main__`` is shown as refused; nothing it names is looked up."""
+    planted = make_snapshot(local_store, None, [b"P" * 10],
+                            modules={"x0": ["this.x", "venv.__main__.x"]})
+    code, out, err = run("show", planted.snapshot_id)
+    assert "Beautiful is better than ugly" not in out + err
+    assert "this" not in sys.modules and "venv.__main__" not in sys.modules
+    signature = next(line for line in out.splitlines() if line.startswith("signature"))
+    assert code == 0 and "unsigned" in signature  # inspected, as refused
+    assert "verdict    not checked: the signature did not verify" in out
