@@ -4,11 +4,20 @@ Call order: ``plan_blobs(collector.items)`` groups storages (big ones alone, sma
 owning variable so a change to one small variable rewrites only its pack), then
 ``BlobWriter.write_all(plans)`` writes them in parallel and returns where every storage went.
 
-Unchanged storages are not hashed again: an in-process cache maps (dtypes, sizes, xxh3-128 of the
-bytes) to the sha256 blob digest, and xxh3 runs near memory speed. Host memory stays flat for CPU
-storages (blobs are written from zero-copy views) and for CUDA storages when the CUDA engine is
-there (``cuda_engine.get_engine()``): they stream through its pinned ring twice, once to hash and,
-only if the store lacks the blob, once to write.
+Blobs are named by ``digests.DEFAULT`` (BLAKE3; big blobs hashed with every core, the GIL
+released, so parallel blobs hash in parallel). Unchanged storages are not hashed again: an
+in-process cache maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the blob digest, and
+xxh3 runs near memory speed; a hit is claimed in the store (deduplicated) before anything is
+written. A miss is new content: on a local store it is hashed while it is written (one pass:
+temporary file renamed to its digest, ``SnapshotStore.write_blob_hashing``), on an object store
+hashed first so an existing blob is still reused. ``remember_blob`` seeds the cache from a
+resume, so the first checkpoint after it reuses what it restored.
+
+Host memory stays flat for CPU storages (blobs are written from zero-copy views) and for CUDA
+storages when the CUDA engine is there (``cuda_engine.get_engine()``): they stream through its
+pinned ring twice, once to hash (the hash runs as the chunks come off the ring) and, only if the
+store lacks the blob, once to write. (One pass would rewrite an unchanged GPU model at every
+checkpoint: device memory has no cheap fingerprint to look up first.)
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from dataclasses import dataclass
 
 import xxhash
 
-from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
+from jupyter_gkeresume.snapshot.blobfile import BlobLayout, blob_digest, layout_for
+from jupyter_gkeresume.snapshot.digests import DEFAULT, Digest, algorithm_of
 from jupyter_gkeresume.snapshot.format import StorageRef
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 
@@ -103,11 +113,28 @@ class BlobWriter:
         """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written)."""
         views = [memoryview(b).cast("B") for _, b in entries]
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
-        digest = _cached_digest(layout, [d for d, _ in entries], views)
+        key = cache_key(DEFAULT, [d for d, _ in entries], views)
+        parts = [layout.header, *views]
+        digest = _cached(key)
+        if digest is None:
+            digest, new = self._write_new(layout, parts)
+            _remember(key, digest)
+            return digest, layout.size, new
         if self.store.claim_blob(digest, layout.size):
             return digest, layout.size, False
-        self.store.write_blob(digest, [layout.header, *views])
+        self.store.write_blob(digest, parts)
         return digest, layout.size, True
+
+    def _write_new(self, layout: BlobLayout, parts: list[object]) -> tuple[str, bool]:
+        """Content not seen in this kernel: hashed while written where the store can rename,
+        else hashed first so that a blob the store already has is reused."""
+        if self.store.local:
+            return self.store.write_blob_hashing(parts, DEFAULT, layout.size), True
+        digest = DEFAULT.of(parts, layout.size)
+        if self.store.claim_blob(digest, layout.size):
+            return digest, False
+        self.store.write_blob(digest, parts)
+        return digest, True
 
     def _write_plan(self, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
         devices = {m.device for m in plan} - {"cpu"}
@@ -131,7 +158,7 @@ class BlobWriter:
         """A blob with CUDA storages, streamed through the engine's pinned ring in two passes
         (hash, then write only if the store lacks it): host memory stays within the ring."""
         layout = layout_for([(m.dtype, m.nbytes) for m in plan])
-        digest = blob_digest(layout, _entry_parts(engine, plan))
+        digest = blob_digest(layout, _entry_parts(engine, plan), DEFAULT)
         if self.store.claim_blob(digest, layout.size):
             return digest, layout.size, False
         self.store.write_blob(digest, itertools.chain([layout.header], _entry_parts(engine, plan)))
@@ -155,17 +182,29 @@ def _entry_parts(engine: CudaEngine, plan: list[CollectedStorage]) -> Iterator[m
             yield from engine.device_to_host_chunks(m.address, m.nbytes, cuda_index(m.device))
 
 
-def _cached_digest(layout, dtypes: list[str], views: list[memoryview]) -> str:
-    key = (tuple(dtypes), tuple(len(v) for v in views),
-           tuple(xxhash.xxh3_128_digest(v) for v in views))
+def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview]) -> tuple:
+    """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each."""
+    return (algorithm.name, tuple(dtypes), tuple(len(v) for v in views),
+            tuple(xxhash.xxh3_128_digest(v) for v in views))
+
+
+def remember_blob(digest: str, dtypes: list[str], views: list[memoryview]) -> None:
+    """Record that entries with these bytes make blob ``digest`` (a resume calls this for what
+    it read and verified), so that a checkpoint of the same bytes reuses the blob."""
+    _remember(cache_key(algorithm_of(digest), dtypes, views), digest)
+
+
+def _cached(key: tuple) -> str | None:
     with _cache_lock:
         digest = _digest_cache.get(key)
         if digest is not None:
             _digest_cache.move_to_end(key)
-            return digest
-    digest = blob_digest(layout, views)
+        return digest
+
+
+def _remember(key: tuple, digest: str) -> None:
     with _cache_lock:
         _digest_cache[key] = digest
+        _digest_cache.move_to_end(key)
         while len(_digest_cache) > DIGEST_CACHE_SIZE:
             _digest_cache.popitem(last=False)
-    return digest

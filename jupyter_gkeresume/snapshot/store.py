@@ -2,7 +2,8 @@
 
 Layout under ``{url}/{workspace}/``::
 
-    blobs/{digest[:2]}/{digest}.safetensors   content-addressed, immutable, shared by snapshots
+    blobs/{hex[:2]}/{digest}.safetensors      content-addressed, immutable, shared by snapshots
+                                              (digest: sha256 hex, or b3-{hex} for BLAKE3)
     snapshots/{snapshot_id}.json              manifests; presence of one is the commit
     records/{name}.json                       small mutable records (paused record, leases, ...)
 
@@ -36,13 +37,14 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import CommitConflictError, InvalidInputError, StoreError
-from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapshot_id
+from .digests import Digest, hex_part, is_digest
+from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, upload
 
 RECORD_NAMES = ("paused", "events")
@@ -102,8 +104,7 @@ class SnapshotStore:
 
     # -- paths -----------------------------------------------------------------------------
     def blob_path(self, digest: str) -> str:
-        validate_digest(digest)
-        return f"{self.root}/blobs/{digest[:2]}/{digest}.safetensors"
+        return f"{self.root}/blobs/{hex_part(digest)[:2]}/{digest}.safetensors"
 
     def manifest_path(self, snapshot_id: str) -> str:
         return f"{self.root}/snapshots/{validate_snapshot_id(snapshot_id)}.json"
@@ -163,6 +164,35 @@ class SnapshotStore:
                 except FileNotFoundError:
                     raise StoreError(f"write blob failed in {self}: no such bucket") from None
 
+    def write_blob_hashing(self, parts: Iterable[object], algorithm: Digest, size: int) -> str:
+        """Write a blob whose digest is not known yet and make it durable; returns its digest.
+
+        Locally this is one pass: the parts (``size`` bytes in all) are hashed while they are
+        written to a temporary file, which is fsynced and renamed to its digest (an existing blob
+        of that digest is replaced by the same bytes). Object stores have no rename: there the
+        digest is computed first (``parts`` must then be a list or tuple)."""
+        if not self.local:
+            parts = list(parts)
+            digest = algorithm.of(parts, size)
+            self.write_blob(digest, parts)
+            return digest
+        folder = f"{self.root}/blobs"
+        hasher = algorithm.new(size)
+        with self._errors("write blob"):
+            os.makedirs(folder, exist_ok=True)
+            tmp = f"{folder}/.tmp-{uuid.uuid4().hex}"
+            try:
+                _write_durably(tmp, parts, hasher.update)
+                digest = algorithm.finish(hasher)
+                path = self.blob_path(digest)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            _fsync_dir(os.path.dirname(path))
+        return digest
+
     @contextmanager
     def open_blob(self, digest: str):
         """A binary file for reading the blob; yields ``(file, size)``. On object stores big
@@ -191,7 +221,7 @@ class SnapshotStore:
                 return []
         for path, info in entries.items():
             name = path.rsplit("/", 1)[-1].removesuffix(".safetensors")
-            if DIGEST_RE.match(name):
+            if is_digest(name):
                 out.append(BlobInfo(name, int(info.get("size") or 0), _mtime(info)))
         return out
 
@@ -316,10 +346,7 @@ class SnapshotStore:
         os.makedirs(folder, exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
-            with open(tmp, "wb") as f:
-                _write_parts(f, parts)
-                f.flush()
-                os.fsync(f.fileno())
+            _write_durably(tmp, parts)
             if create_only:
                 os.link(tmp, path)  # fails with FileExistsError when another writer won
             else:
@@ -327,11 +354,7 @@ class SnapshotStore:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _fsync_dir(folder)
 
     def _invalidate(self, path: str) -> None:
         if not self.local:
@@ -418,11 +441,28 @@ def describe(exc: BaseException) -> str:
     return text[:500]
 
 
-def _write_parts(f: BinaryIO, parts: Iterable[object]) -> None:
-    for part in parts:
-        view = memoryview(part).cast("B")
-        for start in range(0, len(view), WRITE_CHUNK):
-            f.write(view[start : start + WRITE_CHUNK])
+def _write_durably(path: str, parts: Iterable[object],
+                   observe: Callable[[memoryview], object] | None = None) -> None:
+    """Write ``parts`` (buffers, in order) to a new file ``path`` and fsync it; ``observe``
+    sees every chunk just before it is written (a hasher's ``update``)."""
+    with open(path, "wb") as f:
+        for part in parts:
+            view = memoryview(part).cast("B")
+            for start in range(0, len(view), WRITE_CHUNK):
+                chunk = view[start : start + WRITE_CHUNK]
+                if observe is not None:
+                    observe(chunk)
+                f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(folder: str) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _mtime(info: dict[str, Any]) -> float | None:
