@@ -9,8 +9,9 @@ released, so parallel blobs hash in parallel). Unchanged storages are not hashed
 in-process cache maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the blob digest, and
 xxh3 runs near memory speed; a hit is claimed in the store (deduplicated) before anything is
 written. A miss is new content: on a local store it is hashed while it is written (one pass:
-temporary file renamed to its digest, ``SnapshotStore.write_blob_hashing``), on an object store
-hashed first so an existing blob is still reused. ``remember_blob`` seeds the cache from a
+temporary file linked under its digest, or dropped when the store has that blob already:
+``SnapshotStore.write_blob_hashing``), on an object store hashed first so an existing blob is
+reused without an upload. ``remember_blob`` seeds the cache from a
 resume, so the first checkpoint after it reuses what it restored.
 
 Host memory stays flat for CPU storages (blobs are written from zero-copy views) and for CUDA
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import xxhash
 
-from jupyter_gkeresume.snapshot.blobfile import BlobLayout, blob_digest, layout_for
+from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
 from jupyter_gkeresume.snapshot.digests import DEFAULT, Digest, algorithm_of
 from jupyter_gkeresume.snapshot.format import StorageRef
 from jupyter_gkeresume.snapshot.store import SnapshotStore
@@ -117,24 +118,13 @@ class BlobWriter:
         parts = [layout.header, *views]
         digest = _cached(key)
         if digest is None:
-            digest, new = self._write_new(layout, parts)
+            digest, new = self.store.write_blob_hashing(parts, DEFAULT, layout.size)
             _remember(key, digest)
             return digest, layout.size, new
         if self.store.claim_blob(digest, layout.size):
             return digest, layout.size, False
         self.store.write_blob(digest, parts)
         return digest, layout.size, True
-
-    def _write_new(self, layout: BlobLayout, parts: list[object]) -> tuple[str, bool]:
-        """Content not seen in this kernel: hashed while written where the store can rename,
-        else hashed first so that a blob the store already has is reused."""
-        if self.store.local:
-            return self.store.write_blob_hashing(parts, DEFAULT, layout.size), True
-        digest = DEFAULT.of(parts, layout.size)
-        if self.store.claim_blob(digest, layout.size):
-            return digest, False
-        self.store.write_blob(digest, parts)
-        return digest, True
 
     def _write_plan(self, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
         devices = {m.device for m in plan} - {"cpu"}

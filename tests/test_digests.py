@@ -83,13 +83,17 @@ def test_write_blob_hashing_names_the_file_by_its_bytes_in_one_pass(tmp_path):
     payload = np.arange(3 << 20, dtype=np.uint8)  # 3 MiB: several write chunks with small ones
     layout = layout_for([("uint8", payload.nbytes)])
     parts = [layout.header, payload]
-    digest = store.write_blob_hashing(parts, BLAKE3, layout.size)
-    assert digest == blob_digest(layout, [payload], BLAKE3)
+    digest, new = store.write_blob_hashing(parts, BLAKE3, layout.size)
+    assert new and digest == blob_digest(layout, [payload], BLAKE3)
     assert store.has_blob(digest, layout.size)
-    assert store.list_partial_writes() == []  # the temporary file was renamed
-    # the same bytes again: same name, still one blob, still readable
-    assert store.write_blob_hashing(parts, BLAKE3, layout.size) == digest
-    assert [b.digest for b in store.list_blobs()] == [digest]
+    assert store.list_partial_writes() == []  # the temporary file was linked, then dropped
+    # the same bytes again: the blob there is kept (refreshed for gc), nothing new
+    path = store.blob_path(digest)
+    inode = os.stat(path).st_ino
+    os.utime(path, (1, 1))
+    assert store.write_blob_hashing(parts, BLAKE3, layout.size) == (digest, False)
+    assert os.stat(path).st_ino == inode and os.stat(path).st_mtime > 1
+    assert [b.digest for b in store.list_blobs()] == [digest] and store.list_partial_writes() == []
     with store.open_blob(digest) as (f, size):
         read_verified(f, digest, size, lambda i, n: None)
 
@@ -147,6 +151,17 @@ def test_a_remembered_blake3_blob_is_reused_without_writing(tmp_path, empty_cach
     store = SnapshotStore(str(tmp_path), "ws")
     array = np.arange(1 << 16, dtype=np.int64)
     layout = layout_for([("int64", array.nbytes)])
-    digest = store.write_blob_hashing([layout.header, array], BLAKE3, layout.size)
+    digest, _ = store.write_blob_hashing([layout.header, array], BLAKE3, layout.size)
     remember_blob(digest, ["int64"], [memoryview(array).cast("B")])
     assert BlobWriter(store).write_views([("int64", array.copy())]) == (digest, layout.size, False)
+
+
+def test_new_content_the_store_already_has_is_reported_reused(tmp_path, empty_cache):
+    """Another kernel (or the GPU path) wrote these bytes: hashed while written, then the blob
+    there is kept and nothing counts as new."""
+    store = SnapshotStore(str(tmp_path), "ws")
+    array = np.arange(1 << 16, dtype=np.int64)
+    first = BlobWriter(store).write_views([("int64", array)])
+    empty_cache.clear()
+    assert BlobWriter(store).write_views([("int64", array.copy())]) == (first[0], first[1], False)
+    assert store.list_partial_writes() == []

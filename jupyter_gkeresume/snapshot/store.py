@@ -164,18 +164,22 @@ class SnapshotStore:
                 except FileNotFoundError:
                     raise StoreError(f"write blob failed in {self}: no such bucket") from None
 
-    def write_blob_hashing(self, parts: Iterable[object], algorithm: Digest, size: int) -> str:
-        """Write a blob whose digest is not known yet and make it durable; returns its digest.
+    def write_blob_hashing(self, parts: Iterable[object], algorithm: Digest, size: int) -> tuple[str, bool]:
+        """Write a blob whose digest is not known yet and make it durable; returns its digest
+        and whether the store gained it (False: a blob of that digest was there already).
 
         Locally this is one pass: the parts (``size`` bytes in all) are hashed while they are
-        written to a temporary file, which is fsynced and renamed to its digest (an existing blob
-        of that digest is replaced by the same bytes). Object stores have no rename: there the
-        digest is computed first (``parts`` must then be a list or tuple)."""
+        written to a temporary file, which is fsynced and linked under its digest; when that
+        name exists already its blob is kept (and refreshed for gc, as ``claim_blob`` does) and
+        the temporary file dropped. Object stores have no rename: there the digest is computed
+        first and an existing blob claimed (``parts`` must then be a list or tuple)."""
         if not self.local:
             parts = list(parts)
             digest = algorithm.of(parts, size)
+            if self.claim_blob(digest, size):
+                return digest, False
             self.write_blob(digest, parts)
-            return digest
+            return digest, True
         folder = f"{self.root}/blobs"
         hasher = algorithm.new(size)
         with self._errors("write blob"):
@@ -186,12 +190,12 @@ class SnapshotStore:
                 digest = algorithm.finish(hasher)
                 path = self.blob_path(digest)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                os.replace(tmp, path)
+                new = _link_or_refresh(tmp, path)
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
             _fsync_dir(os.path.dirname(path))
-        return digest
+        return digest, new
 
     @contextmanager
     def open_blob(self, digest: str):
@@ -455,6 +459,21 @@ def _write_durably(path: str, parts: Iterable[object],
                 f.write(chunk)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _link_or_refresh(tmp: str, path: str) -> bool:
+    """Link ``tmp`` as ``path``: True; or, when ``path`` exists (equal bytes, by its name),
+    refresh its age so gc's grace period protects it: False."""
+    while True:
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            try:
+                os.utime(path)
+                return False
+            except FileNotFoundError:
+                continue  # removed by gc in between: link ours
 
 
 def _fsync_dir(folder: str) -> None:
