@@ -276,7 +276,9 @@ def summarize(path: Path, top: int = 14) -> None:
         stack, _, count = line.rpartition(" ")
         if not stack or any(m in stack for m in NOT_MEASURED):
             continue
-        frames = [_frame(f) for f in stack.split(";")[1:]]  # [0] is the thread
+        thread, *rest = stack.split(";")
+        # threads without Python frames are native ones: BLAKE3's worker threads
+        frames = [_frame(f) for f in rest] or [f"native thread {thread.rpartition(': ')[2]}"]
         n = int(count)
         total += n
         own[frames[-1]] = own.get(frames[-1], 0) + n

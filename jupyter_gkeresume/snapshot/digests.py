@@ -24,9 +24,11 @@ import blake3
 
 from ..errors import InvalidInputError
 
-#: Buffers at least this big are hashed by BLAKE3 with all cores (its tree mode); smaller ones
-#: with one thread (starting threads would cost more than it gains).
-PARALLEL_HASH_BYTES = 8 << 20
+#: Blobs at least this big are hashed by BLAKE3 with all cores (its tree mode); smaller ones with
+#: one thread. Blobs are hashed in parallel anyway (one writer or reader thread each), so this
+#: pays for a few huge blobs on a many-core node; on a shared 2-core machine a threaded update of
+#: an 8 MiB chunk measured slower than one thread (docs/benchmarks.md).
+PARALLEL_HASH_BYTES = 64 << 20
 
 
 class Hasher(Protocol):
