@@ -34,7 +34,8 @@ def test_registry_names_each_algorithm_by_its_digest_string():
 
 @pytest.mark.parametrize("bad", [
     "", "b3-", "B3-" + "a" * 64, "b3-" + "A" * 64, "a" * 63, "a" * 65, "b3-" + "a" * 63,
-    "sha256-" + "a" * 64, "../" + "a" * 61, "b3-../" + "a" * 58, None, 12, b"a" * 64,
+    "sha256-" + "a" * 64, "a" * 64 + "\n", "b3-" + "a" * 64 + "\n", "\n" + "a" * 64,
+    "../" + "a" * 61, "b3-../" + "a" * 58, None, 12, b"a" * 64,
 ])
 def test_malformed_digests_are_refused(bad):
     with pytest.raises(InvalidInputError, match="not a blob digest"):

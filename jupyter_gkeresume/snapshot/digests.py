@@ -50,7 +50,7 @@ class Digest:
 
     @cached_property
     def pattern(self) -> re.Pattern[str]:
-        return re.compile(rf"^{re.escape(self.prefix)}[0-9a-f]{{64}}$")
+        return re.compile(rf"{re.escape(self.prefix)}[0-9a-f]{{64}}")  # used with fullmatch
 
     def new(self, size_hint: int = 0) -> Hasher:
         return self.new_hasher(size_hint)
@@ -86,7 +86,7 @@ def algorithm_of(digest: object) -> Digest:
     also the path-traversal guard for blob names)."""
     if isinstance(digest, str):
         for algorithm in ALGORITHMS:
-            if algorithm.pattern.match(digest):
+            if algorithm.pattern.fullmatch(digest):
                 return algorithm
     raise InvalidInputError(
         f"not a blob digest: {digest!r} (64 hex digits for sha256, b3- and 64 hex for blake3)"
@@ -101,7 +101,7 @@ def validate_digest(digest: object) -> str:
 
 def is_digest(name: str) -> bool:
     """Whether ``name`` is a digest string of a known algorithm (for listings)."""
-    return any(algorithm.pattern.match(name) for algorithm in ALGORITHMS)
+    return any(algorithm.pattern.fullmatch(name) for algorithm in ALGORITHMS)
 
 
 def hex_part(digest: str) -> str:

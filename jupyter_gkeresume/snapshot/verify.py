@@ -2,7 +2,7 @@
 
 ``verify_snapshot`` reads the manifest strictly, checks that it names itself and this workspace,
 checks its signature with the workspace key, then streams every blob it references through
-``blobfile.read_verified`` (size, safetensors header, digest by its algorithm) and checks that every storage and
+``blobfile.read_verified`` (size, header, digest by its own algorithm) and checks that every storage and
 the graph records point inside the blobs. It never unpickles: verifying an untrusted snapshot is
 safe. Every problem found is listed (not just the first); ``VerifyReport.ok`` is the verdict.
 
