@@ -2,15 +2,24 @@
 
 Call order: ``plan_blobs(collector.items)`` groups storages (big ones alone, small ones packed per
 owning variable so a change to one small variable rewrites only its pack), then
-``BlobWriter.write_all(plans)`` hashes them in parallel, hands each blob to the snapshot's
-``SnapshotWriter.put_blob`` (which claims it when the store has it, else writes it: the commit
-protocol lives there) and returns where every storage went.
+``BlobWriter.write_all(plans)`` puts them in parallel through the snapshot's ``SnapshotWriter``
+(the commit protocol lives there) and returns where every storage went.
 
-Unchanged storages are not hashed again: an in-process cache maps (dtypes, sizes, xxh3-128 of the
-bytes) to the sha256 blob digest, and xxh3 runs near memory speed. Host memory stays flat for CPU
-storages (blobs are written from zero-copy views) and for CUDA storages when the CUDA engine is
-there (``cuda_engine.get_engine()``): they stream through its pinned ring twice, once to hash and,
-only if the store lacks the blob, once to write.
+Blobs are named by ``digests.DEFAULT`` (BLAKE3; big blobs hashed with every core, the GIL
+released, so parallel blobs hash in parallel). Unchanged storages are not hashed again: an
+in-process cache maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the blob digest, and
+xxh3 runs near memory speed; a hit goes to ``SnapshotWriter.put_blob``, which claims it when the
+store has it. A miss is new content and goes to ``SnapshotWriter.put_new_blob``: on a local
+store it is hashed while it is written (one pass: a temporary file linked under its digest, or
+dropped when the store has that blob already), on an object store hashed first so an existing
+blob is reused without an upload. ``remember_blob`` seeds the cache from a resume, so the first
+checkpoint after it reuses what it restored.
+
+Host memory stays flat for CPU storages (blobs are written from zero-copy views) and for CUDA
+storages when the CUDA engine is there (``cuda_engine.get_engine()``): they stream through its
+pinned ring twice, once to hash (the hash runs as the chunks come off the ring) and, only if the
+store lacks the blob, once to write. (One pass would rewrite an unchanged GPU model at every
+checkpoint: device memory has no cheap fingerprint to look up first.)
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from dataclasses import dataclass
 import xxhash
 
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
+from jupyter_gkeresume.snapshot.digests import DEFAULT, Digest, algorithm_of
 from jupyter_gkeresume.snapshot.format import StorageRef
 from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 
@@ -105,8 +115,14 @@ class BlobWriter:
         """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written)."""
         views = [memoryview(b).cast("B") for _, b in entries]
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
-        digest = _cached_digest(layout, [d for d, _ in entries], views)
-        new = self.writer.put_blob(digest, layout.size, lambda: [layout.header, *views])
+        key = cache_key(DEFAULT, [d for d, _ in entries], views)
+        parts = [layout.header, *views]
+        digest = _cached(key)
+        if digest is None:
+            digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT)
+            _remember(key, digest)
+        else:
+            new = self.writer.put_blob(digest, layout.size, lambda: parts)
         return digest, layout.size, new
 
     def _write_plan(self, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
@@ -131,7 +147,7 @@ class BlobWriter:
         """A blob with CUDA storages, streamed through the engine's pinned ring in two passes
         (hash, then write only if the store lacks it): host memory stays within the ring."""
         layout = layout_for([(m.dtype, m.nbytes) for m in plan])
-        digest = blob_digest(layout, _entry_parts(engine, plan))
+        digest = blob_digest(layout, _entry_parts(engine, plan), DEFAULT)
         new = self.writer.put_blob(
             digest, layout.size, lambda: itertools.chain([layout.header], _entry_parts(engine, plan))
         )
@@ -155,17 +171,29 @@ def _entry_parts(engine: CudaEngine, plan: list[CollectedStorage]) -> Iterator[m
             yield from engine.device_to_host_chunks(m.address, m.nbytes, cuda_index(m.device))
 
 
-def _cached_digest(layout, dtypes: list[str], views: list[memoryview]) -> str:
-    key = (tuple(dtypes), tuple(len(v) for v in views),
-           tuple(xxhash.xxh3_128_digest(v) for v in views))
+def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview]) -> tuple:
+    """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each."""
+    return (algorithm.name, tuple(dtypes), tuple(len(v) for v in views),
+            tuple(xxhash.xxh3_128_digest(v) for v in views))
+
+
+def remember_blob(digest: str, dtypes: list[str], views: list[memoryview]) -> None:
+    """Record that entries with these bytes make blob ``digest`` (a resume calls this for what
+    it read and verified), so that a checkpoint of the same bytes reuses the blob."""
+    _remember(cache_key(algorithm_of(digest), dtypes, views), digest)
+
+
+def _cached(key: tuple) -> str | None:
     with _cache_lock:
         digest = _digest_cache.get(key)
         if digest is not None:
             _digest_cache.move_to_end(key)
-            return digest
-    digest = blob_digest(layout, views)
+        return digest
+
+
+def _remember(key: tuple, digest: str) -> None:
     with _cache_lock:
         _digest_cache[key] = digest
+        _digest_cache.move_to_end(key)
         while len(_digest_cache) > DIGEST_CACHE_SIZE:
             _digest_cache.popitem(last=False)
-    return digest

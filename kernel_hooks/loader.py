@@ -34,6 +34,7 @@ from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import EntryTarget, read_verified
 from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 
+from .blobwriter import remember_blob
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
 from .cuda_engine import DeviceAllocation, Uploader, get_engine
 from .cuda_plan import cuda_index, plan_device_mapping, plan_placement
@@ -255,7 +256,7 @@ class StorageLoader:
         """Read one blob into its storages; a failure marks all its keys damaged."""
         try:
             with self.store.open_blob(digest) as (f, size):
-                read_verified(f, digest, size, lambda i, n: self._target(entries.get(i), n))
+                layout = read_verified(f, digest, size, lambda i, n: self._target(entries.get(i), n))
         except (GkeResumeError, OSError) as exc:
             for keys in entries.values():
                 for key in keys:
@@ -270,11 +271,24 @@ class StorageLoader:
             for key in others:  # equal bytes, but a distinct storage: its own copy
                 host_view(_address(self._buffers[key]), size)[:] = \
                     host_view(_address(self._buffers[first]), size)
+        self._remember(digest, entries, len(layout.entry_sizes))
         with self._lock:
             self.bytes_read += nbytes
             done = self.bytes_read
         if self.progress is not None:
             self.progress(Progress("reading", done, self._total, time.monotonic() - self._start))
+
+    def _remember(self, digest: str, entries: dict[int, list[str]], count: int) -> None:
+        """Tell the checkpoint's skip-cache that these verified host bytes make blob ``digest``,
+        so the next checkpoint reuses it instead of writing it again."""
+        if sorted(entries) != list(range(count)):
+            return
+        keys = [entries[i][0] for i in range(count)]
+        if any(k in self._on_device for k in keys):
+            return
+        refs = [self.manifest.storages[k] for k in keys]
+        views = [host_view(_address(self._buffers[k]), r.nbytes) for k, r in zip(keys, refs, strict=True)]
+        remember_blob(digest, [r.dtype for r in refs], views)
 
     def _target(self, keys: list[str] | None, nbytes: int) -> EntryTarget:
         """Where one blob entry goes: the first key's host buffer when all its storages are on

@@ -1,7 +1,8 @@
 """Where a store's bytes live: a local directory or any fsspec filesystem (GCS through gcsfs).
 
 ``SnapshotStore`` picks one backend when it is built (``open_backend``) and calls only the
-methods below; it never asks which kind it has. Paths are the backend's own (OS paths for a
+methods of ``Backend``; the one exception is hash-while-write, which needs a rename and so
+exists only locally (``LocalBackend.write_named_by_content``). Paths are the backend's own (OS paths for a
 local directory, ``bucket/key`` for an object store).
 
 Every backend method raises the builtin ``FileNotFoundError`` for a missing object and
@@ -10,8 +11,9 @@ Every backend method raises the builtin ``FileNotFoundError`` for a missing obje
 
 - ``LocalBackend``: files 0600, directories 0700 (whatever the umask), written under a temporary
   name, fsynced, renamed (create-only: hard-linked, which fails when the name exists); every
-  directory it creates is fsynced into its parent. A store directory owned by another user or
-  writable by group or others is refused when the store is opened.
+  directory it creates is fsynced into its parent. A blob whose name is its digest can be
+  written before that name is known: hashed as it is written, then linked under it. A store
+  directory owned by another user or writable by group or others is refused when it is opened.
 - ``FsspecBackend``: blobs stream up through ``transfer.upload`` (no renames on object stores:
   a partial upload is never visible), restarted on transient failures when their parts can be
   read again; create-only writes are ``ifGenerationMatch=0`` simple uploads; listings are never
@@ -125,16 +127,33 @@ class LocalBackend:
         except FileNotFoundError:
             return []
 
+    def write_named_by_content(self, folder: str, parts: Iterable[object],
+                               observe: Callable[[memoryview], object],
+                               path_for: Callable[[], str]) -> bool:
+        """Write ``parts`` to a new temporary file in ``folder`` (``observe`` sees every chunk
+        as it is written: a hasher's ``update``), fsync it, then link it as ``path_for()``,
+        called once every byte is written (the name depends on them). True when it was linked;
+        False when that path held a file of the same size already (equal content, by its
+        name): that one is kept and its age refreshed, so gc's grace period protects it."""
+        make_private_dirs(folder)
+        tmp = f"{folder}/.tmp-{uuid.uuid4().hex}"
+        try:
+            self._write_temporary(tmp, parts, observe)
+            path = path_for()
+            make_private_dirs(os.path.dirname(path))
+            new = _link_or_refresh(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        fsync_directory(os.path.dirname(path))
+        return new
+
     def _write(self, path: str, parts: Iterable[object], *, create_only: bool) -> None:
         folder = os.path.dirname(path)
         make_private_dirs(folder)
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            with os.fdopen(fd, "wb") as f:
-                write_parts(f, parts)
-                f.flush()
-                os.fsync(f.fileno())
+            self._write_temporary(tmp, parts)
             if create_only:
                 os.link(tmp, path)  # FileExistsError when another writer won
             else:
@@ -143,6 +162,35 @@ class LocalBackend:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         fsync_directory(folder)
+
+    @staticmethod
+    def _write_temporary(tmp: str, parts: Iterable[object],
+                         observe: Callable[[memoryview], object] | None = None) -> None:
+        """Create ``tmp`` (private, never an existing file), write ``parts`` and fsync it."""
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            write_parts(f, parts, observe)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _link_or_refresh(tmp: str, path: str) -> bool:
+    """Link ``tmp`` as ``path``: True. When ``path`` exists with the same size (equal bytes, by
+    its name) refresh its age instead: False. One of another size is damaged: replace it."""
+    while True:
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            pass
+        try:
+            if os.stat(path).st_size == os.stat(tmp).st_size:
+                os.utime(path)
+                return False
+        except FileNotFoundError:
+            continue  # removed by gc in between: link ours
+        os.replace(tmp, path)
+        return True
 
 
 def check_private_directory(folder: str) -> None:
@@ -189,11 +237,17 @@ def fsync_directory(folder: str) -> None:
         os.close(dir_fd)
 
 
-def write_parts(f: BinaryIO, parts: Iterable[object]) -> None:
+def write_parts(f: BinaryIO, parts: Iterable[object],
+                observe: Callable[[memoryview], object] | None = None) -> None:
+    """Write ``parts`` (buffers, in order) in chunks of at most ``WRITE_CHUNK``; ``observe``
+    sees every chunk just before it is written."""
     for part in parts:
         view = memoryview(part).cast("B")
         for start in range(0, len(view), WRITE_CHUNK):
-            f.write(view[start : start + WRITE_CHUNK])
+            chunk = view[start : start + WRITE_CHUNK]
+            if observe is not None:
+                observe(chunk)
+            f.write(chunk)
 
 
 # -- fsspec (GCS, memory, ...) ---------------------------------------------------------------
