@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +41,7 @@ from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 from .cuda_engine import CudaEngine, get_engine
 from .cuda_plan import cuda_index
 from .memory import host_view
-from .results import Progress
+from .progress import PhaseBytes, ProgressSink
 from .storages import CollectedStorage
 
 PACK_BELOW = 1 << 20
@@ -82,18 +81,17 @@ class BlobWriter:
     """Puts planned blobs through ``writer`` with ``concurrency`` threads, reporting progress."""
 
     def __init__(self, writer: SnapshotWriter, concurrency: int | None = None,
-                 progress: Callable[[Progress], None] | None = None):
+                 progress: ProgressSink | None = None):
         self.writer = writer
         self.concurrency = concurrency or writer.store.concurrency
         self.progress = progress
-        self._lock = threading.Lock()
-        self._done = 0
-        self._total = 0
-        self._start = 0.0
+        self._writing = PhaseBytes("writing", 0, None)
 
     def write_all(self, plans: list[list[CollectedStorage]]) -> WrittenBlobs:
-        self._total = sum(m.nbytes for plan in plans for m in plan)
-        self._start = time.monotonic()
+        """Write every planned blob; progress (phase ``writing``, bytes of the storages) moves
+        with every chunk written, and by a whole blob when one is reused."""
+        self._writing = PhaseBytes("writing", sum(m.nbytes for plan in plans for m in plan),
+                                   self.progress)
         out = WrittenBlobs({}, {})
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="gkeresume-write") as pool:
             for plan, (digest, size, new) in zip(plans, pool.map(self._write_plan, plans), strict=True):
@@ -111,25 +109,28 @@ class BlobWriter:
         """Write one raw byte string (the graph) as a single-entry blob."""
         return self.write_views([("uint8", data)])
 
-    def write_views(self, entries: list[tuple[str, object]]) -> tuple[str, int, bool]:
-        """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written)."""
+    def write_views(self, entries: list[tuple[str, object]],
+                    sent: Callable[[int], None] | None = None) -> tuple[str, int, bool]:
+        """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written).
+        ``sent`` is told the bytes of each chunk as it is written."""
         views = [memoryview(b).cast("B") for _, b in entries]
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
         key = cache_key(DEFAULT, [d for d, _ in entries], views)
         parts = [layout.header, *views]
         digest = _cached(key)
         if digest is None:
-            digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT)
+            digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
             _remember(key, digest)
         else:
-            new = self.writer.put_blob(digest, layout.size, lambda: parts)
+            new = self.writer.put_blob(digest, layout.size, lambda: parts, sent=sent)
         return digest, layout.size, new
 
     def _write_plan(self, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
         devices = {m.device for m in plan} - {"cpu"}
         engine = get_engine() if devices and all(cuda_index(d) is not None for d in devices) else None
+        share = self._writing.share(sum(m.nbytes for m in plan))
         if engine is not None:
-            result = self._write_streamed(engine, plan)
+            result = self._write_streamed(engine, plan, share.add)
         else:
             keepalive, entries = [], []
             for m in plan:
@@ -139,26 +140,21 @@ class BlobWriter:
                     host = m.source.cpu()
                     keepalive.append(host)
                     entries.append((m.dtype, host_view(host.data_ptr(), m.nbytes)))
-            result = self.write_views(entries)
-        self._advance(sum(m.nbytes for m in plan))
+            result = self.write_views(entries, share.add)
+        share.finish()
         return result
 
-    def _write_streamed(self, engine: CudaEngine, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
+    def _write_streamed(self, engine: CudaEngine, plan: list[CollectedStorage],
+                        sent: Callable[[int], None]) -> tuple[str, int, bool]:
         """A blob with CUDA storages, streamed through the engine's pinned ring in two passes
         (hash, then write only if the store lacks it): host memory stays within the ring."""
         layout = layout_for([(m.dtype, m.nbytes) for m in plan])
         digest = blob_digest(layout, _entry_parts(engine, plan), DEFAULT)
         new = self.writer.put_blob(
-            digest, layout.size, lambda: itertools.chain([layout.header], _entry_parts(engine, plan))
+            digest, layout.size, lambda: itertools.chain([layout.header], _entry_parts(engine, plan)),
+            sent=sent,
         )
         return digest, layout.size, new
-
-    def _advance(self, nbytes: int) -> None:
-        with self._lock:
-            self._done += nbytes
-            done = self._done
-        if self.progress is not None:
-            self.progress(Progress("writing", done, self._total, time.monotonic() - self._start))
 
 
 def _entry_parts(engine: CudaEngine, plan: list[CollectedStorage]) -> Iterator[memoryview]:

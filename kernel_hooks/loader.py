@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
@@ -39,7 +37,7 @@ from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
 from .cuda_engine import DeviceAllocation, Uploader, get_engine
 from .cuda_plan import cuda_index, plan_device_mapping, plan_placement
 from .memory import host_view
-from .results import Progress
+from .progress import PhaseBytes, ProgressSink
 
 GPU_RESERVE_MAX = 1 << 30
 
@@ -49,11 +47,10 @@ class StorageLoader:
     allocated up front, and serves them to the unpickler by key. See the module docstring."""
 
     def __init__(self, store: SnapshotStore, manifest: Manifest, concurrency: int,
-                 progress: Callable[[Progress], None] | None, warnings: list[str],
+                 progress: ProgressSink | None, warnings: list[str],
                  priority: list[str]):
         self.store = store
         self.manifest = manifest
-        self.progress = progress
         self.warnings = warnings
         self.damaged: dict[str, str] = {}  # storage key -> reason
         self.not_fitted: dict[str, str] = {}  # storage key -> the device it did not fit on
@@ -71,8 +68,8 @@ class StorageLoader:
                 self._buffers[key] = _allocate(ref.kind, ref.nbytes)
         self._untyped: dict[str, Any] = {}
         self._made: dict[str, list[Any]] = {}  # key -> the CUDA arrays made over it
-        self._total = sum(s.nbytes for s in manifest.storages.values())
-        self._start = time.monotonic()
+        self._reading = PhaseBytes("reading", sum(s.nbytes for s in manifest.storages.values()),
+                                   progress)
         self._cleanup = ExitStack()
         self._uploads: Uploader | None = None
         if self._on_device:
@@ -253,19 +250,22 @@ class StorageLoader:
 
     # -- reading ---------------------------------------------------------------------------------
     def _read_blob(self, digest: str, entries: dict[int, list[str]]) -> None:
-        """Read one blob into its storages; a failure marks all its keys damaged."""
+        """Read one blob into its storages; a failure marks all its keys damaged. Progress
+        moves with every chunk read and verified."""
+        nbytes = sum(self.manifest.storages[keys[0]].nbytes * len(keys) for keys in entries.values())
+        share = self._reading.share(nbytes)
         try:
             with self.store.open_blob(digest) as (f, size):
-                layout = read_verified(f, digest, size, lambda i, n: self._target(entries.get(i), n))
+                layout = read_verified(f, digest, size, lambda i, n: self._target(entries.get(i), n),
+                                       share.add)
         except (GkeResumeError, OSError) as exc:
             for keys in entries.values():
                 for key in keys:
                     self.damaged[key] = f"blob {digest[:12]} unreadable: {exc}"
+            share.finish()
             return
-        nbytes = 0
         for first, *others in entries.values():
             size = self.manifest.storages[first].nbytes
-            nbytes += size * (1 + len(others))
             if any(k in self._on_device for k in (first, *others)):
                 continue  # a sink fed them all
             for key in others:  # equal bytes, but a distinct storage: its own copy
@@ -274,9 +274,7 @@ class StorageLoader:
         self._remember(digest, entries, len(layout.entry_sizes))
         with self._lock:
             self.bytes_read += nbytes
-            done = self.bytes_read
-        if self.progress is not None:
-            self.progress(Progress("reading", done, self._total, time.monotonic() - self._start))
+        share.finish()
 
     def _remember(self, digest: str, entries: dict[int, list[str]], count: int) -> None:
         """Tell the checkpoint's skip-cache that these verified host bytes make blob ``digest``,

@@ -36,6 +36,7 @@ from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation
 from .graph import read_graph
 from .loader import StorageLoader
+from .progress import PhaseBytes
 from .results import Progress, ResumeResult, Skipped
 
 MAX_WALK = 2_000_000
@@ -133,7 +134,8 @@ def _restore(
     try:
         graph = loader.read_graph_blob()
         with rebuild.loading(loader):
-            values, failures, placeholders = read_graph(graph, manifest.graph_ends)
+            values, failures, placeholders = read_graph(
+                graph, manifest.graph_ends, PhaseBytes("unpickling", len(graph), progress).add)
     except BaseException:
         loader.abort()
         raise

@@ -65,8 +65,11 @@ def test_a_blob_named_after_its_bytes_is_uploaded_once(gcs_bucket):
     """No renames on GCS: the digest is computed first, and a blob the bucket has is claimed."""
     store = gcs_store(gcs_bucket)
     digest, parts, size = make_blob(CHUNK + 5, 9)
-    assert store.write_blob_hashing(parts, DEFAULT, size) == (digest, True)
-    assert store.write_blob_hashing(parts, DEFAULT, size) == (digest, False)
+    sent: list[int] = []
+    assert store.write_blob_hashing(parts, DEFAULT, size, sent=sent.append) == (digest, True)
+    assert sent == [size]  # an upload is told once it completed
+    assert store.write_blob_hashing(parts, DEFAULT, size, sent=sent.append) == (digest, False)
+    assert sent == [size]
     assert read_back(store, digest) == b"".join(bytes(p) for p in parts[1:])
     assert [b.digest for b in store.list_blobs()] == [digest]
 

@@ -43,6 +43,8 @@ RETRY_MAX_DELAY = 8.0
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 T = TypeVar("T")
+#: Told the byte count of each chunk as it is written (progress); see ``Backend.write``.
+Sent = Callable[[int], None]
 
 
 class Backend(Protocol):
@@ -53,7 +55,9 @@ class Backend(Protocol):
     def size(self, path: str) -> int: ...
     def read(self, path: str) -> bytes: ...
     def open_read(self, path: str) -> Any: ...  # context manager yielding (file, size)
-    def write(self, path: str, parts: Iterable[object]) -> None: ...
+    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
+        """Write ``parts`` (buffers, in order) as ``path``, durably; ``sent`` sees each chunk's
+        size as it is written (where the backend cannot tell, the whole size once written)."""
     def put(self, path: str, data: bytes) -> None: ...
     def create(self, path: str, data: bytes) -> None: ...
     def touch(self, path: str) -> None: ...
@@ -91,8 +95,9 @@ class LocalBackend:
         with open(path, "rb") as f:
             yield f, os.fstat(f.fileno()).st_size
 
-    def write(self, path: str, parts: Iterable[object]) -> None:
-        self._write(path, parts, create_only=False)
+    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
+        self._write(path, parts, create_only=False,
+                    observe=None if sent is None else lambda chunk: sent(len(chunk)))
 
     def put(self, path: str, data: bytes) -> None:
         self._write(path, [data], create_only=False)
@@ -148,12 +153,13 @@ class LocalBackend:
         fsync_directory(os.path.dirname(path))
         return new
 
-    def _write(self, path: str, parts: Iterable[object], *, create_only: bool) -> None:
+    def _write(self, path: str, parts: Iterable[object], *, create_only: bool,
+               observe: Callable[[memoryview], object] | None = None) -> None:
         folder = os.path.dirname(path)
         make_private_dirs(folder)
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
-            self._write_temporary(tmp, parts)
+            self._write_temporary(tmp, parts, observe)
             if create_only:
                 os.link(tmp, path)  # FileExistsError when another writer won
             else:
@@ -274,12 +280,14 @@ class FsspecBackend:
         with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
             yield f, size
 
-    def write(self, path: str, parts: Iterable[object]) -> None:
+    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
         attempts = 1 + self.retries if isinstance(parts, Sequence) else 1
         try:
-            retrying(lambda: upload(self.fs, path, parts, self.chunk_bytes), attempts)
+            written = retrying(lambda: upload(self.fs, path, parts, self.chunk_bytes), attempts)
         except FileNotFoundError:
             raise StoreError(f"no such bucket for {path.split('/', 1)[0]}") from None
+        if sent is not None:
+            sent(written)
 
     def put(self, path: str, data: bytes) -> None:
         self.fs.pipe_file(path, data, mode="overwrite")

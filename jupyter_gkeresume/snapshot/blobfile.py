@@ -117,13 +117,16 @@ def read_verified(
     digest: str,
     size: int,
     destination: Callable[[int, int], EntryTarget],
+    progress: Callable[[int], None] | None = None,
 ) -> BlobLayout:
     """Stream a blob from ``f`` into caller buffers or sinks, checking its digest at the end
     (with the algorithm ``digest`` names).
 
     ``destination(entry, nbytes)`` returns that entry's target (``EntryTarget``); skipped bytes
-    are still hashed. Raises ``IntegrityError`` if the bytes do not match ``digest``: the caller
-    must then discard what was written into its buffers or given to its sinks.
+    are still hashed. ``progress`` is told the size of each entry chunk once it is read and
+    hashed (for a bar that moves inside one big blob). Raises ``IntegrityError`` if the bytes do
+    not match ``digest``: the caller must then discard what was written into its buffers or
+    given to its sinks.
     """
     algorithm = algorithm_of(digest)
     layout = read_layout(f, size)
@@ -148,6 +151,8 @@ def read_verified(
             h.update(chunk)
             if sink is not None:
                 sink(chunk)
+            if progress is not None:
+                progress(step)
             done += step
     if algorithm.finish(h) != digest:
         raise IntegrityError(f"blob {digest[:12]} does not match its digest (corrupt)")

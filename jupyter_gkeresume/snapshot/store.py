@@ -32,7 +32,7 @@ import fsspec
 
 from ..credentials import mask
 from ..errors import CommitConflictError, GkeResumeError, InvalidInputError, NotFoundInStore, StoreError
-from .backends import LocalBackend, open_backend
+from .backends import LocalBackend, Sent, open_backend
 from .digests import Digest, hex_part, is_digest
 from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 
@@ -130,18 +130,20 @@ class SnapshotStore:
             return False
         return True
 
-    def write_blob(self, digest: str, parts: Iterable[object]) -> None:
+    def write_blob(self, digest: str, parts: Iterable[object], *, sent: Sent | None = None) -> None:
         """Write a blob from its parts (buffers, in order) and make it durable.
 
         The caller computed ``digest`` over exactly these parts; writing the same digest twice is
         harmless. Nothing is visible under the final name until it is complete. Only a list or
         tuple of parts lets a failed upload be restarted (an iterator can be read once).
+        ``sent`` (for progress) is told the bytes of each chunk as it is written locally, of the
+        whole blob once its upload completed on an object store.
         """
         with self._errors("write blob"):
-            self.backend.write(self.blob_path(digest), parts)
+            self.backend.write(self.blob_path(digest), parts, sent)
 
-    def write_blob_hashing(self, parts: Iterable[object], algorithm: Digest,
-                           size: int) -> tuple[str, bool]:
+    def write_blob_hashing(self, parts: Iterable[object], algorithm: Digest, size: int, *,
+                           sent: Sent | None = None) -> tuple[str, bool]:
         """Write a blob whose digest is not known yet and make it durable; returns its digest
         and whether the store gained it (False: a blob of that digest was there already).
 
@@ -150,12 +152,18 @@ class SnapshotStore:
         name exists already its blob is kept (and refreshed for gc, as ``claim_blob`` does) and
         the temporary file dropped. Object stores have no rename: there the digest is computed
         first and an existing blob claimed (pass a list or tuple there: the parts are read
-        twice)."""
+        twice). ``sent``: as for ``write_blob``."""
         if isinstance(self.backend, LocalBackend):
             hasher = algorithm.new(size)
+
+            def observe(chunk: memoryview) -> None:
+                hasher.update(chunk)
+                if sent is not None:
+                    sent(len(chunk))
+
             with self._errors("write blob"):
                 new = self.backend.write_named_by_content(
-                    f"{self.root}/blobs", parts, hasher.update,
+                    f"{self.root}/blobs", parts, observe,
                     lambda: self.blob_path(algorithm.finish(hasher)),
                 )
             return algorithm.finish(hasher), new
@@ -163,7 +171,7 @@ class SnapshotStore:
         digest = algorithm.of(parts, size)
         if self.claim_blob(digest, size):
             return digest, False
-        self.write_blob(digest, parts)
+        self.write_blob(digest, parts, sent=sent)
         return digest, True
 
     @contextmanager

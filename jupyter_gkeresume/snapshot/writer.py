@@ -36,7 +36,7 @@ from .digests import Digest
 from .format import Manifest
 from .manifests import load_manifest
 from .signing import SigningKey, sign
-from .store import SnapshotStore
+from .store import Sent, SnapshotStore
 from .verify import VerifyProgress, verify_snapshot
 
 VERIFY_MODES = ("metadata", "full")
@@ -58,22 +58,25 @@ class SnapshotWriter:
         self._lock = threading.Lock()
         self.committed: str | None = None
 
-    def put_blob(self, digest: str, size: int, parts: Callable[[], Iterable[object]]) -> bool:
+    def put_blob(self, digest: str, size: int, parts: Callable[[], Iterable[object]], *,
+                 sent: Sent | None = None) -> bool:
         """Claim the blob if the store has it with ``size`` bytes, else write ``parts()`` (the
-        buffers, in order, whose content has ``digest``). True when it was newly written."""
+        buffers, in order, whose content has ``digest``; ``sent`` is told the bytes of each
+        chunk as it is written). True when it was newly written."""
         self._refuse_after_commit()
         new = not self.store.claim_blob(digest, size)
         if new:
-            self.store.write_blob(digest, parts())
+            self.store.write_blob(digest, parts(), sent=sent)
         with self._lock:
             self._put[digest] = size
         return new
 
-    def put_new_blob(self, size: int, parts: Sequence[object], algorithm: Digest) -> tuple[str, bool]:
+    def put_new_blob(self, size: int, parts: Sequence[object], algorithm: Digest, *,
+                     sent: Sent | None = None) -> tuple[str, bool]:
         """Write (or claim, when the store has it) the blob made of ``parts`` (``size`` bytes in
         all), named by ``algorithm``; returns its digest and whether it was newly written."""
         self._refuse_after_commit()
-        digest, new = self.store.write_blob_hashing(parts, algorithm, size)
+        digest, new = self.store.write_blob_hashing(parts, algorithm, size, sent=sent)
         with self._lock:
             self._put[digest] = size
         return digest, new
