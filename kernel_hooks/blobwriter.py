@@ -2,22 +2,30 @@
 
 Call order: ``plan_blobs(collector.items)`` groups storages (big ones alone, small ones packed per
 owning variable so a change to one small variable rewrites only its pack), then
-``BlobWriter.write_all(plans)`` hashes them in parallel, hands each blob to the snapshot's
-``SnapshotWriter.put_blob`` (which claims it when the store has it, else writes it: the commit
-protocol lives there) and returns where every storage went.
+``BlobWriter.write_all(plans)`` puts them in parallel through the snapshot's ``SnapshotWriter``
+(the commit protocol lives there) and returns where every storage went.
 
-Unchanged storages are not hashed again: an in-process cache maps (dtypes, sizes, xxh3-128 of the
-bytes) to the sha256 blob digest, and xxh3 runs near memory speed. Host memory stays flat for CPU
-storages (blobs are written from zero-copy views) and for CUDA storages when the CUDA engine is
-there (``cuda_engine.get_engine()``): they stream through its pinned ring twice, once to hash and,
-only if the store lacks the blob, once to write.
+Blobs are named by ``digests.DEFAULT`` (BLAKE3; big blobs hashed with every core, the GIL
+released, so parallel blobs hash in parallel). Unchanged storages are not hashed again: an
+in-process cache maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the blob digest, and
+xxh3 runs near memory speed; a hit goes to ``SnapshotWriter.put_blob``, which claims it when the
+store has it. A miss is new content and goes to ``SnapshotWriter.put_new_blob``: on a local
+store it is hashed while it is written (one pass: a temporary file linked under its digest, or
+dropped when the store has that blob already), on an object store hashed first so an existing
+blob is reused without an upload. ``remember_blob`` seeds the cache from a resume, so the first
+checkpoint after it reuses what it restored.
+
+Host memory stays flat for CPU storages (blobs are written from zero-copy views) and for CUDA
+storages when the CUDA engine is there (``cuda_engine.get_engine()``): they stream through its
+pinned ring twice, once to hash (the hash runs as the chunks come off the ring) and, only if the
+store lacks the blob, once to write. (One pass would rewrite an unchanged GPU model at every
+checkpoint: device memory has no cheap fingerprint to look up first.)
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,13 +34,14 @@ from dataclasses import dataclass
 import xxhash
 
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
+from jupyter_gkeresume.snapshot.digests import DEFAULT, Digest, algorithm_of
 from jupyter_gkeresume.snapshot.format import StorageRef
 from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 
 from .cuda_engine import CudaEngine, get_engine
 from .cuda_plan import cuda_index
 from .memory import host_view
-from .results import Progress
+from .progress import PhaseBytes, ProgressSink
 from .storages import CollectedStorage
 
 PACK_BELOW = 1 << 20
@@ -72,18 +81,17 @@ class BlobWriter:
     """Puts planned blobs through ``writer`` with ``concurrency`` threads, reporting progress."""
 
     def __init__(self, writer: SnapshotWriter, concurrency: int | None = None,
-                 progress: Callable[[Progress], None] | None = None):
+                 progress: ProgressSink | None = None):
         self.writer = writer
         self.concurrency = concurrency or writer.store.concurrency
         self.progress = progress
-        self._lock = threading.Lock()
-        self._done = 0
-        self._total = 0
-        self._start = 0.0
+        self._writing = PhaseBytes("writing", 0, None)
 
     def write_all(self, plans: list[list[CollectedStorage]]) -> WrittenBlobs:
-        self._total = sum(m.nbytes for plan in plans for m in plan)
-        self._start = time.monotonic()
+        """Write every planned blob; progress (phase ``writing``, bytes of the storages) moves
+        with every chunk written, and by a whole blob when one is reused."""
+        self._writing = PhaseBytes("writing", sum(m.nbytes for plan in plans for m in plan),
+                                   self.progress)
         out = WrittenBlobs({}, {})
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="gkeresume-write") as pool:
             for plan, (digest, size, new) in zip(plans, pool.map(self._write_plan, plans), strict=True):
@@ -101,19 +109,28 @@ class BlobWriter:
         """Write one raw byte string (the graph) as a single-entry blob."""
         return self.write_views([("uint8", data)])
 
-    def write_views(self, entries: list[tuple[str, object]]) -> tuple[str, int, bool]:
-        """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written)."""
+    def write_views(self, entries: list[tuple[str, object]],
+                    sent: Callable[[int], None] | None = None) -> tuple[str, int, bool]:
+        """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written).
+        ``sent`` is told the bytes of each chunk as it is written."""
         views = [memoryview(b).cast("B") for _, b in entries]
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
-        digest = _cached_digest(layout, [d for d, _ in entries], views)
-        new = self.writer.put_blob(digest, layout.size, lambda: [layout.header, *views])
+        key = cache_key(DEFAULT, [d for d, _ in entries], views)
+        parts = [layout.header, *views]
+        digest = _cached(key)
+        if digest is None:
+            digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
+            _remember(key, digest)
+        else:
+            new = self.writer.put_blob(digest, layout.size, lambda: parts, sent=sent)
         return digest, layout.size, new
 
     def _write_plan(self, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
         devices = {m.device for m in plan} - {"cpu"}
         engine = get_engine() if devices and all(cuda_index(d) is not None for d in devices) else None
+        share = self._writing.share(sum(m.nbytes for m in plan))
         if engine is not None:
-            result = self._write_streamed(engine, plan)
+            result = self._write_streamed(engine, plan, share.add)
         else:
             keepalive, entries = [], []
             for m in plan:
@@ -123,26 +140,21 @@ class BlobWriter:
                     host = m.source.cpu()
                     keepalive.append(host)
                     entries.append((m.dtype, host_view(host.data_ptr(), m.nbytes)))
-            result = self.write_views(entries)
-        self._advance(sum(m.nbytes for m in plan))
+            result = self.write_views(entries, share.add)
+        share.finish()
         return result
 
-    def _write_streamed(self, engine: CudaEngine, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
+    def _write_streamed(self, engine: CudaEngine, plan: list[CollectedStorage],
+                        sent: Callable[[int], None]) -> tuple[str, int, bool]:
         """A blob with CUDA storages, streamed through the engine's pinned ring in two passes
         (hash, then write only if the store lacks it): host memory stays within the ring."""
         layout = layout_for([(m.dtype, m.nbytes) for m in plan])
-        digest = blob_digest(layout, _entry_parts(engine, plan))
+        digest = blob_digest(layout, _entry_parts(engine, plan), DEFAULT)
         new = self.writer.put_blob(
-            digest, layout.size, lambda: itertools.chain([layout.header], _entry_parts(engine, plan))
+            digest, layout.size, lambda: itertools.chain([layout.header], _entry_parts(engine, plan)),
+            sent=sent,
         )
         return digest, layout.size, new
-
-    def _advance(self, nbytes: int) -> None:
-        with self._lock:
-            self._done += nbytes
-            done = self._done
-        if self.progress is not None:
-            self.progress(Progress("writing", done, self._total, time.monotonic() - self._start))
 
 
 def _entry_parts(engine: CudaEngine, plan: list[CollectedStorage]) -> Iterator[memoryview]:
@@ -155,17 +167,29 @@ def _entry_parts(engine: CudaEngine, plan: list[CollectedStorage]) -> Iterator[m
             yield from engine.device_to_host_chunks(m.address, m.nbytes, cuda_index(m.device))
 
 
-def _cached_digest(layout, dtypes: list[str], views: list[memoryview]) -> str:
-    key = (tuple(dtypes), tuple(len(v) for v in views),
-           tuple(xxhash.xxh3_128_digest(v) for v in views))
+def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview]) -> tuple:
+    """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each."""
+    return (algorithm.name, tuple(dtypes), tuple(len(v) for v in views),
+            tuple(xxhash.xxh3_128_digest(v) for v in views))
+
+
+def remember_blob(digest: str, dtypes: list[str], views: list[memoryview]) -> None:
+    """Record that entries with these bytes make blob ``digest`` (a resume calls this for what
+    it read and verified), so that a checkpoint of the same bytes reuses the blob."""
+    _remember(cache_key(algorithm_of(digest), dtypes, views), digest)
+
+
+def _cached(key: tuple) -> str | None:
     with _cache_lock:
         digest = _digest_cache.get(key)
         if digest is not None:
             _digest_cache.move_to_end(key)
-            return digest
-    digest = blob_digest(layout, views)
+        return digest
+
+
+def _remember(key: tuple, digest: str) -> None:
     with _cache_lock:
         _digest_cache[key] = digest
+        _digest_cache.move_to_end(key)
         while len(_digest_cache) > DIGEST_CACHE_SIZE:
             _digest_cache.popitem(last=False)
-    return digest

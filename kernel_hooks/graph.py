@@ -148,12 +148,15 @@ def _pickles_alone(value: object, collector_factory: Callable[[], StorageCollect
 
 
 def read_graph(
-    data: bytes | bytearray, ends: list[int]
+    data: bytes | bytearray, ends: list[int], progress: Callable[[int], None] | None = None,
 ) -> tuple[list[object], dict[int, str], list[Uncaptured]]:
     """Load the records ending at ``ends``; returns the values (None where failed), the failures
     by record index, and the placeholders that stand in for the failed records' objects.
-    Storages are served by the loader installed with ``rebuild.loading``."""
-    stream = io.BytesIO(data)
+    Storages are served by the loader installed with ``rebuild.loading``. ``progress`` is told
+    how many more bytes of the pickle were consumed, as the unpickler reads them (a frame at a
+    time, so it moves inside one big record too)."""
+    reached = _Reached(progress)
+    stream = reached.stream(data)
     unpickler = pickle.Unpickler(stream)
     values: list[object] = []
     failures: dict[int, str] = {}
@@ -173,11 +176,50 @@ def read_graph(
             lost.append(Uncaptured("object", f"part of a record that failed: {failures[index]}"))
             for i in range(first, past):
                 memo[i] = lost[-1]
-            stream = io.BytesIO(data)
+            stream = reached.stream(data)
             stream.seek(end)
             unpickler = pickle.Unpickler(stream)
             unpickler.memo = memo
+    reached(len(data))
     return values, failures, lost
+
+
+class _Reached:
+    """The furthest offset of the pickle read so far, told to ``progress`` as increments."""
+
+    def __init__(self, progress: Callable[[int], None] | None):
+        self.progress, self.offset = progress, 0
+
+    def __call__(self, offset: int) -> None:
+        if self.progress is not None and offset > self.offset:
+            self.progress(offset - self.offset)
+            self.offset = offset
+
+    def stream(self, data: bytes | bytearray) -> io.BytesIO:
+        return io.BytesIO(data) if self.progress is None else _ReportingStream(data, self)
+
+
+class _ReportingStream(io.BytesIO):
+    """The pickle as a file that reports its position after every read the unpickler makes."""
+
+    def __init__(self, data: bytes | bytearray, reached: _Reached):
+        super().__init__(data)
+        self._reached = reached
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self._reached(self.tell())
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n = super().readinto(buffer)
+        self._reached(self.tell())
+        return n
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = super().readline(size)
+        self._reached(self.tell())
+        return line
 
 
 def _memo_span(data: bytes | bytearray, ends: list[int], index: int) -> tuple[int, int]:

@@ -21,8 +21,6 @@ its bytes landed there.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
@@ -32,11 +30,12 @@ from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import EntryTarget, read_verified
 from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 
+from .blobwriter import remember_blob
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
 from .cuda_engine import CudaEngine, DeviceAllocation, Uploader
 from .errors import CudaError, CudaOutOfMemoryError
 from .memory import host_view
-from .results import Progress
+from .progress import PhaseBytes, ProgressSink
 from .resume_plan import ResumePlan, StoragePlace
 
 
@@ -47,10 +46,9 @@ class StorageLoader:
 
     def __init__(self, store: SnapshotStore, manifest: Manifest, plan: ResumePlan,
                  engine: CudaEngine | None, concurrency: int,
-                 progress: Callable[[Progress], None] | None, warnings: list[str]):
+                 progress: ProgressSink | None, warnings: list[str]):
         self.store = store
         self.manifest = manifest
-        self.progress = progress
         self.warnings = warnings
         self.damaged: dict[str, str] = {}  # storage key -> reason
         self.not_fitted: dict[str, str] = {}  # storage key -> the device it did not fit on
@@ -68,7 +66,8 @@ class StorageLoader:
                 self._buffers[key] = _allocate(ref.kind, ref.nbytes)
         self._untyped: dict[str, Any] = {}
         self._made: dict[str, list[Any]] = {}  # key -> the CUDA arrays made over it
-        self._total = sum(s.nbytes for s in manifest.storages.values())
+        self._reading = PhaseBytes("reading", sum(s.nbytes for s in manifest.storages.values()),
+                                   progress)
         self._cleanup = ExitStack()
         self._uploads: Uploader | None = None
         if self._on_device:
@@ -76,13 +75,11 @@ class StorageLoader:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="gkeresume-read")
         self._futures: dict[str, Future] = {}
         self._synchronized: set[tuple[Future, int]] = set()  # (blob read, GPU) whose copies landed
-        self._start = time.monotonic()
 
     # -- call order ------------------------------------------------------------------------------
     def start(self) -> None:
         """Start reading every storage blob, largest first. Equal content is stored once, so one
         blob entry may hold several distinct storages: all are filled from it."""
-        self._start = time.monotonic()
         by_blob: dict[str, dict[int, list[str]]] = {}
         for key, ref in self.manifest.storages.items():
             by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
@@ -208,29 +205,43 @@ class StorageLoader:
 
     # -- reading ---------------------------------------------------------------------------------
     def _read_blob(self, digest: str, entries: dict[int, list[str]]) -> None:
-        """Read one blob into its storages; a failure marks all its keys damaged."""
+        """Read one blob into its storages; a failure marks all its keys damaged. Progress
+        moves with every chunk read and verified."""
+        nbytes = sum(self.manifest.storages[keys[0]].nbytes * len(keys) for keys in entries.values())
+        share = self._reading.share(nbytes)
         try:
             with self.store.open_blob(digest) as (f, size):
-                read_verified(f, digest, size, lambda i, n: self._target(entries.get(i), n))
+                layout = read_verified(f, digest, size, lambda i, n: self._target(entries.get(i), n),
+                                       share.add)
         except (GkeResumeError, OSError) as exc:
             for keys in entries.values():
                 for key in keys:
                     self.damaged[key] = f"blob {digest[:12]} unreadable: {exc}"
+            share.finish()
             return
-        nbytes = 0
         for first, *others in entries.values():
             size = self.manifest.storages[first].nbytes
-            nbytes += size * (1 + len(others))
             if any(k in self._on_device for k in (first, *others)):
                 continue  # a sink fed them all
             for key in others:  # equal bytes, but a distinct storage: its own copy
                 host_view(_address(self._buffers[key]), size)[:] = \
                     host_view(_address(self._buffers[first]), size)
+        self._remember(digest, entries, len(layout.entry_sizes))
         with self._lock:
             self.bytes_read += nbytes
-            done = self.bytes_read
-        if self.progress is not None:
-            self.progress(Progress("reading", done, self._total, time.monotonic() - self._start))
+        share.finish()
+
+    def _remember(self, digest: str, entries: dict[int, list[str]], count: int) -> None:
+        """Tell the checkpoint's skip-cache that these verified host bytes make blob ``digest``,
+        so the next checkpoint reuses it instead of writing it again."""
+        if sorted(entries) != list(range(count)):
+            return
+        keys = [entries[i][0] for i in range(count)]
+        if any(k in self._on_device for k in keys):
+            return
+        refs = [self.manifest.storages[k] for k in keys]
+        views = [host_view(_address(self._buffers[k]), r.nbytes) for k, r in zip(keys, refs, strict=True)]
+        remember_blob(digest, [r.dtype for r in refs], views)
 
     def _target(self, keys: list[str] | None, nbytes: int) -> EntryTarget:
         """Where one blob entry goes: the first key's host buffer when all its storages are on

@@ -1,16 +1,21 @@
-"""The progress of ``%checkpoint`` / ``%resume`` in the cell output, updated in place.
+"""Progress of a checkpoint or resume: counted per chunk, throttled, shown in the cell output.
 
-One display (a ``display_id``) per operation: the first report displays it, later ones send
-``update_display_data``. Each bundle has ``text/html`` (a ``<progress>`` bar with bytes, rate and
-time left, as tqdm's notebook bars look) and ``text/plain`` (the same in one ASCII line, for
-terminals and nbconvert). Reports come at most every ``MIN_INTERVAL`` seconds, plus every
-phase change and the final one.
+- ``PhaseBytes`` counts one phase's bytes from many threads (a blob's writer or reader adds each
+  chunk as it goes: ``share(nbytes)`` for one blob) and reports every new count, in order.
+- ``ProgressThrottle`` passes reports on at most every ``interval`` seconds without losing the
+  last one of any phase (see its docstring); the server's publisher and ``CellProgress`` use it.
+- ``CellProgress``: one display (a ``display_id``) per operation: the first report displays it,
+  later ones send ``update_display_data``. Each bundle has ``text/html`` (a ``<progress>`` bar
+  with bytes, rate and time left, as tqdm's notebook bars look) and ``text/plain`` (the same in
+  one ASCII line, for terminals and nbconvert), at most every ``MIN_INTERVAL`` seconds.
 """
 
 from __future__ import annotations
 
 import html
+import threading
 import time
+from collections.abc import Callable
 
 from jupyter_gkeresume.units import human_bytes
 
@@ -80,20 +85,101 @@ def bundle(p: Progress) -> dict[str, str]:
     return {"text/html": render_html(p), "text/plain": render(p)}
 
 
+ProgressSink = Callable[[Progress], None]
+
+
+class PhaseBytes:
+    """The bytes done in one ``phase`` of ``total``, counted from many threads; every count is
+    reported to ``sink`` (when there is one) under one lock, so reports only increase."""
+
+    def __init__(self, phase: str, total: int, sink: ProgressSink | None):
+        self.phase, self.total, self.sink = phase, total, sink
+        self.done = 0
+        self._start = time.monotonic()
+        self._lock = threading.Lock()
+
+    def add(self, nbytes: int) -> None:
+        if nbytes <= 0:
+            return
+        with self._lock:
+            self.done += nbytes
+            if self.sink is not None:
+                self.sink(Progress(self.phase, self.done, self.total, time.monotonic() - self._start))
+
+    def share(self, nbytes: int) -> BlobShare:
+        """The ``nbytes`` one blob contributes, added chunk by chunk (see ``BlobShare``)."""
+        return BlobShare(self, nbytes)
+
+
+class BlobShare:
+    """One blob's part of a ``PhaseBytes``: ``add`` each chunk as it is written or read (never
+    more than ``nbytes`` in all: a header, or a second pass, does not count twice), then
+    ``finish()`` adds what the chunks did not (a blob reused without writing, copies made after
+    reading)."""
+
+    def __init__(self, phase: PhaseBytes, nbytes: int):
+        self.phase, self.left = phase, nbytes
+        self._lock = threading.Lock()
+
+    def add(self, nbytes: int) -> None:
+        with self._lock:
+            step = min(nbytes, self.left)
+            self.left -= step
+        self.phase.add(step)
+
+    def finish(self) -> None:
+        self.add(self.left)
+
+
+class ProgressThrottle:
+    """Passes reports on to ``send`` at most every ``interval`` seconds, without losing the last
+    one of any phase: the first report of a phase goes at once, after every report held back
+    so far (so a phase's last report precedes the next phase's first); ``flush()`` sends what is
+    still held (call it when the operation ends). Phases may interleave (a resume reads and
+    unpickles at once): coming back to a phase already seen is throttled like any report.
+    Thread-safe; reports leave in the order they were passed."""
+
+    def __init__(self, send: ProgressSink, interval: float):
+        self.send, self.interval = send, interval
+        self._seen: set[str] = set()
+        self._held: dict[str, Progress] = {}
+        self._sent = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self, p: Progress) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if p.phase not in self._seen:
+                self._seen.add(p.phase)
+                self._send_held()
+            elif now - self._sent < self.interval:
+                self._held[p.phase] = p
+                return
+            self._held.pop(p.phase, None)
+            self._sent = now
+            self.send(p)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._send_held()
+
+    def _send_held(self) -> None:
+        held, self._held = self._held, {}
+        for p in held.values():
+            self.send(p)
+
+
 class CellProgress:
     """Callable progress sink for magics: one display, updated in place (see the module doc)."""
 
     def __init__(self):
         self._handle = None
-        self._last = 0.0
-        self._phase: str | None = None
+        self._throttle = ProgressThrottle(self._show, MIN_INTERVAL)
 
     def __call__(self, p: Progress) -> None:
-        now = time.monotonic()
-        final = p.phase in ("done", "committing") or p.phase != self._phase
-        if not final and now - self._last < MIN_INTERVAL:
-            return
-        self._last, self._phase = now, p.phase
+        self._throttle(p)
+
+    def _show(self, p: Progress) -> None:
         from IPython.display import display
 
         if self._handle is None:

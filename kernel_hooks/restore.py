@@ -38,6 +38,7 @@ from .cuda_engine import DeviceAllocation, get_engine
 from .graph import read_graph
 from .loader import StorageLoader
 from .placeholders import Uncaptured
+from .progress import PhaseBytes
 from .results import Progress, ResumeResult, Skipped
 from .resume_plan import make_plan
 
@@ -142,7 +143,8 @@ def _restore(
         loader.start()  # 3. read
         graph = loader.read_graph_blob()
         with rebuild.loading(reading):  # 4. unpickle
-            values, failures, placeholders = read_graph(graph, manifest.graph_ends)
+            values, failures, placeholders = read_graph(
+                graph, manifest.graph_ends, PhaseBytes("unpickling", len(graph), progress).add)
     except BaseException:
         loader.abort()
         reading.take_back()

@@ -11,8 +11,9 @@ and ``user_expressions={"result": "...last_result()"}``. Call order and invarian
 1. ``run`` calls ``kernel_hooks.checkpoint`` or ``kernel_hooks.resume`` on the user namespace
    and binds no name in it.
 2. While it runs, progress goes out on IOPub as ``display_data`` of the MIME type
-   ``PROGRESS_MIME`` (``Progress.to_dict()``), at most every ``PROGRESS_INTERVAL`` seconds plus
-   every phase change. Progress is best effort (IOPub may drop messages).
+   ``PROGRESS_MIME`` (``Progress.to_dict()``), at most every ``PROGRESS_INTERVAL`` seconds, the
+   first report of every phase at once, and the last report of every phase always (before the
+   next phase's first, or when ``run`` ends). Progress is best effort (IOPub may drop messages).
 3. ``run`` never raises for a failure of the operation: it keeps the outcome, and the execute
    reply carries it reliably (shell channel) through ``user_expressions``: ``last_result()`` has a
    ``_repr_json_`` giving ``{"ok": true, "result": {...to_dict()}}`` or
@@ -26,7 +27,6 @@ and ``user_expressions={"result": "...last_result()"}``. Call order and invarian
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from jupyter_gkeresume.kernel_protocol import (
@@ -38,6 +38,8 @@ from jupyter_gkeresume.kernel_protocol import (
     Outcome,
     request_from_json,
 )
+
+from .progress import ProgressThrottle
 
 PROGRESS_INTERVAL = 0.25
 
@@ -92,21 +94,10 @@ def last_result() -> _Outcome:
     return _Outcome(_last)
 
 
-class _ProgressPublisher:
-    """Sends ``Progress`` reports as display data, throttled, always on a phase change."""
+def _publish(progress: Any) -> None:
+    from IPython.display import publish_display_data
 
-    def __init__(self) -> None:
-        self._phase: str | None = None
-        self._sent = 0.0
-
-    def __call__(self, progress: Any) -> None:
-        now = time.monotonic()
-        if progress.phase == self._phase and now - self._sent < PROGRESS_INTERVAL:
-            return
-        self._phase, self._sent = progress.phase, now
-        from IPython.display import publish_display_data
-
-        publish_display_data({PROGRESS_MIME: progress.to_dict()})
+    publish_display_data({PROGRESS_MIME: progress.to_dict()})
 
 
 def run(action: str, request_json: str) -> None:
@@ -121,13 +112,16 @@ def run(action: str, request_json: str) -> None:
             return
         import kernel_hooks
 
-        common = {"store": request.store, "workspace": request.workspace,
-                  "progress": _ProgressPublisher()}
-        if isinstance(request, CheckpointRequest):
-            result = kernel_hooks.checkpoint(request.name, notebook=request.notebook, **common)
-        else:
-            result = kernel_hooks.resume(request.reference or "latest", only=request.only,
-                                         **common)
+        publisher = ProgressThrottle(_publish, PROGRESS_INTERVAL)
+        common = {"store": request.store, "workspace": request.workspace, "progress": publisher}
+        try:
+            if isinstance(request, CheckpointRequest):
+                result = kernel_hooks.checkpoint(request.name, notebook=request.notebook, **common)
+            else:
+                result = kernel_hooks.resume(request.reference or "latest", only=request.only,
+                                             **common)
+        finally:
+            publisher.flush()  # a failed operation's last reports too
         _last = Outcome.success(result.to_dict()).to_dict()
     except Exception as exc:  # the boundary: every failure is reported to the server, in words
         _last = Outcome.failure(exc).to_dict()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gkeresume.snapshot import Manifest
+from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
 
 STORE_SNAPSHOTS = "test-ws/snapshots"
 
@@ -20,7 +20,7 @@ def manifests(env) -> list[Manifest]:
 
 
 def blob_file(env, digest: str) -> Path:
-    return Path(env["GKERESUME_STORE"]) / "test-ws" / "blobs" / digest[:2] / f"{digest}.safetensors"
+    return Path(SnapshotStore(env["GKERESUME_STORE"], "test-ws").blob_path(digest))
 
 
 def test_second_checkpoint_writes_only_what_changed(start_kernel):

@@ -13,6 +13,7 @@ import pytest
 from jupyter_gkeresume.errors import CommitConflictError, InvalidInputError, StoreError
 from jupyter_gkeresume.snapshot.backends import LocalBackend
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
+from jupyter_gkeresume.snapshot.digests import DEFAULT
 from jupyter_gkeresume.snapshot.store import SnapshotStore, describe, resolve_concurrency
 
 CHUNK = 256 << 10  # the smallest chunk GCS allows: many chunks from small test data
@@ -58,6 +59,19 @@ def test_blob_from_a_one_shot_generator(gcs_bucket):
     store.write_blob(digest, (p for p in parts))
     assert store.has_blob(digest, size)
     assert read_back(store, digest) == b"".join(bytes(p) for p in parts[1:])
+
+
+def test_a_blob_named_after_its_bytes_is_uploaded_once(gcs_bucket):
+    """No renames on GCS: the digest is computed first, and a blob the bucket has is claimed."""
+    store = gcs_store(gcs_bucket)
+    digest, parts, size = make_blob(CHUNK + 5, 9)
+    sent: list[int] = []
+    assert store.write_blob_hashing(parts, DEFAULT, size, sent=sent.append) == (digest, True)
+    assert sent == [size]  # an upload is told once it completed
+    assert store.write_blob_hashing(parts, DEFAULT, size, sent=sent.append) == (digest, False)
+    assert sent == [size]
+    assert read_back(store, digest) == b"".join(bytes(p) for p in parts[1:])
+    assert [b.digest for b in store.list_blobs()] == [digest]
 
 
 def test_ranged_reads_seek_and_read(gcs_bucket):

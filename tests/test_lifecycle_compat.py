@@ -89,6 +89,32 @@ def test_unknown_format_is_incompatible(local_store, signing_key):
     assert verdict.reasons == [f"snapshot format {FORMAT_VERSION + 1} is unknown here"]
 
 
+@pytest.mark.parametrize("version", [[2], {"v": 2}, True, 2.0, "2"])
+def test_an_odd_recorded_format_is_ignored_not_a_crash(local_store, signing_key, version):
+    from fixtures_lifecycle import make_snapshot
+
+    m = make_snapshot(local_store, signing_key, [b"w"], fingerprint=changed(format_version=version))
+    verdict = check_compatible(m, copy.deepcopy(BASE))
+    assert (verdict.level, verdict.reasons) == ("exact", ["fingerprint fields ignored (malformed): "
+                                                          "format_version"])
+
+
+def test_a_huge_recorded_format_is_unknown(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    m = make_snapshot(local_store, signing_key, [b"w"], fingerprint=changed(format_version=10**4000))
+    verdict = check_compatible(m, copy.deepcopy(BASE))
+    assert verdict.level == "incompatible" and len(verdict.reasons[0]) < 200
+
+
+def test_both_readable_formats_are_compatible(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    for version in (1, FORMAT_VERSION):
+        m = make_snapshot(local_store, signing_key, [b"w"], fingerprint=changed(format_version=version))
+        assert check_compatible(m, copy.deepcopy(BASE)).level == "exact"
+
+
 def test_fewer_gpus_are_remapped(local_store, signing_key):
     from fixtures_lifecycle import make_snapshot
 

@@ -6,26 +6,23 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_gkeresume.errors import InvalidInputError
+from jupyter_gkeresume.errors import InvalidInputError, StoredRecordError
 from jupyter_gkeresume.paused_record import safe_notebook_path
 from jupyter_gkeresume.snapshot import SnapshotStore
+from jupyter_gkeresume.snapshot.digests import validate_digest
 from jupyter_gkeresume.snapshot.fingerprint import _RELEASE_RE
-from jupyter_gkeresume.snapshot.format import (
-    validate_digest,
-    validate_snapshot_id,
-    validate_snapshot_name,
-)
+from jupyter_gkeresume.snapshot.format import validate_snapshot_id, validate_snapshot_name
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 from jupyter_gkeresume.workspace import validate_workspace_id
 from kernel_hooks.cuda_arrays import dtype_name
 from kernel_hooks.cuda_plan import cuda_index
 
 
-def refuses(check):
+def refuses(check, error: type[Exception] = InvalidInputError):
     def run(value):
         try:
             check(value)
-        except InvalidInputError:
+        except error:
             return False
         return True
     return run
@@ -40,11 +37,12 @@ def validators(store):
     return {
         "snapshot id": (refuses(validate_snapshot_id), "20261130T101500Z-a1b2c3"),
         "snapshot name": (refuses(validate_snapshot_name), "ok"),
-        "digest": (refuses(validate_digest), "ab" * 32),
+        "sha256 digest": (refuses(validate_digest), "ab" * 32),
+        "blake3 digest": (refuses(validate_digest), "b3-" + "ab" * 32),
         "workspace id": (refuses(validate_workspace_id), "hub-alice"),
         "lease key": (refuses(lambda k: RestoreLease(store, k)), "kernel-1"),
         "record name": (refuses(lambda n: store.record_path(n)), "lease-kernel-1"),
-        "notebook path": (refuses(safe_notebook_path), "work/train.ipynb"),
+        "notebook path": (refuses(safe_notebook_path, StoredRecordError), "work/train.ipynb"),
         "cuda typestr": (refuses(dtype_name), "<f4"),
         "cuda device": (lambda d: cuda_index(d) is not None, "cuda:0"),
         "driver release": (lambda line: _RELEASE_RE.match(line) is not None, "550.54.15"),

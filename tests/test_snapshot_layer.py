@@ -38,6 +38,7 @@ from jupyter_gkeresume.snapshot import (
     verify_committed,
 )
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
+from jupyter_gkeresume.snapshot.digests import DEFAULT
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 
 PLANTED = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
@@ -160,6 +161,17 @@ def test_writer_commits_signed_and_verified(local_store, signing_key):
         writer.put_blob(digest, size, lambda: parts)
 
 
+def test_writer_puts_a_new_blob_named_while_it_is_written(local_store, signing_key):
+    writer = SnapshotWriter(local_store, signing_key)
+    _, size, parts = blob(b"fresh")
+    digest, new = writer.put_new_blob(size, parts, DEFAULT)
+    assert new and digest == blob(b"fresh")[0] and local_store.has_blob(digest, size)
+    assert SnapshotWriter(local_store, signing_key).put_new_blob(size, parts, DEFAULT) == (digest, False)
+    writer.commit(manifest_for(local_store, {digest: size}, "20261130T101500Z-000004"))
+    with pytest.raises(InvalidInputError, match="already committed"):
+        writer.put_new_blob(size, parts, DEFAULT)
+
+
 def test_writer_refuses_a_manifest_naming_a_blob_it_did_not_put(local_store, signing_key):
     writer = SnapshotWriter(local_store, signing_key)
     digest, size, parts = blob(b"x")
@@ -229,6 +241,23 @@ def test_every_file_the_local_store_writes_is_private(tmp_path, signing_key):
     assert kinds == {"blobs", "snapshots", "records"}
     assert {oct(stat.S_IMODE(f.stat().st_mode)) for f in files} == {"0o600"}
     assert {oct(stat.S_IMODE(d.stat().st_mode)) for d in folders} == {"0o700"}
+
+
+def test_a_blob_hashed_while_written_is_private_and_its_folders_fsynced(tmp_path, monkeypatch):
+    synced = []
+    real = backends.fsync_directory
+    monkeypatch.setattr(backends, "fsync_directory", lambda folder: (synced.append(folder), real(folder)))
+    old = os.umask(0)
+    try:
+        store = SnapshotStore(str(tmp_path / "store"), "ws")
+        _, size, parts = blob(b"c" * 1000)
+        digest, _ = store.write_blob_hashing(parts, DEFAULT, size)
+    finally:
+        os.umask(old)
+    path = Path(store.blob_path(digest))
+    assert oct(stat.S_IMODE(path.stat().st_mode)) == "0o600"
+    assert {oct(stat.S_IMODE(d.stat().st_mode)) for d in (path.parent, path.parent.parent)} == {"0o700"}
+    assert str(path.parent) in synced and str(path.parent.parent) in synced
 
 
 def test_created_directories_are_fsynced_into_their_parents(tmp_path, monkeypatch):

@@ -45,12 +45,15 @@ def test_cell_progress_displays_once_then_updates_in_place(monkeypatch):
         return Handle()
 
     monkeypatch.setattr("IPython.display.display", display)
+    monkeypatch.setattr("kernel_hooks.progress.time.monotonic", lambda: 0.0)  # one instant
     sink = CellProgress()
     sink(Progress("writing", 0, 10 * MIB, 0.1))
-    sink(Progress("writing", MIB, 10 * MIB, 0.1))  # within MIN_INTERVAL: skipped
+    sink(Progress("writing", MIB, 10 * MIB, 0.1))  # within MIN_INTERVAL: superseded
+    sink(Progress("writing", 10 * MIB, 10 * MIB, 0.9))  # held, shown as the phase ends
     sink(Progress("committing", 10 * MIB, 10 * MIB, 1.0))  # a phase change: always shown
     sink(Progress("done", 10 * MIB, 10 * MIB, 1.2))
-    assert [kind for kind, _ in shown] == ["display", "update", "update"]
+    assert [kind for kind, _ in shown] == ["display", "update", "update", "update"]
+    assert "10.0 MiB of 10.0 MiB" in shown[1][1]["text/plain"]
     assert all("<progress" in data["text/html"] and data["text/plain"] for _, data in shown)
 
 

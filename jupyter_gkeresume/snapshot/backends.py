@@ -1,7 +1,8 @@
 """Where a store's bytes live: a local directory or any fsspec filesystem (GCS through gcsfs).
 
 ``SnapshotStore`` picks one backend when it is built (``open_backend``) and calls only the
-methods below; it never asks which kind it has. Paths are the backend's own (OS paths for a
+methods of ``Backend``; the one exception is hash-while-write, which needs a rename and so
+exists only locally (``LocalBackend.write_named_by_content``). Paths are the backend's own (OS paths for a
 local directory, ``bucket/key`` for an object store).
 
 Every backend method raises the builtin ``FileNotFoundError`` for a missing object and
@@ -10,8 +11,9 @@ Every backend method raises the builtin ``FileNotFoundError`` for a missing obje
 
 - ``LocalBackend``: files 0600, directories 0700 (whatever the umask), written under a temporary
   name, fsynced, renamed (create-only: hard-linked, which fails when the name exists); every
-  directory it creates is fsynced into its parent. A store directory owned by another user or
-  writable by group or others is refused when the store is opened.
+  directory it creates is fsynced into its parent. A blob whose name is its digest can be
+  written before that name is known: hashed as it is written, then linked under it. A store
+  directory owned by another user or writable by group or others is refused when it is opened.
 - ``FsspecBackend``: blobs stream up through ``transfer.upload`` (no renames on object stores:
   a partial upload is never visible), restarted on transient failures when their parts can be
   read again; create-only writes are ``ifGenerationMatch=0`` simple uploads; listings are never
@@ -41,6 +43,8 @@ RETRY_MAX_DELAY = 8.0
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 T = TypeVar("T")
+#: Told the byte count of each chunk as it is written (progress); see ``Backend.write``.
+Sent = Callable[[int], None]
 
 
 class Backend(Protocol):
@@ -51,7 +55,9 @@ class Backend(Protocol):
     def size(self, path: str) -> int: ...
     def read(self, path: str) -> bytes: ...
     def open_read(self, path: str) -> Any: ...  # context manager yielding (file, size)
-    def write(self, path: str, parts: Iterable[object]) -> None: ...
+    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
+        """Write ``parts`` (buffers, in order) as ``path``, durably; ``sent`` sees each chunk's
+        size as it is written (where the backend cannot tell, the whole size once written)."""
     def put(self, path: str, data: bytes) -> None: ...
     def create(self, path: str, data: bytes) -> None: ...
     def touch(self, path: str) -> None: ...
@@ -89,8 +95,9 @@ class LocalBackend:
         with open(path, "rb") as f:
             yield f, os.fstat(f.fileno()).st_size
 
-    def write(self, path: str, parts: Iterable[object]) -> None:
-        self._write(path, parts, create_only=False)
+    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
+        self._write(path, parts, create_only=False,
+                    observe=None if sent is None else lambda chunk: sent(len(chunk)))
 
     def put(self, path: str, data: bytes) -> None:
         self._write(path, [data], create_only=False)
@@ -125,16 +132,34 @@ class LocalBackend:
         except FileNotFoundError:
             return []
 
-    def _write(self, path: str, parts: Iterable[object], *, create_only: bool) -> None:
+    def write_named_by_content(self, folder: str, parts: Iterable[object],
+                               observe: Callable[[memoryview], object],
+                               path_for: Callable[[], str]) -> bool:
+        """Write ``parts`` to a new temporary file in ``folder`` (``observe`` sees every chunk
+        as it is written: a hasher's ``update``), fsync it, then link it as ``path_for()``,
+        called once every byte is written (the name depends on them). True when it was linked;
+        False when that path held a file of the same size already (equal content, by its
+        name): that one is kept and its age refreshed, so gc's grace period protects it."""
+        make_private_dirs(folder)
+        tmp = f"{folder}/.tmp-{uuid.uuid4().hex}"
+        try:
+            self._write_temporary(tmp, parts, observe)
+            path = path_for()
+            make_private_dirs(os.path.dirname(path))
+            new = _link_or_refresh(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        fsync_directory(os.path.dirname(path))
+        return new
+
+    def _write(self, path: str, parts: Iterable[object], *, create_only: bool,
+               observe: Callable[[memoryview], object] | None = None) -> None:
         folder = os.path.dirname(path)
         make_private_dirs(folder)
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            with os.fdopen(fd, "wb") as f:
-                write_parts(f, parts)
-                f.flush()
-                os.fsync(f.fileno())
+            self._write_temporary(tmp, parts, observe)
             if create_only:
                 os.link(tmp, path)  # FileExistsError when another writer won
             else:
@@ -143,6 +168,35 @@ class LocalBackend:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         fsync_directory(folder)
+
+    @staticmethod
+    def _write_temporary(tmp: str, parts: Iterable[object],
+                         observe: Callable[[memoryview], object] | None = None) -> None:
+        """Create ``tmp`` (private, never an existing file), write ``parts`` and fsync it."""
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            write_parts(f, parts, observe)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _link_or_refresh(tmp: str, path: str) -> bool:
+    """Link ``tmp`` as ``path``: True. When ``path`` exists with the same size (equal bytes, by
+    its name) refresh its age instead: False. One of another size is damaged: replace it."""
+    while True:
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            pass
+        try:
+            if os.stat(path).st_size == os.stat(tmp).st_size:
+                os.utime(path)
+                return False
+        except FileNotFoundError:
+            continue  # removed by gc in between: link ours
+        os.replace(tmp, path)
+        return True
 
 
 def check_private_directory(folder: str) -> None:
@@ -189,11 +243,17 @@ def fsync_directory(folder: str) -> None:
         os.close(dir_fd)
 
 
-def write_parts(f: BinaryIO, parts: Iterable[object]) -> None:
+def write_parts(f: BinaryIO, parts: Iterable[object],
+                observe: Callable[[memoryview], object] | None = None) -> None:
+    """Write ``parts`` (buffers, in order) in chunks of at most ``WRITE_CHUNK``; ``observe``
+    sees every chunk just before it is written."""
     for part in parts:
         view = memoryview(part).cast("B")
         for start in range(0, len(view), WRITE_CHUNK):
-            f.write(view[start : start + WRITE_CHUNK])
+            chunk = view[start : start + WRITE_CHUNK]
+            if observe is not None:
+                observe(chunk)
+            f.write(chunk)
 
 
 # -- fsspec (GCS, memory, ...) ---------------------------------------------------------------
@@ -220,12 +280,14 @@ class FsspecBackend:
         with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
             yield f, size
 
-    def write(self, path: str, parts: Iterable[object]) -> None:
+    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
         attempts = 1 + self.retries if isinstance(parts, Sequence) else 1
         try:
-            retrying(lambda: upload(self.fs, path, parts, self.chunk_bytes), attempts)
+            written = retrying(lambda: upload(self.fs, path, parts, self.chunk_bytes), attempts)
         except FileNotFoundError:
             raise StoreError(f"no such bucket for {path.split('/', 1)[0]}") from None
+        if sent is not None:
+            sent(written)
 
     def put(self, path: str, data: bytes) -> None:
         self.fs.pipe_file(path, data, mode="overwrite")

@@ -1,7 +1,8 @@
 """Blob files: safetensors layout, written as a stream and read back with digest verification.
 
 A blob is a valid safetensors file (readable by ``safetensors.safe_open``) whose tensors are named
-``"0", "1", ...`` in order. Its name in the store is the sha256 of the whole file, so equal
+``"0", "1", ...`` in order. Its name in the store is the digest of the whole file (BLAKE3 for
+new blobs, sha256 in v1 snapshots: the digest string says which, see ``digests``), so equal
 content is stored once. The header depends only on the entries' dtypes and sizes, so a blob's
 digest is a pure function of its content.
 
@@ -11,7 +12,7 @@ receive bytes into buffers they allocated.
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import json
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..errors import IntegrityError
+from .digests import DEFAULT, Digest, algorithm_of
 
 #: dtype names (torch / numpy spelling) -> (safetensors dtype, item size). Others go as U8 bytes.
 SAFETENSORS_DTYPES: dict[str, tuple[str, int]] = {
@@ -66,12 +68,10 @@ def layout_for(entries: Sequence[tuple[str, int]]) -> BlobLayout:
     )
 
 
-def blob_digest(layout: BlobLayout, buffers: Iterable[object]) -> str:
-    """sha256 of the blob made of ``layout`` and the entries' ``buffers`` (hashing releases the GIL)."""
-    h = hashlib.sha256(layout.header)
-    for buf in buffers:
-        h.update(memoryview(buf).cast("B"))
-    return h.hexdigest()
+def blob_digest(layout: BlobLayout, buffers: Iterable[object], algorithm: Digest = DEFAULT) -> str:
+    """Digest of the blob made of ``layout`` and the entries' ``buffers`` (hashing releases the
+    GIL; big blobs are hashed with every core)."""
+    return algorithm.of(itertools.chain([layout.header], buffers), layout.size)
 
 
 def read_layout(f: BinaryIO, size: int) -> BlobLayout:
@@ -117,15 +117,21 @@ def read_verified(
     digest: str,
     size: int,
     destination: Callable[[int, int], EntryTarget],
+    progress: Callable[[int], None] | None = None,
 ) -> BlobLayout:
-    """Stream a blob from ``f`` into caller buffers or sinks, checking its sha256 at the end.
+    """Stream a blob from ``f`` into caller buffers or sinks, checking its digest at the end
+    (with the algorithm ``digest`` names).
 
     ``destination(entry, nbytes)`` returns that entry's target (``EntryTarget``); skipped bytes
-    are still hashed. Raises ``IntegrityError`` if the bytes do not match ``digest``: the caller
-    must then discard what was written into its buffers or given to its sinks.
+    are still hashed. ``progress`` is told the size of each entry chunk once it is read and
+    hashed (for a bar that moves inside one big blob). Raises ``IntegrityError`` if the bytes do
+    not match ``digest``: the caller must then discard what was written into its buffers or
+    given to its sinks.
     """
+    algorithm = algorithm_of(digest)
     layout = read_layout(f, size)
-    h = hashlib.sha256(layout.header)
+    h = algorithm.new(size)
+    h.update(layout.header)
     scratch = bytearray(min(READ_CHUNK, max(layout.entry_sizes, default=0)))
     for i, nbytes in enumerate(layout.entry_sizes):
         target = destination(i, nbytes)
@@ -145,8 +151,10 @@ def read_verified(
             h.update(chunk)
             if sink is not None:
                 sink(chunk)
+            if progress is not None:
+                progress(step)
             done += step
-    if h.hexdigest() != digest:
+    if algorithm.finish(h) != digest:
         raise IntegrityError(f"blob {digest[:12]} does not match its digest (corrupt)")
     return layout
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .format import FORMAT_VERSION, Manifest
+from .format import DIGESTS_BY_VERSION, Manifest
 
 LEVELS = ("exact", "portable", "partial", "incompatible")
 GIB = 1 << 30
@@ -114,7 +114,7 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
     if not there:
         verdict.worsen("exact", "the snapshot records no environment: nothing to compare")
     written = there.get("format_version", manifest.format_version)
-    if manifest.format_version != FORMAT_VERSION or written != FORMAT_VERSION:
+    if manifest.format_version not in DIGESTS_BY_VERSION or written not in DIGESTS_BY_VERSION:
         verdict.worsen("incompatible", f"snapshot format {_show(written)} is unknown here")
         return verdict
     _compare_python(verdict, there, here)

@@ -1,9 +1,11 @@
-"""Snapshot format v1: the manifest dataclasses and their strict JSON (de)serialization.
+"""Snapshot format v2 (reads v1): the manifest dataclasses and their strict JSON (de)serialization.
 
-A snapshot is a manifest (this module) plus content-addressed blobs (``blobfile``). The manifest is
-written last; its presence in the store is the commit. ``Manifest.from_json`` accepts only what
-``Manifest.to_json`` can produce: anything else raises ``ManifestError`` with the offending field,
-never a ``KeyError`` or ``TypeError`` from deep inside.
+A snapshot is a manifest (this module) plus content-addressed blobs (``blobfile``). The versions
+differ only in the digests their blobs may be named by (``DIGESTS_BY_VERSION``, from the registry
+in ``digests``): v1 only sha256, v2 (written now) any known algorithm, each digest naming its own.
+The manifest is written last; its presence in the store is the commit. ``Manifest.from_json``
+accepts only what ``Manifest.to_json`` can produce: anything else raises ``ManifestError`` with
+the offending field, never a ``KeyError`` or ``TypeError`` from deep inside.
 
 Layout of the graph: the kernel pickles one record per name in ``records`` with one pickler (one
 memo, so identity survives across names): the saved objects, then ``__session__`` (RNG, cwd,
@@ -20,12 +22,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InvalidInputError, ManifestError
+from .digests import ALGORITHMS, SHA256, Digest, algorithm_of
 
 FORMAT_NAME = "gkeresume.snapshot"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The format versions this build reads, and the digest algorithms each may name blobs by.
+DIGESTS_BY_VERSION: dict[int, tuple[Digest, ...]] = {1: (SHA256,), 2: ALGORITHMS}
 
 SNAPSHOT_ID_RE = re.compile(r"\A[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}\Z")
-DIGEST_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 OBJECT_STATUSES = ("saved", "skipped")
 
@@ -49,13 +53,6 @@ def validate_snapshot_name(value: object) -> str:
         )
     if value == "latest":
         raise InvalidInputError("'latest' is reserved: it always means the newest snapshot")
-    return value
-
-
-def validate_digest(value: object) -> str:
-    """Return ``value`` if it is a lowercase hex sha256 digest, else raise ``InvalidInputError``."""
-    if not isinstance(value, str) or not DIGEST_RE.fullmatch(value):
-        raise InvalidInputError(f"not a sha256 digest: {value!r}")
     return value
 
 
@@ -170,14 +167,14 @@ class Manifest:
         if r.get("format", str) != FORMAT_NAME:
             raise ManifestError("manifest: 'format' is not gkeresume.snapshot")
         version = r.get("format_version", int)
-        if version != FORMAT_VERSION:
+        if version not in DIGESTS_BY_VERSION:
             raise ManifestError(
                 f"manifest: format_version {version} is not supported (this build reads "
-                f"{FORMAT_VERSION}); upgrade jupyter-gkeresume to read it"
+                f"{', '.join(map(str, DIGESTS_BY_VERSION))}); upgrade jupyter-gkeresume to read it"
             )
         blobs = r.mapping("blobs", int)
         for digest, size in blobs.items():
-            _check(DIGEST_RE.match(digest) is not None, f"manifest: blob {digest!r} is not a digest")
+            _check_digest(digest, version)
             _check(size >= 0, f"manifest: blob {digest} has a negative size")
         storages = {}
         for key, raw_ref in r.mapping("storages", dict).items():
@@ -251,6 +248,17 @@ class Manifest:
 def canonical_json(data: Any) -> bytes:
     """Deterministic JSON encoding used for signatures."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def _check_digest(digest: str, version: int) -> None:
+    """A blob name must be a digest of an algorithm its format version allows."""
+    try:
+        algorithm = algorithm_of(digest)
+    except InvalidInputError:
+        raise ManifestError(f"manifest: blob {digest!r} is not a digest") from None
+    _check(algorithm in DIGESTS_BY_VERSION[version],
+           f"manifest: blob {digest[:16]!r} is a {algorithm.name} digest, not allowed in "
+           f"format_version {version}")
 
 
 def _check(condition: bool, message: str) -> None:

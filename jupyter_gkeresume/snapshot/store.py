@@ -2,7 +2,8 @@
 
 Layout under ``{url}/{workspace}/``::
 
-    blobs/{digest[:2]}/{digest}.safetensors   content-addressed, immutable, shared by snapshots
+    blobs/{hex[:2]}/{digest}.safetensors      content-addressed, immutable, shared by snapshots
+                                              (digest: sha256 hex, or b3-{hex} for BLAKE3)
     snapshots/{snapshot_id}.json              manifests; presence of one is the commit
     records/{name}.json                       small records (paused record, events, leases)
 
@@ -31,8 +32,9 @@ import fsspec
 
 from ..credentials import mask
 from ..errors import CommitConflictError, GkeResumeError, InvalidInputError, NotFoundInStore, StoreError
-from .backends import open_backend
-from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapshot_id
+from .backends import LocalBackend, Sent, open_backend
+from .digests import Digest, hex_part, is_digest
+from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 
 RECORD_NAMES = ("paused", "events")
 LEASE_RECORD_RE = re.compile(r"\Alease-[a-z0-9][a-z0-9._-]{0,150}\Z")
@@ -90,8 +92,7 @@ class SnapshotStore:
 
     # -- paths -----------------------------------------------------------------------------
     def blob_path(self, digest: str) -> str:
-        validate_digest(digest)
-        return f"{self.root}/blobs/{digest[:2]}/{digest}.safetensors"
+        return f"{self.root}/blobs/{hex_part(digest)[:2]}/{digest}.safetensors"
 
     def manifest_path(self, snapshot_id: str) -> str:
         return f"{self.root}/snapshots/{validate_snapshot_id(snapshot_id)}.json"
@@ -129,15 +130,49 @@ class SnapshotStore:
             return False
         return True
 
-    def write_blob(self, digest: str, parts: Iterable[object]) -> None:
+    def write_blob(self, digest: str, parts: Iterable[object], *, sent: Sent | None = None) -> None:
         """Write a blob from its parts (buffers, in order) and make it durable.
 
         The caller computed ``digest`` over exactly these parts; writing the same digest twice is
         harmless. Nothing is visible under the final name until it is complete. Only a list or
         tuple of parts lets a failed upload be restarted (an iterator can be read once).
+        ``sent`` (for progress) is told the bytes of each chunk as it is written locally, of the
+        whole blob once its upload completed on an object store.
         """
         with self._errors("write blob"):
-            self.backend.write(self.blob_path(digest), parts)
+            self.backend.write(self.blob_path(digest), parts, sent)
+
+    def write_blob_hashing(self, parts: Iterable[object], algorithm: Digest, size: int, *,
+                           sent: Sent | None = None) -> tuple[str, bool]:
+        """Write a blob whose digest is not known yet and make it durable; returns its digest
+        and whether the store gained it (False: a blob of that digest was there already).
+
+        Locally this is one pass: the parts (``size`` bytes in all) are hashed while they are
+        written to a temporary file, which is fsynced and linked under its digest; when that
+        name exists already its blob is kept (and refreshed for gc, as ``claim_blob`` does) and
+        the temporary file dropped. Object stores have no rename: there the digest is computed
+        first and an existing blob claimed (pass a list or tuple there: the parts are read
+        twice). ``sent``: as for ``write_blob``."""
+        if isinstance(self.backend, LocalBackend):
+            hasher = algorithm.new(size)
+
+            def observe(chunk: memoryview) -> None:
+                hasher.update(chunk)
+                if sent is not None:
+                    sent(len(chunk))
+
+            with self._errors("write blob"):
+                new = self.backend.write_named_by_content(
+                    f"{self.root}/blobs", parts, observe,
+                    lambda: self.blob_path(algorithm.finish(hasher)),
+                )
+            return algorithm.finish(hasher), new
+        parts = list(parts)
+        digest = algorithm.of(parts, size)
+        if self.claim_blob(digest, size):
+            return digest, False
+        self.write_blob(digest, parts, sent=sent)
+        return digest, True
 
     @contextmanager
     def open_blob(self, digest: str) -> Iterator[tuple[BinaryIO, int]]:
@@ -154,7 +189,7 @@ class SnapshotStore:
         out = []
         for path, (size, mtime) in entries.items():
             name = path.rsplit("/", 1)[-1].removesuffix(".safetensors")
-            if DIGEST_RE.match(name):
+            if is_digest(name):
                 out.append(BlobInfo(name, size, mtime))
         return out
 
@@ -306,8 +341,6 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         pass
     return tuple(found)
-
-
 
 
 def describe(exc: BaseException) -> str:

@@ -2,10 +2,10 @@
 
 ``verify_snapshot`` reads the manifest through ``manifests.read_manifest`` (which sees unsigned
 ones too: this is where a user is told why a snapshot is refused), then streams every blob it
-references through ``blobfile.read_verified`` (size, safetensors header, sha256) and checks
-that every storage and the graph records point inside the blobs. It never unpickles: verifying
-an untrusted snapshot is safe. Every problem found is listed (not just the first);
-``VerifyReport.ok`` is the verdict.
+references through ``blobfile.read_verified`` (size, safetensors header, digest by the
+algorithm its name says) and checks that every storage and the graph records point inside the
+blobs. It never unpickles: verifying an untrusted snapshot is safe. Every problem found is
+listed (not just the first); ``VerifyReport.ok`` is the verdict.
 
 ``trust=True`` is the user's explicit trust in this one snapshot: a signature problem is then
 reported in ``VerifyReport.signature`` but is not a failure. Digests are checked regardless.

@@ -4,7 +4,9 @@ Call order (one ``SnapshotWriter`` per snapshot; the kernel's capture drives it)
 
 1. ``put_blob(digest, size, parts)`` for every blob, from any number of threads: an existing
    blob of that size is claimed (its age refreshed, so gc's grace period protects it until the
-   manifest that reuses it commits), else written from ``parts()`` and made durable;
+   manifest that reuses it commits), else written from ``parts()`` and made durable; or
+   ``put_new_blob(size, parts, algorithm)`` for a blob whose digest is not known yet (hashed
+   while it is written where the store can, ``SnapshotStore.write_blob_hashing``);
 2. ``commit(manifest)`` once: every blob the manifest names must have been put by this writer
    with that size; the manifest is signed and created create-only (its presence is the commit;
    ``CommitConflictError`` if that id exists, and then nothing is removed: it is another
@@ -26,14 +28,15 @@ a pod. ``mode`` is one of ``VERIFY_MODES``:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import IntegrityError, InvalidInputError, ManifestError
+from .digests import Digest
 from .format import Manifest
 from .manifests import load_manifest
 from .signing import SigningKey, sign
-from .store import SnapshotStore
+from .store import Sent, SnapshotStore
 from .verify import VerifyProgress, verify_snapshot
 
 VERIFY_MODES = ("metadata", "full")
@@ -55,17 +58,32 @@ class SnapshotWriter:
         self._lock = threading.Lock()
         self.committed: str | None = None
 
-    def put_blob(self, digest: str, size: int, parts: Callable[[], Iterable[object]]) -> bool:
+    def put_blob(self, digest: str, size: int, parts: Callable[[], Iterable[object]], *,
+                 sent: Sent | None = None) -> bool:
         """Claim the blob if the store has it with ``size`` bytes, else write ``parts()`` (the
-        buffers, in order, whose content has ``digest``). True when it was newly written."""
-        if self.committed is not None:
-            raise InvalidInputError(f"snapshot {self.committed} is already committed")
+        buffers, in order, whose content has ``digest``; ``sent`` is told the bytes of each
+        chunk as it is written). True when it was newly written."""
+        self._refuse_after_commit()
         new = not self.store.claim_blob(digest, size)
         if new:
-            self.store.write_blob(digest, parts())
+            self.store.write_blob(digest, parts(), sent=sent)
         with self._lock:
             self._put[digest] = size
         return new
+
+    def put_new_blob(self, size: int, parts: Sequence[object], algorithm: Digest, *,
+                     sent: Sent | None = None) -> tuple[str, bool]:
+        """Write (or claim, when the store has it) the blob made of ``parts`` (``size`` bytes in
+        all), named by ``algorithm``; returns its digest and whether it was newly written."""
+        self._refuse_after_commit()
+        digest, new = self.store.write_blob_hashing(parts, algorithm, size, sent=sent)
+        with self._lock:
+            self._put[digest] = size
+        return digest, new
+
+    def _refuse_after_commit(self) -> None:
+        if self.committed is not None:
+            raise InvalidInputError(f"snapshot {self.committed} is already committed")
 
     def commit(self, manifest: Manifest, *, progress: VerifyProgress | None = None) -> Manifest:
         """Sign, commit create-only, verify (``self.verify``); returns the manifest read back."""

@@ -1,0 +1,185 @@
+"""The digest registry, blob names of both algorithms in one store, hash-while-write, and the
+per-algorithm skip-cache of the blob writer."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+
+import blake3
+import numpy as np
+import pytest
+
+from jupyter_gkeresume.errors import IntegrityError, InvalidInputError
+from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, SnapshotWriter, digests
+from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
+from jupyter_gkeresume.snapshot.digests import ALGORITHMS, BLAKE3, DEFAULT, SHA256, algorithm_of
+from kernel_hooks import blobwriter
+from kernel_hooks.blobwriter import BlobWriter, cache_key, remember_blob
+
+DATA = bytes(range(256)) * 4096  # 1 MiB
+KEY = SigningKey(b"digests-test-key")
+
+
+def test_registry_names_each_algorithm_by_its_digest_string():
+    sha = hashlib.sha256(DATA).hexdigest()
+    b3 = "b3-" + blake3.blake3(DATA).hexdigest()
+    assert SHA256.of([DATA]) == sha
+    assert BLAKE3.of([DATA[:1000], DATA[1000:]], len(DATA)) == b3
+    assert algorithm_of(sha) is SHA256 and algorithm_of(b3) is BLAKE3
+    assert DEFAULT is BLAKE3 and set(ALGORITHMS) == {SHA256, BLAKE3}
+    assert digests.hex_part(b3) == b3[3:] and digests.hex_part(sha) == sha
+    assert digests.is_digest(sha) and digests.is_digest(b3) and digests.validate_digest(b3) == b3
+
+
+@pytest.mark.parametrize("bad", [
+    "", "b3-", "B3-" + "a" * 64, "b3-" + "A" * 64, "a" * 63, "a" * 65, "b3-" + "a" * 63,
+    "sha256-" + "a" * 64, "a" * 64 + "\n", "b3-" + "a" * 64 + "\n", "\n" + "a" * 64,
+    "../" + "a" * 61, "b3-../" + "a" * 58, None, 12, b"a" * 64,
+])
+def test_malformed_digests_are_refused(bad):
+    with pytest.raises(InvalidInputError, match="not a blob digest"):
+        algorithm_of(bad)
+    assert not isinstance(bad, str) or not digests.is_digest(bad)
+
+
+def test_big_buffers_hash_the_same_with_every_core():
+    big = np.random.default_rng(1).integers(0, 255, digests.PARALLEL_HASH_BYTES + 4097, dtype=np.uint8)
+    assert BLAKE3.of([big], big.nbytes) == BLAKE3.of([big], 0)  # threaded vs one thread
+    assert BLAKE3.of([big], big.nbytes) == "b3-" + blake3.blake3(big.tobytes()).hexdigest()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a.name)
+def test_read_verified_uses_the_algorithm_the_digest_names(algorithm):
+    entries = [b"x" * 5000, bytes(range(200))]
+    layout = layout_for([("uint8", len(e)) for e in entries])
+    digest = blob_digest(layout, entries, algorithm)
+    data = layout.header + b"".join(entries)
+    read_verified(io.BytesIO(data), digest, len(data), lambda i, n: None)
+    other = next(a for a in ALGORITHMS if a is not algorithm)
+    wrong_name = other.prefix + digests.hex_part(digest)  # same hex under the other algorithm's name
+    with pytest.raises(IntegrityError, match="does not match"):
+        read_verified(io.BytesIO(data), wrong_name, len(data), lambda i, n: None)
+
+
+def test_store_keeps_both_kinds_side_by_side(tmp_path):
+    store = SnapshotStore(str(tmp_path), "ws")
+    entries = [b"same bytes" * 100]
+    layout = layout_for([("uint8", len(entries[0]))])
+    names = {a.name: blob_digest(layout, entries, a) for a in ALGORITHMS}
+    for digest in names.values():
+        store.write_blob(digest, [layout.header, *entries])
+    sha_hex = names["sha256"]
+    assert store.blob_path(names["blake3"]).endswith(f"/{digests.hex_part(names['blake3'])[:2]}/"
+                                                    f"{names['blake3']}.safetensors")
+    assert store.blob_path(sha_hex).endswith(f"/{sha_hex[:2]}/{sha_hex}.safetensors")
+    assert {b.digest for b in store.list_blobs()} == set(names.values())
+    for digest in names.values():
+        with store.open_blob(digest) as (f, size):
+            read_verified(f, digest, size, lambda i, n: None)
+
+
+def test_write_blob_hashing_names_the_file_by_its_bytes_in_one_pass(tmp_path):
+    store = SnapshotStore(str(tmp_path), "ws")
+    payload = np.arange(3 << 20, dtype=np.uint8)  # 3 MiB: several write chunks with small ones
+    layout = layout_for([("uint8", payload.nbytes)])
+    parts = [layout.header, payload]
+    digest, new = store.write_blob_hashing(parts, BLAKE3, layout.size)
+    assert new and digest == blob_digest(layout, [payload], BLAKE3)
+    assert store.has_blob(digest, layout.size)
+    assert store.list_partial_writes() == []  # the temporary file was linked, then dropped
+    # the same bytes again: the blob there is kept (refreshed for gc), nothing new
+    path = store.blob_path(digest)
+    inode = os.stat(path).st_ino
+    os.utime(path, (1, 1))
+    assert store.write_blob_hashing(parts, BLAKE3, layout.size) == (digest, False)
+    assert os.stat(path).st_ino == inode and os.stat(path).st_mtime > 1
+    assert [b.digest for b in store.list_blobs()] == [digest] and store.list_partial_writes() == []
+    with store.open_blob(digest) as (f, size):
+        read_verified(f, digest, size, lambda i, n: None)
+
+
+def test_write_blob_hashing_replaces_a_damaged_blob_of_another_size(tmp_path):
+    """A file under the digest's name with the wrong size (truncated) is not kept as the blob."""
+    store = SnapshotStore(str(tmp_path), "ws")
+    layout = layout_for([("uint8", len(DATA))])
+    digest, _ = store.write_blob_hashing([layout.header, DATA], BLAKE3, layout.size)
+    path = store.blob_path(digest)
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    assert store.write_blob_hashing([layout.header, DATA], BLAKE3, layout.size) == (digest, True)
+    assert store.blob_size(digest) == layout.size and store.list_partial_writes() == []
+
+
+def test_write_blob_hashing_leaves_nothing_when_a_part_fails(tmp_path):
+    store = SnapshotStore(str(tmp_path), "ws")
+
+    def parts():
+        yield b"head"
+        raise OSError("device went away")
+
+    with pytest.raises(Exception, match="device went away"):
+        store.write_blob_hashing(parts(), BLAKE3, 100)
+    assert store.list_blobs() == [] and store.list_partial_writes() == []
+
+
+def blob_writer(store: SnapshotStore) -> BlobWriter:
+    return BlobWriter(SnapshotWriter(store, KEY))
+
+
+@pytest.fixture
+def empty_cache(monkeypatch):
+    monkeypatch.setattr(blobwriter, "_digest_cache", type(blobwriter._digest_cache)())
+    return blobwriter._digest_cache
+
+
+def test_new_content_is_written_once_then_reused_from_the_cache(tmp_path, empty_cache):
+    store = SnapshotStore(str(tmp_path), "ws")
+    array = np.arange(1 << 18, dtype=np.float32)
+    writer = blob_writer(store)
+    digest, size, new = writer.write_views([("float32", array)])
+    assert new and algorithm_of(digest) is DEFAULT
+    assert len(empty_cache) == 1
+    os.utime(store.blob_path(digest), (1, 1))  # old: a reuse must refresh it for gc
+    assert writer.write_views([("float32", array)]) == (digest, size, False)
+    assert os.stat(store.blob_path(digest)).st_mtime > 1
+    store.delete_blob(digest)  # gone from the store (say, another gc): written again by name
+    assert writer.write_views([("float32", array)]) == (digest, size, True)
+    assert store.has_blob(digest, size)
+
+
+def test_skip_cache_is_per_algorithm(tmp_path, empty_cache):
+    """A sha256 digest learned from a v1 resume never names a blob the writer makes now."""
+    store = SnapshotStore(str(tmp_path), "ws")
+    array = np.arange(1 << 16, dtype=np.int64)
+    view = memoryview(array).cast("B")
+    layout = layout_for([("int64", array.nbytes)])
+    sha = blob_digest(layout, [view], SHA256)
+    remember_blob(sha, ["int64"], [view])
+    assert cache_key(SHA256, ["int64"], [view]) in empty_cache
+    assert cache_key(BLAKE3, ["int64"], [view]) not in empty_cache
+    digest, _, new = blob_writer(store).write_views([("int64", array)])
+    assert new and digest == blob_digest(layout, [view], BLAKE3) != sha
+    assert cache_key(BLAKE3, ["int64"], [view]) in empty_cache
+
+
+def test_a_remembered_blake3_blob_is_reused_without_writing(tmp_path, empty_cache):
+    """What a resume read and verified is reused by the next checkpoint (not written again)."""
+    store = SnapshotStore(str(tmp_path), "ws")
+    array = np.arange(1 << 16, dtype=np.int64)
+    layout = layout_for([("int64", array.nbytes)])
+    digest, _ = store.write_blob_hashing([layout.header, array], BLAKE3, layout.size)
+    remember_blob(digest, ["int64"], [memoryview(array).cast("B")])
+    assert blob_writer(store).write_views([("int64", array.copy())]) == (digest, layout.size, False)
+
+
+def test_new_content_the_store_already_has_is_reported_reused(tmp_path, empty_cache):
+    """Another kernel (or the GPU path) wrote these bytes: hashed while written, then the blob
+    there is kept and nothing counts as new."""
+    store = SnapshotStore(str(tmp_path), "ws")
+    array = np.arange(1 << 16, dtype=np.int64)
+    first = blob_writer(store).write_views([("int64", array)])
+    empty_cache.clear()
+    assert blob_writer(store).write_views([("int64", array.copy())]) == (first[0], first[1], False)
+    assert store.list_partial_writes() == []
