@@ -100,7 +100,9 @@ class GkeResumeApp(ExtensionApp):
         # the kernels resolve the same store and workspace as this server (%checkpoint, %resume)
         guard_kernel_starts(self.serverapp.kernel_manager, self.orchestrator.refuse_kernel_start,
                             {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
-                             "GKERESUME_WORKSPACE": config.workspace_id})
+                             "GKERESUME_WORKSPACE": config.workspace_id,
+                             # notebook paths relative to the root, as the lab shows them
+                             "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir)})
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 

@@ -26,12 +26,14 @@ from .errors import (
     InvalidInputError,
     InvalidTransitionError,
     LeaseHeldError,
+    SnapshotRefusedError,
 )
 
 AUTH_RESOURCE = "gkeresume"
 MAX_BODY_BYTES = 64 << 10  # every body is a few small fields
 OPERATION_PERMISSIONS = (("execute", "kernels"), ("write", "kernels"), ("write", "sessions"))
-CONFLICTS = (ConflictError, InvalidTransitionError, LeaseHeldError, CommitConflictError)
+CONFLICTS = (ConflictError, InvalidTransitionError, LeaseHeldError, CommitConflictError,
+             SnapshotRefusedError)  # it exists, and cannot be used: the message says why
 
 
 def _http_error(exc: GkeResumeError) -> web.HTTPError:

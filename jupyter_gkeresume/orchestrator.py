@@ -46,10 +46,10 @@ from .snapshot import (
     SnapshotStore,
     environment_fingerprint,
     list_snapshots,
-    load_manifest,
     load_signing_key,
 )
 from .snapshot.catalog import summarize
+from .snapshot.manifests import newest_verified
 from .snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_id, validate_snapshot_name
 from .snapshot.store import _safe_url
 from .state import Operation, WorkspaceState
@@ -278,13 +278,12 @@ class Orchestrator:
             return {"id": None, "error": str(exc)}
 
     def _read_last_snapshot(self) -> dict[str, Any] | None:
-        ids = self.store.list_snapshot_ids()
-        if not ids:
+        """The newest snapshot that verifies (what ``latest`` means): a planted or tampered
+        manifest with a newer id is never shown as the last snapshot."""
+        stored = newest_verified(self.store, self.key)
+        if stored is None or stored.manifest is None:
             return None
-        try:
-            return summarize(load_manifest(self.store, ids[-1], self.key), self.here).to_dict()
-        except GkeResumeError as exc:
-            return {"id": ids[-1], "error": str(exc)}
+        return summarize(stored.manifest, self.here).to_dict()
 
     async def snapshots(self) -> list[dict[str, Any]]:
         rows = await asyncio.to_thread(list_snapshots, self.store, self.key, self.here)

@@ -1,0 +1,53 @@
+"""The server's own configuration and what it hands on (issues 14 and 16), on a real in-process
+server with real kernels: a planted unsigned manifest is never the last snapshot, a refused
+snapshot asked for by id is a 409, kernels get the server's root dir, the verification mode,
+automatic retention and the runtime settings endpoint."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+from fixtures_lifecycle import make_snapshot
+from fixtures_server import server_config
+
+from jupyter_gkeresume.snapshot import SnapshotStore
+
+PLANTED = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def jp_server_config(store_dir):
+    return server_config(str(store_dir), keep_last=1)
+
+
+def store_of(store_dir) -> SnapshotStore:
+    return SnapshotStore(str(store_dir), "server-ws")
+
+
+async def test_a_planted_unsigned_manifest_is_neither_last_nor_usable(api, store_dir):
+    kid = await api.new_session("real.ipynb")
+    await api.run_cell(kid, "x = 1")
+    code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
+    assert code == 202, body
+    status = await api.settle()
+    real = status["last_snapshot"]["id"]
+    planted = make_snapshot(store_of(store_dir), None, [b"evil"], when=PLANTED)
+
+    code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
+    assert code == 202, body  # a pause refreshes the cached last snapshot
+    status = await api.settle()
+    assert status["last_snapshot"]["id"] not in (planted.snapshot_id, real), status
+    assert status["last_snapshot"]["error"] is None
+
+    code, body = await api.call("POST", "gkeresume/api/resume",
+                                {"snapshot": planted.snapshot_id, "kernel": kid})
+    assert code == 409, (code, body)
+    assert "was refused" in body["message"] and "unsigned" in body["message"]
+
+
+async def test_kernels_get_the_server_root_dir(api, jp_root_dir):
+    kid = await api.new_session("where.ipynb")
+    out = await api.run_cell(kid, "import os\nprint(os.environ['GKERESUME_ROOT_DIR'])")
+    assert out.strip() == str(jp_root_dir.resolve())
