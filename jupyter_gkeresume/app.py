@@ -26,6 +26,7 @@ from .kernels import guard_kernel_starts
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
 from .snapshot.signing import key_warnings
+from .snapshot.writer import VERIFY_MODES
 from .workspace import resolve_store_url, resolve_workspace_id
 
 
@@ -59,6 +60,13 @@ class GkeResume(LoggingConfigurable):
     ).tag(config=True)
     auto_resume = Bool(
         False, help="Resume a paused workspace as soon as the server starts, without a click."
+    ).tag(config=True)
+    verify = Enum(
+        list(VERIFY_MODES), default_value="metadata",
+        help="How a pause checks each snapshot before it releases anything: metadata (the "
+        "signed manifest read back, every blob present with its size; no second read) or full "
+        "(also every blob read back against its digest). The shutdown checkpoint always uses "
+        "metadata. See docs/server.md.",
     ).tag(config=True)
     kernel_call_timeout = Float(
         3600.0, help="Seconds one kernel may take to checkpoint or restore."

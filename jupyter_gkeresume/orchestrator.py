@@ -49,8 +49,8 @@ from .snapshot import (
     load_signing_key,
 )
 from .snapshot.catalog import summarize
-from .snapshot.manifests import newest_verified
 from .snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_id, validate_snapshot_name
+from .snapshot.manifests import newest_verified
 from .snapshot.store import _safe_url
 from .state import Operation, WorkspaceState
 from .states import State
@@ -71,7 +71,8 @@ class Orchestrator:
                                                 store_url=settings.store_url,
                                                 workspace=self.store.workspace)
         self.records = PausedRecords(self.store)
-        self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key)
+        self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key,
+                                                     mode=settings.verify)
         self.events = EventLog(self.store, log)
         self._lock = asyncio.Lock()
         self._key: SigningKey | None = None

@@ -2,7 +2,7 @@
 
 ``PauseOperation.run`` reads top to bottom: hold every kernel (from then on each refuses cells:
 the consistent cut), checkpoint each kernel (``KernelGateway``), read
-each snapshot back in full (``SnapshotVerifier``), write the paused record (``PausedRecords``),
+each snapshot (``SnapshotVerifier``, ``c.GkeResume.verify``), write the paused record (``PausedRecords``),
 record the advisor's event, ``releasing``, then (when ``release``) ``backend.release()`` and stop
 the kernels, ``paused``. ``ShutdownCheckpoint`` is the variant run when the server stops: it
 records the pause but releases nothing.
@@ -10,8 +10,8 @@ records the pause but releases nothing.
 Invariants:
 
 - The backend releases only after every kernel checkpointed, every snapshot was verified here
-  (signature, every blob present with its size and digest) and the paused record was written;
-  the kernels stop after that.
+  (signature, every blob present with its size; with ``verify="full"`` its digest too) and the
+  paused record was written; the kernels stop after that.
 - Any failure (or a cancel) before the release call leaves the kernels as they were, lifts the
   holds and puts the state back at ``running``; a failed release also removes the paused record.
 - A pause is cancellable (``op.cancellable``) until it writes the paused record.
@@ -32,32 +32,34 @@ from typing import Any
 
 from . import metrics
 from .advisor import Event
-from .errors import GkeResumeError, IntegrityError
+from .errors import GkeResumeError
 from .events import EventLog
 from .kernels import KernelGateway
 from .paused_record import PausedKernel, PausedRecord, PausedRecords
 from .release import ReleaseBackend
-from .snapshot import SigningKey, SnapshotStore, load_manifest
-from .snapshot.verify import verify_snapshot
+from .snapshot import SigningKey, SnapshotStore
+from .snapshot.writer import validate_verify_mode, verify_committed
 from .state import Operation, WorkspaceState
 from .states import State
 
 
 class SnapshotVerifier:
-    """Reads a committed snapshot back in full before anything is released."""
+    """Checks a committed snapshot before anything is released (``writer.verify_committed``):
+    ``mode`` ``"metadata"`` (signature, manifest read back, every blob present with its size;
+    no blob byte is read) or ``"full"`` (also every blob read back against its digest)."""
 
-    def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey]):
+    def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey], *,
+                 mode: str = "metadata"):
         self.store = store
         self.key = key
+        self.mode = validate_verify_mode(mode)
 
-    def verify(self, snapshot_id: str, progress: Callable[[int, int], None]) -> int:
-        """Check the signature and every blob's size and digest (``IntegrityError`` otherwise);
-        return the number of GPUs the snapshot was taken on. Blocking: run it in a thread."""
-        report = verify_snapshot(self.store, snapshot_id, self.key(), progress=progress)
-        if not report.ok:
-            raise IntegrityError(f"snapshot {snapshot_id} failed verification: "
-                                 + "; ".join(report.problems))
-        manifest = load_manifest(self.store, snapshot_id, self.key())
+    def verify(self, snapshot_id: str, progress: Callable[[int, int], None], *,
+               mode: str | None = None) -> int:
+        """Verify in ``mode`` (default: the configured one); ``IntegrityError`` otherwise.
+        Returns the number of GPUs the snapshot was taken on. Blocking: run it in a thread."""
+        manifest = verify_committed(self.store, self.key(), snapshot_id,
+                                    mode=mode or self.mode, progress=progress)
         return len((manifest.fingerprint.get("cuda") or {}).get("gpus") or [])
 
 
@@ -65,6 +67,7 @@ class PauseOperation:
     """One pause of ``op.kernels``; ``run`` once, as the operation's task."""
 
     stage = "pause"
+    verify_mode: str | None = None  # None: the verifier's configured mode (c.GkeResume.verify)
 
     def __init__(self, op: Operation, *, state: WorkspaceState, gateway: KernelGateway,
                  records: PausedRecords, verifier: SnapshotVerifier, backend: ReleaseBackend,
@@ -202,7 +205,8 @@ class PauseOperation:
                 "phase": "verifying", "done_bytes": done, "total_bytes": total,
                 "seconds": seconds, "rate": done / seconds if seconds > 0 else 0.0})
 
-        return await asyncio.to_thread(self.verifier.verify, item.snapshot_id, progress)
+        return await asyncio.to_thread(self.verifier.verify, item.snapshot_id, progress,
+                                       mode=self.verify_mode)
 
     def _finish(self, final: State, t0: float) -> None:
         op = self.op
@@ -253,7 +257,10 @@ class ShutdownCheckpoint(PauseOperation):
     (the platform is already taking the pod away). Every kernel of ``op`` (the idle ones) is
     saved at once, within the one budget; a kernel that fails is listed in the record's
     ``not_saved`` with its reason (as are ``not_saved`` given: the busy ones), the others are
-    kept. Only when none could be saved does the checkpoint fail."""
+    kept. Only when none could be saved does the checkpoint fail. It never reads blobs back in
+    full (``verify_mode`` metadata): the platform's grace period is short."""
+
+    verify_mode = "metadata"
 
     def __init__(self, op: Operation, *, not_saved: list[dict[str, Any]], **parts: Any):
         super().__init__(op, name=None, record=True, **parts)

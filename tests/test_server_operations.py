@@ -117,8 +117,10 @@ class FakeVerifier:
     def __init__(self):
         self.fail_for: set[str] = set()
         self.verified: list[str] = []
+        self.modes: list[str | None] = []
 
-    def verify(self, snapshot_id, progress):
+    def verify(self, snapshot_id, progress, *, mode=None):
+        self.modes.append(mode)
         progress(1, 1)
         if snapshot_id in self.fail_for:
             raise IntegrityError(f"snapshot {snapshot_id} failed verification: bad blob")
@@ -145,7 +147,7 @@ class FakeRelease(ReleaseBackend):
 def parts():
     url = f"memory://ops-{secrets.token_hex(4)}"
     settings = SimpleNamespace(store_url=url, workspace_id="ws", kernel_call_timeout=60.0,
-                               auto_resume=False)
+                               auto_resume=False, verify="full")
     gateway, verifier, backend = FakeGateway(), FakeVerifier(), FakeRelease()
     orch = Orchestrator(settings=settings, kernel_manager=None, session_manager=None,
                         backend=backend, log=LOG, store=SnapshotStore(url, "ws"),
@@ -362,6 +364,7 @@ async def test_shutdown_checkpoint_records_but_releases_nothing(parts):
     [reported] = record.not_saved
     assert reported["notebook"] == "train.ipynb" and "busy" in reported["reason"]
     assert ("hold", busy) not in gw.calls and ("checkpoint", busy) not in gw.calls
+    assert parts.verifier.modes == ["metadata"]  # never a full read-back within the grace
     assert await orch.shutdown(5) == "already paused or pausing"
 
 

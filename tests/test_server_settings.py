@@ -5,13 +5,16 @@ automatic retention and the runtime settings endpoint."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 
 import pytest
 from fixtures_lifecycle import make_snapshot
 from fixtures_server import server_config
+from traitlets import TraitError
 
+from jupyter_gkeresume.app import GkeResume
+from jupyter_gkeresume.errors import IntegrityError
+from jupyter_gkeresume.pause import SnapshotVerifier
 from jupyter_gkeresume.snapshot import SnapshotStore
 
 PLANTED = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
@@ -51,3 +54,32 @@ async def test_kernels_get_the_server_root_dir(api, jp_root_dir):
     kid = await api.new_session("where.ipynb")
     out = await api.run_cell(kid, "import os\nprint(os.environ['GKERESUME_ROOT_DIR'])")
     assert out.strip() == str(jp_root_dir.resolve())
+
+
+@pytest.mark.parametrize(("mode", "reads"), [("metadata", 0), ("full", 2)])
+def test_metadata_verification_reads_no_blob_bytes(local_store, signing_key, monkeypatch,
+                                                   mode, reads):
+    """16.3: the default verification asks for sizes only; ``full`` reads every blob back."""
+    manifest = make_snapshot(local_store, signing_key, [b"a" * 1000])
+    opened = []
+    real_open = local_store.open_blob
+    monkeypatch.setattr(local_store, "open_blob", lambda d: opened.append(d) or real_open(d))
+    verifier = SnapshotVerifier(local_store, lambda: signing_key, mode=mode)
+    assert verifier.verify(manifest.snapshot_id, lambda done, total: None) == 0
+    assert len(opened) == reads  # the payload blob and the graph blob
+
+
+def test_metadata_verification_still_catches_a_missing_or_truncated_blob(local_store,
+                                                                         signing_key):
+    manifest = make_snapshot(local_store, signing_key, [b"a" * 1000, b"b" * 10])
+    digest = max(manifest.blobs, key=manifest.blobs.get)
+    local_store.delete_blob(digest)
+    verifier = SnapshotVerifier(local_store, lambda: signing_key)
+    with pytest.raises(IntegrityError, match="missing"):
+        verifier.verify(manifest.snapshot_id, lambda done, total: None)
+
+
+def test_the_verify_trait_is_checked():
+    with pytest.raises(TraitError):
+        GkeResume(verify="sometimes")
+    assert GkeResume().verify == "metadata"
