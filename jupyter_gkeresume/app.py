@@ -15,7 +15,7 @@ import asyncio
 import os
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Enum, Float, Type, Unicode, Union
+from traitlets import Bool, Enum, Float, Integer, Type, Unicode, Union
 from traitlets.config import LoggingConfigurable
 
 from .errors import GkeResumeError
@@ -25,6 +25,8 @@ from .idle import IdleWatcher
 from .kernels import guard_kernel_starts
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
+from .snapshot.gc import DEFAULT_GRACE_SECONDS
+from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import key_warnings
 from .snapshot.writer import VERIFY_MODES
 from .workspace import resolve_store_url, resolve_workspace_id
@@ -68,9 +70,26 @@ class GkeResume(LoggingConfigurable):
         "(also every blob read back against its digest). The shutdown checkpoint always uses "
         "metadata. See docs/server.md.",
     ).tag(config=True)
+    keep_last = Integer(
+        0, help="After every pause and checkpoint the server runs, keep this many newest "
+        "snapshots of each notebook (named snapshots and the paused record's always stay); "
+        "0 = no such rule."
+    ).tag(config=True)
+    keep_days = Float(
+        0.0, help="After every pause and checkpoint the server runs, keep snapshots younger "
+        "than this many days (with keep_last: either rule keeps); 0 = no such rule."
+    ).tag(config=True)
+    gc_grace_hours = Float(
+        DEFAULT_GRACE_SECONDS / 3600, help="After automatic retention, gc frees unreferenced "
+        "blobs older than this (it must exceed the longest checkpoint)."
+    ).tag(config=True)
     kernel_call_timeout = Float(
         3600.0, help="Seconds one kernel may take to checkpoint or restore."
     ).tag(config=True)
+
+    def retention_policy(self) -> RetentionPolicy:
+        """The automatic retention policy (inactive when both rules are 0)."""
+        return RetentionPolicy(keep_last=self.keep_last or None, keep_days=self.keep_days or None)
 
     def resolved_store_url(self) -> str:
         return resolve_store_url(self.store_url or None)

@@ -28,6 +28,7 @@ from logging import Logger
 from typing import Any
 
 from . import metrics
+from .auto_retention import AutoRetention
 from .errors import (
     ConflictError,
     GkeResumeError,
@@ -75,6 +76,10 @@ class Orchestrator:
                                                      mode=settings.verify)
         self.events = EventLog(self.store, log)
         self._lock = asyncio.Lock()
+        self.retention = AutoRetention(
+            self.store, lambda: self.key, settings.retention_policy(),
+            grace_seconds=settings.gc_grace_hours * 3600, lock=self._lock, state=self.state,
+            log=log)
         self._key: SigningKey | None = None
         self._here: dict[str, Any] | None = None
         self._started: asyncio.Future | None = None
@@ -241,14 +246,16 @@ class Orchestrator:
                                 + (" or cancel it" if op.cancellable else ""))
 
     def _launch(self, op: Operation, operation: PauseOperation | ResumeOperation) -> Operation:
-        op.task = asyncio.ensure_future(self._tracked(operation.run()))
+        op.task = asyncio.ensure_future(self._tracked(op, operation.run()))
         return op
 
-    async def _tracked(self, run: Awaitable[None]) -> None:
+    async def _tracked(self, op: Operation, run: Awaitable[None]) -> None:
         try:
             await run
         finally:
             self._last_snapshot_stale = True
+            if op.kind == "pause" and op.reason != "shutdown":  # the pod is going: no time
+                self.retention.schedule()
 
     # -- status and snapshots ---------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
@@ -262,7 +269,8 @@ class Orchestrator:
             kernels.append({**row, **self.gateway.info(kid)})
         return {"workspace": self.store.workspace, "store": _safe_url(self.settings.store_url),
                 "release_backend": self.backend.name, **self.state.to_status(),
-                "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error()}
+                "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error(),
+                "retention": self.retention.report}
 
     async def last_snapshot(self) -> dict[str, Any] | None:
         """The newest committed snapshot as a summary row (cached until something changes)."""

@@ -75,3 +75,12 @@ def test_bad_policies_are_refused(policy):
 def test_created_at_reads_the_id():
     assert created_at(IDS[0]) == datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
     assert created_at("20261399T999999Z-000000").year == 9999
+
+
+def test_keep_last_counts_per_notebook():
+    """12.4: a busy notebook's snapshots never push another notebook's last one out."""
+    snaps = [SnapshotFacts(i, notebook="a.ipynb") for i in IDS[1:]]
+    snaps.append(SnapshotFacts(IDS[0], notebook="b.ipynb"))
+    p = plan(snaps, RetentionPolicy(keep_last=1), now=NOW)
+    assert p.delete == IDS[1:4]
+    assert p.keep == {IDS[0]: ["one of the last 1"], IDS[4]: ["one of the last 1"]}

@@ -29,6 +29,7 @@ from jupyter_gkeresume.kernel_protocol import CheckpointReply, RestoreReply
 from jupyter_gkeresume.orchestrator import Orchestrator
 from jupyter_gkeresume.release import ReleaseBackend
 from jupyter_gkeresume.snapshot import SnapshotStore
+from jupyter_gkeresume.snapshot.retention import RetentionPolicy
 from jupyter_gkeresume.states import State
 
 LOG = logging.getLogger("test-operations")
@@ -147,7 +148,8 @@ class FakeRelease(ReleaseBackend):
 def parts():
     url = f"memory://ops-{secrets.token_hex(4)}"
     settings = SimpleNamespace(store_url=url, workspace_id="ws", kernel_call_timeout=60.0,
-                               auto_resume=False, verify="full")
+                               auto_resume=False, verify="full",
+                               retention_policy=RetentionPolicy, gc_grace_hours=6.0)
     gateway, verifier, backend = FakeGateway(), FakeVerifier(), FakeRelease()
     orch = Orchestrator(settings=settings, kernel_manager=None, session_manager=None,
                         backend=backend, log=LOG, store=SnapshotStore(url, "ws"),

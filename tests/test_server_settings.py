@@ -5,17 +5,18 @@ automatic retention and the runtime settings endpoint."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 
 import pytest
 from fixtures_lifecycle import make_snapshot
-from fixtures_server import server_config
+from fixtures_server import SETTLE_TIMEOUT, SIGNING_KEY, server_config
 from traitlets import TraitError
 
 from jupyter_gkeresume.app import GkeResume
 from jupyter_gkeresume.errors import IntegrityError
 from jupyter_gkeresume.pause import SnapshotVerifier
-from jupyter_gkeresume.snapshot import SnapshotStore
+from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, list_snapshots
 
 PLANTED = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
 
@@ -83,3 +84,39 @@ def test_the_verify_trait_is_checked():
     with pytest.raises(TraitError):
         GkeResume(verify="sometimes")
     assert GkeResume().verify == "metadata"
+
+
+async def wait_for(predicate, what: str):
+    for _ in range(int(SETTLE_TIMEOUT / 0.1)):
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_retention_runs_after_every_pause_per_notebook(api, store_dir):
+    """14.4: keep_last=1 (this module's server), three checkpoints of two notebooks: one
+    snapshot of each notebook stays; a named one is always kept."""
+    a, b = await api.new_session("a.ipynb"), await api.new_session("b.ipynb")
+    await api.run_cell(a, "x = 1")
+    await api.run_cell(b, "y = 2")
+    code, body = await api.call("POST", "gkeresume/api/pause",
+                                {"release": False, "name": "keep-me"})
+    assert code == 202, body
+    await api.settle()
+    for _ in range(3):
+        code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
+        assert code == 202, body
+        last = [k["snapshot_id"] for k in (await api.settle())["kernels"]]
+    store = store_of(store_dir)
+
+    def by_notebook():
+        rows = list_snapshots(store, SigningKey(SIGNING_KEY.encode()), {})
+        return sorted((r.notebook, r.name or "") for r in rows)
+
+    await wait_for(lambda: len(store.list_snapshot_ids()) == 4, "retention applied")
+    assert by_notebook() == [("a.ipynb", ""), ("a.ipynb", "keep-me"), ("b.ipynb", ""),
+                             ("b.ipynb", "keep-me")]
+    assert set(last) <= set(store.list_snapshot_ids())
+    status = await api.status()
+    assert status["retention"]["error"] is None and status["retention"]["deleted"]

@@ -6,8 +6,8 @@ delete what ``RetentionPlan.delete`` lists (``gc.apply_retention`` does exactly 
 
 Rules (a snapshot is kept when any rule keeps it; with no rule set nothing is deleted):
 
-- ``keep_last=N``: the N newest verified snapshots (N >= 1: a policy never deletes the newest
-  one);
+- ``keep_last=N``: the N newest verified snapshots of each notebook (N >= 1: a policy never
+  deletes a notebook's newest one; snapshots of no notebook count as one group);
 - ``keep_days=D``: snapshots created less than D days before ``now``;
 - named snapshots (``%checkpoint -n NAME``) are always kept: a name says "I want this one";
 - snapshots named by the paused record (``records/paused.json``, ``kernels[].snapshot_id`` as
@@ -50,6 +50,7 @@ class SnapshotFacts:
     snapshot_id: str
     name: str | None = None
     refused: str | None = None  # why it does not verify; None: it does
+    notebook: str | None = None  # keep_last counts per notebook
 
     @property
     def created(self) -> datetime:
@@ -78,10 +79,13 @@ def plan(
     result = RetentionPlan()
     newest_first = sorted(snapshots, key=lambda s: s.snapshot_id, reverse=True)
     cutoff = now - timedelta(days=policy.keep_days) if policy.keep_days is not None else None
-    verified = [s for s in newest_first if s.refused is None]
-    ranks = {s.snapshot_id: rank for rank, s in enumerate(verified)}
+    seen: dict[str | None, int] = {}
+    ranks = {}
+    for s in newest_first:
+        if s.refused is None:
+            ranks[s.snapshot_id] = seen[s.notebook] = seen.get(s.notebook, -1) + 1
     for snap in newest_first:
-        rank = ranks.get(snap.snapshot_id, len(verified))
+        rank = ranks.get(snap.snapshot_id, len(newest_first))
         reasons = []
         if not policy.active:
             reasons.append("no retention rule set")
