@@ -129,7 +129,8 @@ class GkeResumeApp(ExtensionApp):
                             {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
                              "GKERESUME_WORKSPACE": config.workspace_id,
                              # notebook paths relative to the root, as the lab shows them
-                             "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir)})
+                             "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir)},
+                            self.orchestrator.gateway.watch_cells)
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 

@@ -106,6 +106,16 @@ def _string_list(body: dict[str, Any], name: str) -> list[str] | None:
     return value
 
 
+def _when_busy(body: dict[str, Any]) -> str:
+    """``when_busy`` (default ``"queue"``); the older ``when_idle`` bool is an alias
+    (``true``: queue, ``false``: refuse)."""
+    alias = {True: "queue", False: "refuse"}.get(body.get("when_idle"))
+    when_busy = body.get("when_busy", alias or "queue")
+    if alias is not None and when_busy != alias:
+        raise web.HTTPError(400, "'when_idle' (an older name) contradicts 'when_busy'")
+    return when_busy
+
+
 class StatusHandler(GkeResumeHandler):
     _track_activity = False  # the lab polls status: that is not user activity (idle pause)
 
@@ -121,12 +131,11 @@ class PauseHandler(GkeResumeHandler):
     async def post(self) -> None:
         await self._require_operation_permissions()
         body = self._body({"kernels": (list, type(None)), "release": bool,
-                           "name": (str, type(None)), "when_idle": bool})
+                           "name": (str, type(None)), "when_busy": str, "when_idle": bool})
         kernels = _string_list(body, "kernels")
         op = await self._run(lambda: self.orchestrator.start_pause(
             kernels, release=body.get("release", True), name=body.get("name"),
-            allow_busy=body.get("when_idle", False),
-        ))
+            when_busy=_when_busy(body)))
         self.set_status(202)
         self.finish(json.dumps({"operation": op.to_dict(),
                                 "state": self.orchestrator.state.state.value}))

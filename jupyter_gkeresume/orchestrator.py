@@ -56,6 +56,8 @@ from .snapshot.store import _safe_url
 from .state import Operation, WorkspaceState
 from .states import State
 
+WHEN_BUSY = ("queue", "refuse")
+
 
 class Orchestrator:
     """Pause/resume for one server. ``settings`` is the ``GkeResume`` configurable."""
@@ -131,12 +133,17 @@ class Orchestrator:
     # -- operations -------------------------------------------------------------------------
     async def start_pause(self, kernel_ids: list[str] | None = None, *, release: bool = True,
                           name: str | None = None, reason: str = "user",
-                          allow_busy: bool = False) -> Operation:
+                          when_busy: str = "refuse") -> Operation:
         """Validate, then pause in the background; ``release`` also writes the paused record,
-        calls the backend and stops the kernels."""
+        calls the backend and stops the kernels. ``when_busy`` (``WHEN_BUSY``): ``"queue"``
+        waits for running cells (other kernels keep running until the pause itself starts),
+        ``"refuse"`` raises ``ConflictError`` for a busy kernel."""
+        if when_busy not in WHEN_BUSY:
+            raise InvalidInputError(f"when_busy must be one of {', '.join(WHEN_BUSY)}, not "
+                                    f"{when_busy!r}")
         async with self._lock:
             ids = self._pause_kernels(kernel_ids, release=release, name=name,
-                                      allow_busy=allow_busy)
+                                      allow_busy=when_busy == "queue")
             op = Operation("pause", reason=reason, release=release, kernels=ids,
                            cancellable=True)
             self.state.begin(op, State.PAUSING, State.PAUSING, reason)
@@ -163,7 +170,7 @@ class Orchestrator:
         busy = self.gateway.busy(ids)
         if busy and not allow_busy:
             raise ConflictError(f"kernel {busy[0]} is busy running a cell: wait for it or "
-                                "interrupt it, then pause")
+                                "interrupt it, then pause (or pause with when_busy 'queue')")
         if self.state.state == State.PAUSED:
             raise ConflictError("this workspace is already paused: resume it or discard the "
                                 "paused record first")
@@ -232,8 +239,12 @@ class Orchestrator:
         """Why no kernel (or session) may start now, or ``None`` (``guard_kernel_starts``)."""
         op = self.state.operation
         if op is not None and op.kind == "pause":
-            return (f"the workspace is pausing ({op.id}): no kernel or session can start until "
-                    "the pause completes, fails or is cancelled")
+            waiting = op.waiting_for
+            queued = "" if waiting is None else (
+                f" (queued behind cell {waiting['execution_count'] or '?'} of "
+                f"{waiting['notebook'] or waiting['kernel_id']})")
+            return (f"the workspace is pausing ({op.id}{queued}): no kernel or session can start "
+                    "until the pause completes, fails or is cancelled")
         return None
 
     def _refuse_if_busy(self) -> None:

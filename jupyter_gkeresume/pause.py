@@ -42,6 +42,8 @@ from .snapshot.writer import validate_verify_mode, verify_committed
 from .state import Operation, WorkspaceState
 from .states import State
 
+WAIT_POLL_SECONDS = 0.25  # a queued pause checks the kernels' busy state (in memory) this often
+
 
 class SnapshotVerifier:
     """Checks a committed snapshot before anything is released (``writer.verify_committed``):
@@ -67,6 +69,7 @@ class PauseOperation:
     """One pause of ``op.kernels``; ``run`` once, as the operation's task."""
 
     stage = "pause"
+    waits_for_cells = True  # a queued pause waits for running cells before its hold
     verify_mode: str | None = None  # None: the verifier's configured mode (c.GkeResume.verify)
 
     def __init__(self, op: Operation, *, state: WorkspaceState, gateway: KernelGateway,
@@ -94,6 +97,8 @@ class PauseOperation:
         op, t0 = self.op, time.monotonic()
         try:
             try:
+                if self.waits_for_cells:
+                    await self._wait_for_cells()  # other kernels keep running meanwhile
                 await self._hold_all()  # the cut: no cell runs in these kernels from now on
                 items, gpus = await self.save_all()
                 if self.previous is not None:
@@ -135,6 +140,18 @@ class PauseOperation:
             self._finish(State.PAUSED, t0)
         finally:
             self.state.end(op)
+
+    async def _wait_for_cells(self) -> None:
+        """A queued pause: wait (never interrupting) until no kernel of the pause runs a cell,
+        saying in ``op.waiting_for`` which cell it waits for and for how long."""
+        while busy := self.gateway.busy(self.op.kernels):
+            kid = busy[0]
+            self.state.set_notebook(kid, (await self.gateway.notebooks()).get(kid))
+            count, seconds = self.gateway.running_cell(kid)
+            self.op.waiting_for = {"kernel_id": kid, "notebook": self.state.kernel(kid).notebook,
+                                   "execution_count": count, "running_seconds": seconds}
+            await asyncio.sleep(WAIT_POLL_SECONDS)
+        self.op.waiting_for = None
 
     async def _hold_all(self) -> None:
         """Hold every kernel of the pause at once (a busy one from the end of its cell)."""
@@ -261,6 +278,7 @@ class ShutdownCheckpoint(PauseOperation):
     full (``verify_mode`` metadata): the platform's grace period is short."""
 
     verify_mode = "metadata"
+    waits_for_cells = False  # its kernels were idle; a busy one is listed, never waited for
 
     def __init__(self, op: Operation, *, not_saved: list[dict[str, Any]], **parts: Any):
         super().__init__(op, name=None, record=True, **parts)

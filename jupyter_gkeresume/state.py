@@ -64,11 +64,14 @@ class Operation:
     task: asyncio.Future | None = None
     cancellable: bool = False
     """A pause can be cancelled until it writes the paused record (``pause.PauseOperation``)."""
+    waiting_for: dict[str, Any] | None = None
+    """A queued pause: the running cell it waits for (``kernel_id``, ``notebook``,
+    ``execution_count``, ``running_seconds``); ``None`` once the pause itself runs."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "started": self.started, "reason": self.reason,
                 "release": self.release, "mode": self.mode, "kernels": list(self.kernels),
-                "cancellable": self.cancellable}
+                "cancellable": self.cancellable, "waiting_for": self.waiting_for}
 
 
 class WorkspaceState:

@@ -69,6 +69,9 @@ class FakeGateway:
     def busy(self, ids):
         return [k for k in ids if k in self.busy_ids]
 
+    def running_cell(self, kid):
+        return (3, 1.5) if kid in self.busy_ids else (None, None)
+
     async def notebooks(self):
         return dict(self.notebook_of)
 
@@ -261,9 +264,21 @@ async def test_validation_refuses_before_anything_moves(parts):
     with pytest.raises(ConflictError, match="busy"):
         await orch.start_pause()
     assert orch.state.state == State.RUNNING and orch.state.operation is None
-    op = await orch.start_pause(allow_busy=True, release=False)  # queued behind the cell
+    with pytest.raises(InvalidInputError, match="when_busy"):
+        await orch.start_pause(when_busy="later")
+    op = await orch.start_pause(when_busy="queue", release=False)  # queued behind the cell
+    for _ in range(100):
+        if op.waiting_for is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert op.waiting_for == {"kernel_id": a, "notebook": "a.ipynb", "execution_count": 3,
+                              "running_seconds": 1.5}
+    assert ("hold", a) not in gw.calls and "queued behind cell 3 of a.ipynb" in (
+        orch.refuse_kernel_start() or "")
+    gw.busy_ids.discard(a)  # the cell ends: the pause itself runs
     await op.task
-    assert orch.state.state == State.RUNNING
+    assert orch.state.state == State.RUNNING and op.waiting_for is None
+    assert ("hold", a) in gw.calls
 
 
 async def test_a_releasing_pause_takes_every_kernel(parts):
