@@ -60,6 +60,10 @@ class GkeResume(LoggingConfigurable):
         25.0, help="On server stop (SIGTERM), seconds allowed to checkpoint every kernel; 0 = "
         "do not. Keep it below the pod's terminationGracePeriodSeconds (default 30)."
     ).tag(config=True)
+    checkpoint_on_shutdown = Bool(
+        True, help="Default of the runtime setting (PUT /gkeresume/api/settings, stored in the "
+        "store's records/settings.json, which wins once set): checkpoint on server stop."
+    ).tag(config=True)
     auto_resume = Bool(
         False, help="Resume a paused workspace as soon as the server starts, without a click."
     ).tag(config=True)

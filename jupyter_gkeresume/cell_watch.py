@@ -13,15 +13,18 @@ Call order: ``watch(kid, kernel)`` once the kernel started (``kernels.guard_kern
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.session import Session
 
 
 class RunningCells:
-    """The last cell each watched kernel started: ``(execution_count, started_at)``."""
+    """The last cell each watched kernel started: ``(execution_count, started_at)``;
+    ``on_cell(kernel_id)`` is called as each one starts."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_cell: Callable[[str], None] | None = None) -> None:
+        self.on_cell = on_cell
         self._cells: dict[str, tuple[int | None, float]] = {}
         self._streams: dict[str, Any] = {}
 
@@ -37,6 +40,8 @@ class RunningCells:
             if msg["header"]["msg_type"] == "execute_input":
                 content = session.deserialize(frames)["content"]
                 self._cells[kid] = (content.get("execution_count"), time.time())
+                if self.on_cell is not None:
+                    self.on_cell(kid)
 
         stream.on_recv(on_message)
         self._streams[kid] = stream

@@ -195,6 +195,21 @@ class PausedHandler(GkeResumeHandler):
         self.finish()
 
 
+class SettingsHandler(GkeResumeHandler):
+    """The runtime settings (``server_settings``): GET them, PUT some of them."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.finish(json.dumps(await self._run(self.orchestrator.settings_view)))
+
+    @web.authenticated
+    @authorized
+    async def put(self) -> None:
+        body = self._body({"checkpoint_on_shutdown": bool})
+        self.finish(json.dumps(await self._run(lambda: self.orchestrator.update_settings(body))))
+
+
 def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHandler]]]:
     """URL patterns (relative to the server's base URL). The snapshot id segment takes any
     characters so that a malformed id reaches validation and gets a 400, not a bare 404."""
@@ -206,4 +221,5 @@ def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHa
         (f"{prefix}/snapshots", SnapshotsHandler),
         (f"{prefix}/snapshots/(.+)", SnapshotHandler),
         (f"{prefix}/paused", PausedHandler),
+        (f"{prefix}/settings", SettingsHandler),
     ]

@@ -46,12 +46,12 @@ class KernelGateway:
     """The kernels of one server; ``store_url``/``workspace`` go into every kernel request."""
 
     def __init__(self, kernel_manager: Any, session_manager: Any, *, store_url: str,
-                 workspace: str):
+                 workspace: str, on_cell: Callable[[str], None] | None = None):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
         self.store_url = store_url
         self.workspace = workspace
-        self.cells = RunningCells()
+        self.cells = RunningCells(on_cell)  # ``on_cell(kid)``: a user's cell started
 
     # -- what runs --------------------------------------------------------------------------
     def live_ids(self) -> list[str]:
@@ -123,8 +123,9 @@ class KernelGateway:
 
     # -- kernel calls -----------------------------------------------------------------------
     async def checkpoint(self, kid: str, *, name: str | None, notebook: str | None,
-                         timeout: float, on_progress: Progress) -> CheckpointReply:
-        request = CheckpointRequest(self.store_url, self.workspace, name, notebook)
+                         timeout: float, on_progress: Progress,
+                         reason: str | None = None) -> CheckpointReply:
+        request = CheckpointRequest(self.store_url, self.workspace, name, notebook, reason)
         return CheckpointReply.from_result(
             await self._call(kid, notebook, request, timeout, on_progress))
 

@@ -42,6 +42,7 @@ from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier
 from .paused_record import PausedRecords
 from .release import ReleaseBackend
 from .resume import MODES, ResumeOperation, item_for_snapshot, items_from_record
+from .server_settings import ServerSettings, SettingsRecords, parse_changes
 from .snapshot import (
     SigningKey,
     SnapshotStore,
@@ -72,7 +73,8 @@ class Orchestrator:
         self.state = WorkspaceState()
         self.gateway = gateway or KernelGateway(kernel_manager, session_manager,
                                                 store_url=settings.store_url,
-                                                workspace=self.store.workspace)
+                                                workspace=self.store.workspace,
+                                                on_cell=self.state.cell_started)
         self.records = PausedRecords(self.store)
         self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key,
                                                      mode=settings.verify)
@@ -87,6 +89,8 @@ class Orchestrator:
         self._started: asyncio.Future | None = None
         self._last_snapshot: dict[str, Any] | None = None
         self._last_snapshot_stale = True
+        self.settings_records = SettingsRecords(self.store)
+        self._server_settings: ServerSettings | None = None
 
     @property
     def key(self) -> SigningKey:
@@ -145,7 +149,7 @@ class Orchestrator:
             ids = self._pause_kernels(kernel_ids, release=release, name=name,
                                       allow_busy=when_busy == "queue")
             op = Operation("pause", reason=reason, release=release, kernels=ids,
-                           cancellable=True)
+                           cancellable=True, estimate_seconds=await self.events.estimate("pause"))
             self.state.begin(op, State.PAUSING, State.PAUSING, reason)
             return self._launch(op, PauseOperation(
                 op, **self._pause_parts(), name=name, record=release,
@@ -214,7 +218,8 @@ class Orchestrator:
             else:
                 items = [await asyncio.to_thread(item_for_snapshot, self.store, self.key,
                                                  snapshot, kernel)]
-            op = Operation("resume", mode=mode, kernels=[i.kernel_id for i in items if i.kernel_id])
+            op = Operation("resume", mode=mode, kernels=[i.kernel_id for i in items if i.kernel_id],
+                           estimate_seconds=await self.events.estimate("resume"))
             self.state.begin(op, State.WAITING_FOR_RESOURCES)
             return self._launch(op, ResumeOperation(
                 op, state=self.state, gateway=self.gateway, records=self.records,
@@ -278,8 +283,10 @@ class Orchestrator:
             self.state.set_notebook(kid, notebooks.get(kid))
             row = self.state.kernel(kid).to_dict()
             kernels.append({**row, **self.gateway.info(kid)})
+        resume_estimate = await self.events.estimate("resume") if self.state.paused else None
         return {"workspace": self.store.workspace, "store": _safe_url(self.settings.store_url),
                 "release_backend": self.backend.name, **self.state.to_status(),
+                "resume_estimate_seconds": resume_estimate,
                 "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error(),
                 "retention": self.retention.report}
 
@@ -336,11 +343,39 @@ class Orchestrator:
             if self.state.state in (State.PAUSED, State.FAILED):
                 self.state.move(State.RUNNING, "paused record discarded")
 
+    # -- runtime settings -------------------------------------------------------------------
+    async def settings_view(self) -> dict[str, Any]:
+        """The runtime settings: stored ones, else the ``c.GkeResume`` defaults."""
+        return (await self._current_settings()).to_dict()
+
+    async def update_settings(self, body: Any) -> dict[str, Any]:
+        """Change and store runtime settings (``server_settings.parse_changes``)."""
+        changes = parse_changes(body)
+        async with self._lock:
+            updated = (await self._current_settings()).with_changes(changes)
+            await asyncio.to_thread(self.settings_records.write, updated)
+            self._server_settings = updated
+        return updated.to_dict()
+
+    async def _current_settings(self) -> ServerSettings:
+        if self._server_settings is None:
+            defaults = ServerSettings(checkpoint_on_shutdown=self.settings.checkpoint_on_shutdown)
+            self._server_settings = await asyncio.to_thread(self.settings_records.read, defaults)
+        return self._server_settings
+
     # -- shutdown ---------------------------------------------------------------------------
     async def shutdown(self, timeout: float) -> str:
-        """Checkpoint every kernel before the server stops (SIGTERM); returns the outcome."""
+        """Checkpoint every kernel before the server stops (SIGTERM), unless the runtime
+        setting ``checkpoint_on_shutdown`` is off; returns the outcome."""
         op = self.state.operation
-        if self.state.state in (State.PAUSED, State.RELEASING) or (op and op.kind == "pause"):
+        try:
+            enabled = (await self._current_settings()).checkpoint_on_shutdown
+        except GkeResumeError as exc:  # an unreadable settings record: the safe side is saving
+            self.log.warning("gkeresume: settings unreadable (%s): checkpointing", exc)
+            enabled = True
+        if not enabled:
+            outcome = "not checkpointed: checkpoint_on_shutdown is off"
+        elif self.state.state in (State.PAUSED, State.RELEASING) or (op and op.kind == "pause"):
             outcome = "already paused or pausing"
             if op and op.task:
                 await asyncio.wait([op.task], timeout=timeout)

@@ -39,7 +39,7 @@ from .paused_record import PausedKernel, PausedRecord, PausedRecords
 from .release import ReleaseBackend
 from .snapshot import SigningKey, SnapshotStore
 from .snapshot.writer import validate_verify_mode, verify_committed
-from .state import Operation, WorkspaceState
+from .state import Operation, WorkspaceState, server_phase
 from .states import State
 
 WAIT_POLL_SECONDS = 0.25  # a queued pause checks the kernels' busy state (in memory) this often
@@ -125,6 +125,8 @@ class PauseOperation:
                                            gpus=max(paused.gpus, 1)))
             self.state.move_kernels(op.kernels, State.RELEASING)
             self.state.move(State.RELEASING)
+            for kid in op.kernels:
+                self.state.set_progress(kid, server_phase("releasing"))
             if op.release:
                 t3 = time.monotonic()
                 try:
@@ -203,7 +205,7 @@ class PauseOperation:
         self.state.set_notebook(kid, notebook)
         notebook = self.state.kernel(kid).notebook
         reply = await self.gateway.checkpoint(
-            kid, name=self.name, notebook=notebook, timeout=self.timeout,
+            kid, name=self.name, notebook=notebook, timeout=self.timeout, reason=self.op.reason,
             on_progress=lambda progress: self.state.set_progress(kid, progress))
         self.state.set_result(kid, reply.snapshot_id, reply.data)
         metrics.SNAPSHOT_BYTES.labels("new").inc(reply.bytes_new)

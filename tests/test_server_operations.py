@@ -51,6 +51,7 @@ class FakeGateway:
         self.calls: list[tuple[str, str]] = []
         self.stopped: list[str] = []
         self.held: set[str] = set()
+        self.before_restore = None  # called with the kernel id as a restore begins
 
     def add(self, notebook: str | None, **namespace) -> str:
         kid = f"k-{secrets.token_hex(3)}"
@@ -97,7 +98,7 @@ class FakeGateway:
         if (action, kid) in self.fail:
             raise self.fail[(action, kid)]
 
-    async def checkpoint(self, kid, *, name, notebook, timeout, on_progress):
+    async def checkpoint(self, kid, *, name, notebook, timeout, on_progress, reason=None):
         if self.gate is not None:
             self.at_gate.set()
             await self.gate.wait()
@@ -110,6 +111,8 @@ class FakeGateway:
                                {"snapshot_id": snapshot_id, "saved": saved})
 
     async def restore(self, kid, *, reference, only, notebook, timeout, on_progress):
+        if self.before_restore is not None:
+            self.before_restore(kid)
         self._maybe_fail("restore", kid)
         values = self.snapshots[reference]
         names = [n for n in values if only is None or n in only]
@@ -140,9 +143,12 @@ class FakeRelease(ReleaseBackend):
         super().__init__(**kwargs)
         self.calls = 0
         self.fail_with: str | None = None
+        self.during_release = None  # called as the release runs
 
     async def release(self):
         self.calls += 1
+        if self.during_release is not None:
+            self.during_release()
         if self.fail_with:
             raise ReleaseError(self.fail_with)
 
@@ -152,7 +158,8 @@ def parts():
     url = f"memory://ops-{secrets.token_hex(4)}"
     settings = SimpleNamespace(store_url=url, workspace_id="ws", kernel_call_timeout=60.0,
                                auto_resume=False, verify="full",
-                               retention_policy=RetentionPolicy, gc_grace_hours=6.0)
+                               retention_policy=RetentionPolicy, gc_grace_hours=6.0,
+                               checkpoint_on_shutdown=True)
     gateway, verifier, backend = FakeGateway(), FakeVerifier(), FakeRelease()
     orch = Orchestrator(settings=settings, kernel_manager=None, session_manager=None,
                         backend=backend, log=LOG, store=SnapshotStore(url, "ws"),
@@ -511,3 +518,44 @@ async def test_after_a_failed_resume_the_shutdown_checkpoint_keeps_what_did_not_
     by_notebook = {k.notebook: k.snapshot_id for k in record.kernels}
     assert sorted(by_notebook) == ["a.ipynb", "b.ipynb"] and by_notebook["b.ipynb"] == lost
     assert gw.snapshots[by_notebook["a.ipynb"]] == {"x": 1}
+
+
+async def test_estimates_and_server_phases(parts):
+    """15.1/15.4: the operation's expected duration from the recorded pauses and resumes; the
+    kernels' progress says ``releasing`` during the release and ``starting`` while a resumed
+    kernel starts."""
+    orch, gw = parts.orch, parts.gateway
+    a = gw.add("a.ipynb", x=1)
+    seen = []
+    parts.backend.during_release = lambda: seen.append(
+        [orch.state.kernel(k).progress["phase"] for k in orch.state.operation.kernels])
+    op = await orch.start_pause()
+    assert op.estimate_seconds is None  # nothing recorded yet
+    await settle(orch)
+    assert seen == [["releasing"]]
+    assert (await orch.status())["resume_estimate_seconds"] is None
+    gw.before_restore = lambda kid: seen.append(orch.state.kernel(kid).progress["phase"])
+    op, _ = await orch.start_resume(None, "full", None, None)
+    await settle(orch)
+    assert seen[-1] == "starting" and orch.state.state == State.READY
+    op = await orch.start_pause(release=True)
+    assert op.estimate_seconds is not None and op.estimate_seconds > 0
+    assert op.to_dict()["estimate_seconds"] == op.estimate_seconds
+    await settle(orch)
+    assert (await orch.status())["resume_estimate_seconds"] > 0
+    assert a not in gw.live_ids()
+
+
+async def test_checkpoint_on_shutdown_is_a_stored_setting(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    assert await orch.settings_view() == {"checkpoint_on_shutdown": True}
+    await orch.update_settings({"checkpoint_on_shutdown": False})
+    assert await orch.shutdown(5) == "not checkpointed: checkpoint_on_shutdown is off"
+    assert orch.records.read() is None
+    again = Orchestrator(settings=orch.settings, kernel_manager=None, session_manager=None,
+                         backend=parts.backend, log=LOG, store=orch.store, gateway=gw,
+                         verifier=parts.verifier)  # a restarted server reads it back
+    assert await again.settings_view() == {"checkpoint_on_shutdown": False}
+    with pytest.raises(InvalidInputError):
+        await orch.update_settings({"checkpoint_on_shutdown": "no"})

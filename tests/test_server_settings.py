@@ -6,6 +6,7 @@ automatic retention and the runtime settings endpoint."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timezone
 
 import pytest
@@ -14,9 +15,10 @@ from fixtures_server import SETTLE_TIMEOUT, SIGNING_KEY, server_config
 from traitlets import TraitError
 
 from jupyter_gkeresume.app import GkeResume
-from jupyter_gkeresume.errors import IntegrityError
+from jupyter_gkeresume.errors import IntegrityError, ManifestError
 from jupyter_gkeresume.pause import SnapshotVerifier
-from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, list_snapshots
+from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, list_snapshots, load_manifest
+from jupyter_gkeresume.snapshot.format import Manifest
 
 PLANTED = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
 
@@ -120,3 +122,62 @@ async def test_retention_runs_after_every_pause_per_notebook(api, store_dir):
     assert set(last) <= set(store.list_snapshot_ids())
     status = await api.status()
     assert status["retention"]["error"] is None and status["retention"]["deleted"]
+
+
+async def test_settings_are_stored_and_checked(api, store_dir):
+    code, body = await api.call("GET", "gkeresume/api/settings")
+    assert code == 200 and body == {"checkpoint_on_shutdown": True}, body  # the trait default
+    code, body = await api.call("PUT", "gkeresume/api/settings", {"checkpoint_on_shutdown": False})
+    assert code == 200 and body == {"checkpoint_on_shutdown": False}, body
+    code, body = await api.call("GET", "gkeresume/api/settings")
+    assert body == {"checkpoint_on_shutdown": False}
+    stored = json.loads((store_dir / "server-ws" / "records" / "settings.json").read_text())
+    assert stored["checkpoint_on_shutdown"] is False  # survives a restart of the server
+    for bad in ({"checkpoint_on_shutdown": "no"}, {"other": True}, {}):
+        code, body = await api.call("PUT", "gkeresume/api/settings", bad)
+        assert code == 400, (bad, code, body)
+    kid = await api.new_session("off.ipynb")
+    await api.run_cell(kid, "x = 1")
+    assert await api.serverapp.web_app.settings["gkeresume_orchestrator"].shutdown(5) == (
+        "not checkpointed: checkpoint_on_shutdown is off")
+
+
+async def test_snapshot_rows_say_why_and_ready_returns_to_running(api):
+    kid = await api.new_session("why.ipynb")
+    await api.run_cell(kid, "x = 1")
+    code, body = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 202, body
+    assert (await api.settle())["state"] == "paused"
+    code, body = await api.call("GET", "gkeresume/api/snapshots")
+    assert [row["reason"] for row in body["snapshots"]] == ["user"]
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "ready", status
+    progress = status["kernels"][0]["progress"]
+    assert progress is not None and progress["phase"] != "starting"  # the kernel answered
+    [kernel] = status["kernels"]
+    assert await api.run_cell(kernel["kernel_id"], "print(x)") == "1\n"
+
+    async def running():
+        s = await api.status()
+        return s["state"] == "running" and s["kernels"][0]["state"] == "running"
+
+    for _ in range(int(SETTLE_TIMEOUT / 0.1)):
+        if await running():
+            break
+        await asyncio.sleep(0.1)
+    assert await running()
+
+
+def test_reason_is_optional_in_the_manifest(local_store, signing_key):
+    """Older manifests (no ``reason``) read and verify as before; a new one carries it."""
+    old = make_snapshot(local_store, signing_key)
+    assert "reason" not in old.to_dict()
+    assert load_manifest(local_store, old.snapshot_id, signing_key).reason is None
+    new = Manifest.from_json(old.to_json())
+    new.reason = "idle"
+    again = Manifest.from_json(new.to_json())
+    assert again.reason == "idle" and again.to_dict()["reason"] == "idle"
+    with pytest.raises(ManifestError, match="reason"):
+        Manifest.from_dict({**new.to_dict(), "reason": 3})

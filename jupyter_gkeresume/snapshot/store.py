@@ -34,7 +34,7 @@ from ..errors import CommitConflictError, GkeResumeError, InvalidInputError, Not
 from .backends import open_backend
 from .format import DIGEST_RE, SNAPSHOT_ID_RE, validate_digest, validate_snapshot_id
 
-RECORD_NAMES = ("paused", "events")
+RECORD_NAMES = ("paused", "events", "settings")
 LEASE_RECORD_RE = re.compile(r"\Alease-[a-z0-9][a-z0-9._-]{0,150}\Z")
 DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
