@@ -148,7 +148,8 @@ class PauseOperation:
         saying in ``op.waiting_for`` which cell it waits for and for how long."""
         while busy := self.gateway.busy(self.op.kernels):
             kid = busy[0]
-            self.state.set_notebook(kid, (await self.gateway.notebooks()).get(kid))
+            if self.op.waiting_for is None or self.op.waiting_for["kernel_id"] != kid:
+                self.state.set_notebook(kid, (await self.gateway.notebooks()).get(kid))
             count, seconds = self.gateway.running_cell(kid)
             self.op.waiting_for = {"kernel_id": kid, "notebook": self.state.kernel(kid).notebook,
                                    "execution_count": count, "running_seconds": seconds}
