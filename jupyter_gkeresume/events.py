@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from logging import Logger
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 ACTIVITY_INTERVAL = 60.0  # seconds: the advisor's thresholds are minutes
 ESTIMATE_WINDOW = 10  # recent operations an estimate is the median of
+ESTIMATE_RETRY_SECONDS = 60.0  # an unreadable events record is read again after this
 
 
 class EventLog:
@@ -43,6 +45,7 @@ class EventLog:
         self.log = log
         self._lock = asyncio.Lock()
         self._durations: dict[str, list[float]] | None = None  # kind -> seconds, read once
+        self._retry_at = 0.0  # after a failed read, not before this (monotonic)
 
     async def record(self, *events: Event) -> bool:
         """Append ``events``; False (and a warning logged) when the record could not be written."""
@@ -63,10 +66,13 @@ class EventLog:
         cannot be read). The record is read once; later events are added as they are recorded."""
         async with self._lock:
             if self._durations is None:
+                if time.monotonic() < self._retry_at:
+                    return None
                 try:
                     events = await asyncio.to_thread(read_events, self.store)
                 except Exception as exc:  # an estimate is a nicety: never an error
                     self.log.warning("gkeresume: could not read the events record: %s", exc)
+                    self._retry_at = time.monotonic() + ESTIMATE_RETRY_SECONDS  # status polls
                     return None
                 self._durations = {}
                 _add_durations(self._durations, events)
