@@ -23,6 +23,7 @@ from jupyter_gkeresume.errors import (
     KernelCallError,
     KernelNotFoundError,
     ReleaseError,
+    StoredRecordError,
     StoreError,
 )
 from jupyter_gkeresume.kernel_protocol import CheckpointReply, RestoreReply
@@ -559,3 +560,33 @@ async def test_checkpoint_on_shutdown_is_a_stored_setting(parts):
     assert await again.settings_view() == {"checkpoint_on_shutdown": False}
     with pytest.raises(InvalidInputError):
         await orch.update_settings({"checkpoint_on_shutdown": "no"})
+
+
+async def test_a_failing_retention_never_fails_the_pause(parts, monkeypatch):
+    orch, gw = parts.orch, parts.gateway
+    orch.retention.policy = RetentionPolicy(keep_last=1)
+
+    def broken():
+        raise StoreError("the bucket said no")
+
+    monkeypatch.setattr(orch.retention, "_apply", broken)
+    gw.add("a.ipynb", x=1)
+    op = await orch.start_pause(release=False)
+    await settle(orch)
+    assert orch.state.state == State.RUNNING and orch.state.operation is None
+    assert orch.state.kernel(op.kernels[0]).snapshot_id is not None
+    for _ in range(200):
+        if orch.retention.report is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert "the bucket said no" in orch.retention.report["error"]
+    assert (await orch.status())["retention"]["error"] == orch.retention.report["error"]
+
+
+async def test_an_unreadable_settings_record_still_checkpoints_at_shutdown(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    orch.store.write_record("settings", b"{not json")
+    with pytest.raises(StoredRecordError):
+        await orch.settings_view()
+    assert await orch.shutdown(5) == "checkpointed"
