@@ -15,7 +15,7 @@ import asyncio
 import os
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Enum, Float, Type, Unicode, Union
+from traitlets import Bool, Enum, Float, Integer, Type, Unicode, Union
 from traitlets.config import LoggingConfigurable
 
 from .errors import GkeResumeError
@@ -25,7 +25,10 @@ from .idle import IdleWatcher
 from .kernels import guard_kernel_starts
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
+from .snapshot.gc import DEFAULT_GRACE_SECONDS
+from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import key_warnings
+from .snapshot.writer import VERIFY_MODES
 from .workspace import resolve_store_url, resolve_workspace_id
 
 
@@ -57,12 +60,40 @@ class GkeResume(LoggingConfigurable):
         25.0, help="On server stop (SIGTERM), seconds allowed to checkpoint every kernel; 0 = "
         "do not. Keep it below the pod's terminationGracePeriodSeconds (default 30)."
     ).tag(config=True)
+    checkpoint_on_shutdown = Bool(
+        True, help="Default of the runtime setting (PUT /gkeresume/api/settings, stored in the "
+        "store's records/settings.json, which wins once set): checkpoint on server stop."
+    ).tag(config=True)
     auto_resume = Bool(
         False, help="Resume a paused workspace as soon as the server starts, without a click."
+    ).tag(config=True)
+    verify = Enum(
+        list(VERIFY_MODES), default_value="metadata",
+        help="How a pause checks each snapshot before it releases anything: metadata (the "
+        "signed manifest read back, every blob present with its size; no second read) or full "
+        "(also every blob read back against its digest). The shutdown checkpoint always uses "
+        "metadata. See docs/server.md.",
+    ).tag(config=True)
+    keep_last = Integer(
+        0, help="After every pause and checkpoint the server runs, keep this many newest "
+        "snapshots of each notebook (named snapshots and the paused record's always stay); "
+        "0 = no such rule."
+    ).tag(config=True)
+    keep_days = Float(
+        0.0, help="After every pause and checkpoint the server runs, keep snapshots younger "
+        "than this many days (with keep_last: either rule keeps); 0 = no such rule."
+    ).tag(config=True)
+    gc_grace_hours = Float(
+        DEFAULT_GRACE_SECONDS / 3600, help="After automatic retention, gc frees unreferenced "
+        "blobs older than this (it must exceed the longest checkpoint)."
     ).tag(config=True)
     kernel_call_timeout = Float(
         3600.0, help="Seconds one kernel may take to checkpoint or restore."
     ).tag(config=True)
+
+    def retention_policy(self) -> RetentionPolicy:
+        """The automatic retention policy (inactive when both rules are 0)."""
+        return RetentionPolicy(keep_last=self.keep_last or None, keep_days=self.keep_days or None)
 
     def resolved_store_url(self) -> str:
         return resolve_store_url(self.store_url or None)
@@ -100,7 +131,10 @@ class GkeResumeApp(ExtensionApp):
         # the kernels resolve the same store and workspace as this server (%checkpoint, %resume)
         guard_kernel_starts(self.serverapp.kernel_manager, self.orchestrator.refuse_kernel_start,
                             {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
-                             "GKERESUME_WORKSPACE": config.workspace_id})
+                             "GKERESUME_WORKSPACE": config.workspace_id,
+                             # notebook paths relative to the root, as the lab shows them
+                             "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir)},
+                            self.orchestrator.gateway.watch_cells)
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 

@@ -17,20 +17,24 @@ on shutdown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import statistics
+import time
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from logging import Logger
 from typing import TYPE_CHECKING
 
 from tornado.ioloop import PeriodicCallback
 
-from .advisor import Event, record_events
+from .advisor import Event, read_events, record_events
 from .snapshot.store import SnapshotStore
 
 if TYPE_CHECKING:
     from .state import WorkspaceState
 
 ACTIVITY_INTERVAL = 60.0  # seconds: the advisor's thresholds are minutes
+ESTIMATE_WINDOW = 10  # recent operations an estimate is the median of
+ESTIMATE_RETRY_SECONDS = 60.0  # an unreadable events record is read again after this
 
 
 class EventLog:
@@ -40,6 +44,8 @@ class EventLog:
         self.store = store
         self.log = log
         self._lock = asyncio.Lock()
+        self._durations: dict[str, list[float]] | None = None  # kind -> seconds, read once
+        self._retry_at = 0.0  # after a failed read, not before this (monotonic)
 
     async def record(self, *events: Event) -> bool:
         """Append ``events``; False (and a warning logged) when the record could not be written."""
@@ -50,7 +56,34 @@ class EventLog:
                 kinds = ", ".join(e.kind for e in events)
                 self.log.warning("gkeresume: could not record the %s event(s): %s", kinds, exc)
                 return False
+            if self._durations is not None:
+                _add_durations(self._durations, events)
         return True
+
+    async def estimate(self, kind: str) -> float | None:
+        """The expected duration of a ``pause`` or ``resume``: the median of this workspace's
+        last ``ESTIMATE_WINDOW`` recorded ones (``None`` before the first, or when the record
+        cannot be read). The record is read once; later events are added as they are recorded."""
+        async with self._lock:
+            if self._durations is None:
+                if time.monotonic() < self._retry_at:
+                    return None
+                try:
+                    events = await asyncio.to_thread(read_events, self.store)
+                except Exception as exc:  # an estimate is a nicety: never an error
+                    self.log.warning("gkeresume: could not read the events record: %s", exc)
+                    self._retry_at = time.monotonic() + ESTIMATE_RETRY_SECONDS  # status polls
+                    return None
+                self._durations = {}
+                _add_durations(self._durations, events)
+        recent = self._durations.get(kind, [])[-ESTIMATE_WINDOW:]
+        return statistics.median(recent) if recent else None
+
+
+def _add_durations(durations: dict[str, list[float]], events: Iterable[Event]) -> None:
+    for event in events:
+        if event.kind in ("pause", "resume") and event.seconds > 0:
+            durations.setdefault(event.kind, []).append(event.seconds)
 
 
 class ActivitySampler:

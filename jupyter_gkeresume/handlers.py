@@ -26,12 +26,14 @@ from .errors import (
     InvalidInputError,
     InvalidTransitionError,
     LeaseHeldError,
+    SnapshotRefusedError,
 )
 
 AUTH_RESOURCE = "gkeresume"
 MAX_BODY_BYTES = 64 << 10  # every body is a few small fields
 OPERATION_PERMISSIONS = (("execute", "kernels"), ("write", "kernels"), ("write", "sessions"))
-CONFLICTS = (ConflictError, InvalidTransitionError, LeaseHeldError, CommitConflictError)
+CONFLICTS = (ConflictError, InvalidTransitionError, LeaseHeldError, CommitConflictError,
+             SnapshotRefusedError)  # it exists, and cannot be used: the message says why
 
 
 def _http_error(exc: GkeResumeError) -> web.HTTPError:
@@ -104,6 +106,16 @@ def _string_list(body: dict[str, Any], name: str) -> list[str] | None:
     return value
 
 
+def _when_busy(body: dict[str, Any]) -> str:
+    """``when_busy`` (default ``"queue"``); the older ``when_idle`` bool is an alias
+    (``true``: queue, ``false``: refuse)."""
+    alias = {True: "queue", False: "refuse"}.get(body.get("when_idle"))
+    when_busy = body.get("when_busy", alias or "queue")
+    if alias is not None and when_busy != alias:
+        raise web.HTTPError(400, "'when_idle' (an older name) contradicts 'when_busy'")
+    return when_busy
+
+
 class StatusHandler(GkeResumeHandler):
     _track_activity = False  # the lab polls status: that is not user activity (idle pause)
 
@@ -119,12 +131,11 @@ class PauseHandler(GkeResumeHandler):
     async def post(self) -> None:
         await self._require_operation_permissions()
         body = self._body({"kernels": (list, type(None)), "release": bool,
-                           "name": (str, type(None)), "when_idle": bool})
+                           "name": (str, type(None)), "when_busy": str, "when_idle": bool})
         kernels = _string_list(body, "kernels")
         op = await self._run(lambda: self.orchestrator.start_pause(
             kernels, release=body.get("release", True), name=body.get("name"),
-            allow_busy=body.get("when_idle", False),
-        ))
+            when_busy=_when_busy(body)))
         self.set_status(202)
         self.finish(json.dumps({"operation": op.to_dict(),
                                 "state": self.orchestrator.state.state.value}))
@@ -184,6 +195,21 @@ class PausedHandler(GkeResumeHandler):
         self.finish()
 
 
+class SettingsHandler(GkeResumeHandler):
+    """The runtime settings (``server_settings``): GET them, PUT some of them."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.finish(json.dumps(await self._run(self.orchestrator.settings_view)))
+
+    @web.authenticated
+    @authorized
+    async def put(self) -> None:
+        body = self._body({"checkpoint_on_shutdown": bool})
+        self.finish(json.dumps(await self._run(lambda: self.orchestrator.update_settings(body))))
+
+
 def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHandler]]]:
     """URL patterns (relative to the server's base URL). The snapshot id segment takes any
     characters so that a malformed id reaches validation and gets a 400, not a bare 404."""
@@ -195,4 +221,5 @@ def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHa
         (f"{prefix}/snapshots", SnapshotsHandler),
         (f"{prefix}/snapshots/(.+)", SnapshotHandler),
         (f"{prefix}/paused", PausedHandler),
+        (f"{prefix}/settings", SettingsHandler),
     ]

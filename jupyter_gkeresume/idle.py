@@ -59,7 +59,8 @@ class IdleWatcher:
             return False
         self.log.info("gkeresume: idle for %.0f s: pausing", self.idle_seconds())
         try:
-            await orch.start_pause(reason="idle", allow_busy=self.pause_busy)
+            await orch.start_pause(reason="idle",
+                                   when_busy="queue" if self.pause_busy else "refuse")
         except GkeResumeError as exc:
             self.log.warning("gkeresume: idle pause not started: %s", exc)
             return False

@@ -40,6 +40,7 @@ class CheckpointRequest:
     workspace: str | None
     name: str | None = None
     notebook: str | None = None
+    reason: str | None = None  # why the server checkpoints: user, idle, shutdown (the manifest's)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

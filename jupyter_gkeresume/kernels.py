@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import os
 import posixpath
+import time
 from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.multikernelmanager import DuplicateKernelError
 from tornado import web
 
+from .cell_watch import RunningCells
 from .errors import KernelCallError
 from .kernel_client import call_kernel
 from .kernel_protocol import (
@@ -44,11 +46,12 @@ class KernelGateway:
     """The kernels of one server; ``store_url``/``workspace`` go into every kernel request."""
 
     def __init__(self, kernel_manager: Any, session_manager: Any, *, store_url: str,
-                 workspace: str):
+                 workspace: str, on_cell: Callable[[str], None] | None = None):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
         self.store_url = store_url
         self.workspace = workspace
+        self.cells = RunningCells(on_cell)  # ``on_cell(kid)``: a user's cell started
 
     # -- what runs --------------------------------------------------------------------------
     def live_ids(self) -> list[str]:
@@ -66,6 +69,23 @@ class KernelGateway:
     def busy(self, ids: list[str]) -> list[str]:
         """The kernels of ``ids`` busy running a cell."""
         return [k for k in ids if self.info(k)["execution_state"] == "busy"]
+
+    def watch_cells(self, kid: str) -> None:
+        """Follow which cell ``kid`` runs (``running_cell``); called once it started."""
+        self.cells.prune(set(self.live_ids()))
+        try:
+            self.cells.watch(kid, self.kernel_manager.get_kernel(kid))
+        except KERNEL_GONE:
+            return
+
+    def running_cell(self, kid: str) -> tuple[int | None, float | None]:
+        """``(execution_count, running_seconds)`` of the cell a busy kernel runs (``None``
+        where the server did not see it start)."""
+        cell = self.cells.current(kid)
+        if cell is None:
+            return None, None
+        count, started = cell
+        return count, max(0.0, time.time() - started)
 
     async def notebooks(self) -> dict[str, str]:
         """kernel id -> notebook path of every session. Listing races with kernels shutting
@@ -95,6 +115,7 @@ class KernelGateway:
 
     async def stop(self, ids: list[str]) -> None:
         for kid in ids:
+            self.cells.forget(kid)
             try:
                 await self.kernel_manager.shutdown_kernel(kid)
             except KERNEL_GONE:
@@ -102,8 +123,9 @@ class KernelGateway:
 
     # -- kernel calls -----------------------------------------------------------------------
     async def checkpoint(self, kid: str, *, name: str | None, notebook: str | None,
-                         timeout: float, on_progress: Progress) -> CheckpointReply:
-        request = CheckpointRequest(self.store_url, self.workspace, name, notebook)
+                         timeout: float, on_progress: Progress,
+                         reason: str | None = None) -> CheckpointReply:
+        request = CheckpointRequest(self.store_url, self.workspace, name, notebook, reason)
         return CheckpointReply.from_result(
             await self._call(kid, notebook, request, timeout, on_progress))
 
@@ -143,10 +165,11 @@ class KernelStartRefused(web.HTTPError, DuplicateKernelError):
 
 
 def guard_kernel_starts(kernel_manager: Any, refusal: Callable[[], str | None],
-                        env: dict[str, str]) -> None:
+                        env: dict[str, str], on_start: Callable[[str], None]) -> None:
     """Make ``kernel_manager.start_kernel`` answer 409 with ``refusal()`` while that is not
-    ``None``, and add ``env`` to every kernel's environment. Every start goes through it:
-    ``POST /api/kernels``, a new session, our resume."""
+    ``None``, add ``env`` to every kernel's environment and call ``on_start(kernel_id)`` once
+    it started. Every start goes through it: ``POST /api/kernels``, a new session, our
+    resume."""
     start = kernel_manager.start_kernel
 
     async def start_kernel(*args: Any, **kwargs: Any) -> str:
@@ -155,6 +178,8 @@ def guard_kernel_starts(kernel_manager: Any, refusal: Callable[[], str | None],
             raise KernelStartRefused(reason)
         # jupyter_client takes ``env`` as the kernel's whole environment (default: ours)
         kwargs["env"] = {**(kwargs.get("env") or os.environ), **env}
-        return await start(*args, **kwargs)
+        kid = await start(*args, **kwargs)
+        on_start(kid)
+        return kid
 
     kernel_manager.start_kernel = start_kernel

@@ -28,6 +28,7 @@ from logging import Logger
 from typing import Any
 
 from . import metrics
+from .auto_retention import AutoRetention
 from .errors import (
     ConflictError,
     GkeResumeError,
@@ -41,19 +42,22 @@ from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier
 from .paused_record import PausedRecords
 from .release import ReleaseBackend
 from .resume import MODES, ResumeOperation, item_for_snapshot, items_from_record
+from .server_settings import ServerSettings, SettingsRecords, parse_changes
 from .snapshot import (
     SigningKey,
     SnapshotStore,
     environment_fingerprint,
     list_snapshots,
-    load_manifest,
     load_signing_key,
 )
 from .snapshot.catalog import summarize
 from .snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_id, validate_snapshot_name
+from .snapshot.manifests import newest_verified
 from .snapshot.store import _safe_url
 from .state import Operation, WorkspaceState
 from .states import State
+
+WHEN_BUSY = ("queue", "refuse")
 
 
 class Orchestrator:
@@ -69,16 +73,24 @@ class Orchestrator:
         self.state = WorkspaceState()
         self.gateway = gateway or KernelGateway(kernel_manager, session_manager,
                                                 store_url=settings.store_url,
-                                                workspace=self.store.workspace)
+                                                workspace=self.store.workspace,
+                                                on_cell=self.state.cell_started)
         self.records = PausedRecords(self.store)
-        self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key)
+        self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key,
+                                                     mode=settings.verify)
         self.events = EventLog(self.store, log)
         self._lock = asyncio.Lock()
+        self.retention = AutoRetention(
+            self.store, lambda: self.key, settings.retention_policy(),
+            grace_seconds=settings.gc_grace_hours * 3600, lock=self._lock, state=self.state,
+            log=log)
         self._key: SigningKey | None = None
         self._here: dict[str, Any] | None = None
         self._started: asyncio.Future | None = None
         self._last_snapshot: dict[str, Any] | None = None
         self._last_snapshot_stale = True
+        self.settings_records = SettingsRecords(self.store)
+        self._server_settings: ServerSettings | None = None
 
     @property
     def key(self) -> SigningKey:
@@ -125,14 +137,19 @@ class Orchestrator:
     # -- operations -------------------------------------------------------------------------
     async def start_pause(self, kernel_ids: list[str] | None = None, *, release: bool = True,
                           name: str | None = None, reason: str = "user",
-                          allow_busy: bool = False) -> Operation:
+                          when_busy: str = "refuse") -> Operation:
         """Validate, then pause in the background; ``release`` also writes the paused record,
-        calls the backend and stops the kernels."""
+        calls the backend and stops the kernels. ``when_busy`` (``WHEN_BUSY``): ``"queue"``
+        waits for running cells (other kernels keep running until the pause itself starts),
+        ``"refuse"`` raises ``ConflictError`` for a busy kernel."""
+        if when_busy not in WHEN_BUSY:
+            raise InvalidInputError(f"when_busy must be one of {', '.join(WHEN_BUSY)}, not "
+                                    f"{when_busy!r}")
         async with self._lock:
             ids = self._pause_kernels(kernel_ids, release=release, name=name,
-                                      allow_busy=allow_busy)
+                                      allow_busy=when_busy == "queue")
             op = Operation("pause", reason=reason, release=release, kernels=ids,
-                           cancellable=True)
+                           cancellable=True, estimate_seconds=await self.events.estimate("pause"))
             self.state.begin(op, State.PAUSING, State.PAUSING, reason)
             return self._launch(op, PauseOperation(
                 op, **self._pause_parts(), name=name, record=release,
@@ -157,7 +174,7 @@ class Orchestrator:
         busy = self.gateway.busy(ids)
         if busy and not allow_busy:
             raise ConflictError(f"kernel {busy[0]} is busy running a cell: wait for it or "
-                                "interrupt it, then pause")
+                                "interrupt it, then pause (or pause with when_busy 'queue')")
         if self.state.state == State.PAUSED:
             raise ConflictError("this workspace is already paused: resume it or discard the "
                                 "paused record first")
@@ -201,7 +218,8 @@ class Orchestrator:
             else:
                 items = [await asyncio.to_thread(item_for_snapshot, self.store, self.key,
                                                  snapshot, kernel)]
-            op = Operation("resume", mode=mode, kernels=[i.kernel_id for i in items if i.kernel_id])
+            op = Operation("resume", mode=mode, kernels=[i.kernel_id for i in items if i.kernel_id],
+                           estimate_seconds=await self.events.estimate("resume"))
             self.state.begin(op, State.WAITING_FOR_RESOURCES)
             return self._launch(op, ResumeOperation(
                 op, state=self.state, gateway=self.gateway, records=self.records,
@@ -226,8 +244,12 @@ class Orchestrator:
         """Why no kernel (or session) may start now, or ``None`` (``guard_kernel_starts``)."""
         op = self.state.operation
         if op is not None and op.kind == "pause":
-            return (f"the workspace is pausing ({op.id}): no kernel or session can start until "
-                    "the pause completes, fails or is cancelled")
+            waiting = op.waiting_for
+            queued = "" if waiting is None else (
+                f" (queued behind cell {waiting['execution_count'] or '?'} of "
+                f"{waiting['notebook'] or waiting['kernel_id']})")
+            return (f"the workspace is pausing ({op.id}{queued}): no kernel or session can start "
+                    "until the pause completes, fails or is cancelled")
         return None
 
     def _refuse_if_busy(self) -> None:
@@ -240,14 +262,16 @@ class Orchestrator:
                                 + (" or cancel it" if op.cancellable else ""))
 
     def _launch(self, op: Operation, operation: PauseOperation | ResumeOperation) -> Operation:
-        op.task = asyncio.ensure_future(self._tracked(operation.run()))
+        op.task = asyncio.ensure_future(self._tracked(op, operation.run()))
         return op
 
-    async def _tracked(self, run: Awaitable[None]) -> None:
+    async def _tracked(self, op: Operation, run: Awaitable[None]) -> None:
         try:
             await run
         finally:
             self._last_snapshot_stale = True
+            if op.kind == "pause" and op.reason != "shutdown":  # the pod is going: no time
+                self.retention.schedule()
 
     # -- status and snapshots ---------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
@@ -259,9 +283,12 @@ class Orchestrator:
             self.state.set_notebook(kid, notebooks.get(kid))
             row = self.state.kernel(kid).to_dict()
             kernels.append({**row, **self.gateway.info(kid)})
+        resume_estimate = await self.events.estimate("resume") if self.state.paused else None
         return {"workspace": self.store.workspace, "store": _safe_url(self.settings.store_url),
                 "release_backend": self.backend.name, **self.state.to_status(),
-                "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error()}
+                "resume_estimate_seconds": resume_estimate,
+                "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error(),
+                "retention": self.retention.report}
 
     async def last_snapshot(self) -> dict[str, Any] | None:
         """The newest committed snapshot as a summary row (cached until something changes)."""
@@ -278,13 +305,12 @@ class Orchestrator:
             return {"id": None, "error": str(exc)}
 
     def _read_last_snapshot(self) -> dict[str, Any] | None:
-        ids = self.store.list_snapshot_ids()
-        if not ids:
+        """The newest snapshot that verifies (what ``latest`` means): a planted or tampered
+        manifest with a newer id is never shown as the last snapshot."""
+        stored = newest_verified(self.store, self.key)
+        if stored is None or stored.manifest is None:
             return None
-        try:
-            return summarize(load_manifest(self.store, ids[-1], self.key), self.here).to_dict()
-        except GkeResumeError as exc:
-            return {"id": ids[-1], "error": str(exc)}
+        return summarize(stored.manifest, self.here).to_dict()
 
     async def snapshots(self) -> list[dict[str, Any]]:
         rows = await asyncio.to_thread(list_snapshots, self.store, self.key, self.here)
@@ -317,11 +343,39 @@ class Orchestrator:
             if self.state.state in (State.PAUSED, State.FAILED):
                 self.state.move(State.RUNNING, "paused record discarded")
 
+    # -- runtime settings -------------------------------------------------------------------
+    async def settings_view(self) -> dict[str, Any]:
+        """The runtime settings: stored ones, else the ``c.GkeResume`` defaults."""
+        return (await self._current_settings()).to_dict()
+
+    async def update_settings(self, body: Any) -> dict[str, Any]:
+        """Change and store runtime settings (``server_settings.parse_changes``)."""
+        changes = parse_changes(body)
+        async with self._lock:
+            updated = (await self._current_settings()).with_changes(changes)
+            await asyncio.to_thread(self.settings_records.write, updated)
+            self._server_settings = updated
+        return updated.to_dict()
+
+    async def _current_settings(self) -> ServerSettings:
+        if self._server_settings is None:
+            defaults = ServerSettings(checkpoint_on_shutdown=self.settings.checkpoint_on_shutdown)
+            self._server_settings = await asyncio.to_thread(self.settings_records.read, defaults)
+        return self._server_settings
+
     # -- shutdown ---------------------------------------------------------------------------
     async def shutdown(self, timeout: float) -> str:
-        """Checkpoint every kernel before the server stops (SIGTERM); returns the outcome."""
+        """Checkpoint every kernel before the server stops (SIGTERM), unless the runtime
+        setting ``checkpoint_on_shutdown`` is off; returns the outcome."""
         op = self.state.operation
-        if self.state.state in (State.PAUSED, State.RELEASING) or (op and op.kind == "pause"):
+        try:
+            enabled = (await self._current_settings()).checkpoint_on_shutdown
+        except GkeResumeError as exc:  # an unreadable settings record: the safe side is saving
+            self.log.warning("gkeresume: settings unreadable (%s): checkpointing", exc)
+            enabled = True
+        if not enabled:
+            outcome = "not checkpointed: checkpoint_on_shutdown is off"
+        elif self.state.state in (State.PAUSED, State.RELEASING) or (op and op.kind == "pause"):
             outcome = "already paused or pausing"
             if op and op.task:
                 await asyncio.wait([op.task], timeout=timeout)

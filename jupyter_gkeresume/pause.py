@@ -2,7 +2,7 @@
 
 ``PauseOperation.run`` reads top to bottom: hold every kernel (from then on each refuses cells:
 the consistent cut), checkpoint each kernel (``KernelGateway``), read
-each snapshot back in full (``SnapshotVerifier``), write the paused record (``PausedRecords``),
+each snapshot (``SnapshotVerifier``, ``c.GkeResume.verify``), write the paused record (``PausedRecords``),
 record the advisor's event, ``releasing``, then (when ``release``) ``backend.release()`` and stop
 the kernels, ``paused``. ``ShutdownCheckpoint`` is the variant run when the server stops: it
 records the pause but releases nothing.
@@ -10,8 +10,8 @@ records the pause but releases nothing.
 Invariants:
 
 - The backend releases only after every kernel checkpointed, every snapshot was verified here
-  (signature, every blob present with its size and digest) and the paused record was written;
-  the kernels stop after that.
+  (signature, every blob present with its size; with ``verify="full"`` its digest too) and the
+  paused record was written; the kernels stop after that.
 - Any failure (or a cancel) before the release call leaves the kernels as they were, lifts the
   holds and puts the state back at ``running``; a failed release also removes the paused record.
 - A pause is cancellable (``op.cancellable``) until it writes the paused record.
@@ -32,32 +32,36 @@ from typing import Any
 
 from . import metrics
 from .advisor import Event
-from .errors import GkeResumeError, IntegrityError
+from .errors import GkeResumeError
 from .events import EventLog
 from .kernels import KernelGateway
 from .paused_record import PausedKernel, PausedRecord, PausedRecords
 from .release import ReleaseBackend
-from .snapshot import SigningKey, SnapshotStore, load_manifest
-from .snapshot.verify import verify_snapshot
-from .state import Operation, WorkspaceState
+from .snapshot import SigningKey, SnapshotStore
+from .snapshot.writer import validate_verify_mode, verify_committed
+from .state import Operation, WorkspaceState, server_phase
 from .states import State
+
+WAIT_POLL_SECONDS = 0.25  # a queued pause checks the kernels' busy state (in memory) this often
 
 
 class SnapshotVerifier:
-    """Reads a committed snapshot back in full before anything is released."""
+    """Checks a committed snapshot before anything is released (``writer.verify_committed``):
+    ``mode`` ``"metadata"`` (signature, manifest read back, every blob present with its size;
+    no blob byte is read) or ``"full"`` (also every blob read back against its digest)."""
 
-    def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey]):
+    def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey], *,
+                 mode: str = "metadata"):
         self.store = store
         self.key = key
+        self.mode = validate_verify_mode(mode)
 
-    def verify(self, snapshot_id: str, progress: Callable[[int, int], None]) -> int:
-        """Check the signature and every blob's size and digest (``IntegrityError`` otherwise);
-        return the number of GPUs the snapshot was taken on. Blocking: run it in a thread."""
-        report = verify_snapshot(self.store, snapshot_id, self.key(), progress=progress)
-        if not report.ok:
-            raise IntegrityError(f"snapshot {snapshot_id} failed verification: "
-                                 + "; ".join(report.problems))
-        manifest = load_manifest(self.store, snapshot_id, self.key())
+    def verify(self, snapshot_id: str, progress: Callable[[int, int], None], *,
+               mode: str | None = None) -> int:
+        """Verify in ``mode`` (default: the configured one); ``IntegrityError`` otherwise.
+        Returns the number of GPUs the snapshot was taken on. Blocking: run it in a thread."""
+        manifest = verify_committed(self.store, self.key(), snapshot_id,
+                                    mode=mode or self.mode, progress=progress)
         return len((manifest.fingerprint.get("cuda") or {}).get("gpus") or [])
 
 
@@ -65,6 +69,8 @@ class PauseOperation:
     """One pause of ``op.kernels``; ``run`` once, as the operation's task."""
 
     stage = "pause"
+    waits_for_cells = True  # a queued pause waits for running cells before its hold
+    verify_mode: str | None = None  # None: the verifier's configured mode (c.GkeResume.verify)
 
     def __init__(self, op: Operation, *, state: WorkspaceState, gateway: KernelGateway,
                  records: PausedRecords, verifier: SnapshotVerifier, backend: ReleaseBackend,
@@ -91,6 +97,8 @@ class PauseOperation:
         op, t0 = self.op, time.monotonic()
         try:
             try:
+                if self.waits_for_cells:
+                    await self._wait_for_cells()  # other kernels keep running meanwhile
                 await self._hold_all()  # the cut: no cell runs in these kernels from now on
                 items, gpus = await self.save_all()
                 if self.previous is not None:
@@ -117,6 +125,8 @@ class PauseOperation:
                                            gpus=max(paused.gpus, 1)))
             self.state.move_kernels(op.kernels, State.RELEASING)
             self.state.move(State.RELEASING)
+            for kid in op.kernels:
+                self.state.set_progress(kid, server_phase("releasing"))
             if op.release:
                 t3 = time.monotonic()
                 try:
@@ -132,6 +142,19 @@ class PauseOperation:
             self._finish(State.PAUSED, t0)
         finally:
             self.state.end(op)
+
+    async def _wait_for_cells(self) -> None:
+        """A queued pause: wait (never interrupting) until no kernel of the pause runs a cell,
+        saying in ``op.waiting_for`` which cell it waits for and for how long."""
+        while busy := self.gateway.busy(self.op.kernels):
+            kid = busy[0]
+            if self.op.waiting_for is None or self.op.waiting_for["kernel_id"] != kid:
+                self.state.set_notebook(kid, (await self.gateway.notebooks()).get(kid))
+            count, seconds = self.gateway.running_cell(kid)
+            self.op.waiting_for = {"kernel_id": kid, "notebook": self.state.kernel(kid).notebook,
+                                   "execution_count": count, "running_seconds": seconds}
+            await asyncio.sleep(WAIT_POLL_SECONDS)
+        self.op.waiting_for = None
 
     async def _hold_all(self) -> None:
         """Hold every kernel of the pause at once (a busy one from the end of its cell)."""
@@ -183,7 +206,7 @@ class PauseOperation:
         self.state.set_notebook(kid, notebook)
         notebook = self.state.kernel(kid).notebook
         reply = await self.gateway.checkpoint(
-            kid, name=self.name, notebook=notebook, timeout=self.timeout,
+            kid, name=self.name, notebook=notebook, timeout=self.timeout, reason=self.op.reason,
             on_progress=lambda progress: self.state.set_progress(kid, progress))
         self.state.set_result(kid, reply.snapshot_id, reply.data)
         metrics.SNAPSHOT_BYTES.labels("new").inc(reply.bytes_new)
@@ -202,7 +225,8 @@ class PauseOperation:
                 "phase": "verifying", "done_bytes": done, "total_bytes": total,
                 "seconds": seconds, "rate": done / seconds if seconds > 0 else 0.0})
 
-        return await asyncio.to_thread(self.verifier.verify, item.snapshot_id, progress)
+        return await asyncio.to_thread(self.verifier.verify, item.snapshot_id, progress,
+                                       mode=self.verify_mode)
 
     def _finish(self, final: State, t0: float) -> None:
         op = self.op
@@ -253,7 +277,11 @@ class ShutdownCheckpoint(PauseOperation):
     (the platform is already taking the pod away). Every kernel of ``op`` (the idle ones) is
     saved at once, within the one budget; a kernel that fails is listed in the record's
     ``not_saved`` with its reason (as are ``not_saved`` given: the busy ones), the others are
-    kept. Only when none could be saved does the checkpoint fail."""
+    kept. Only when none could be saved does the checkpoint fail. It never reads blobs back in
+    full (``verify_mode`` metadata): the platform's grace period is short."""
+
+    verify_mode = "metadata"
+    waits_for_cells = False  # its kernels were idle; a busy one is listed, never waited for
 
     def __init__(self, op: Operation, *, not_saved: list[dict[str, Any]], **parts: Any):
         super().__init__(op, name=None, record=True, **parts)

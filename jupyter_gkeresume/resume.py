@@ -30,7 +30,7 @@ from .events import EventLog
 from .kernels import KernelGateway
 from .paused_record import PausedRecord, PausedRecords
 from .snapshot import SigningKey, SnapshotStore, load_manifest, resolve
-from .state import Operation, WorkspaceState
+from .state import Operation, WorkspaceState, server_phase
 from .states import State
 
 MODES = ("full", "partial", "files-only")
@@ -153,6 +153,8 @@ class ResumeOperation:
         """The kernel ``item`` goes into, at ``waiting_for_resources``."""
         kid = item.kernel_id or await self.gateway.start_for(item.notebook, item.kernel_name)
         self.state.add_kernel(kid, item.notebook, State.PAUSED)
+        if item.kernel_id is None:  # until the kernel answers with its own progress
+            self.state.set_progress(kid, server_phase("starting"))
         if self.state.kernel(kid).machine.state != State.WAITING_FOR_RESOURCES:
             self.state.move_kernels([kid], State.WAITING_FOR_RESOURCES)
         if kid not in self.op.kernels:

@@ -32,6 +32,13 @@ from .states import State, StateMachine, check_transition
 OWN_ACTIVITY_GRACE = 5.0  # seconds after an operation in which kernel traffic is still ours
 
 
+def server_phase(phase: str) -> dict[str, Any]:
+    """A kernel's progress in a phase the server itself runs (``releasing``, ``starting``):
+    the kernel's progress shape, with no bytes."""
+    return {"phase": phase, "done_bytes": 0, "total_bytes": 0, "rate": 0.0, "seconds": 0.0,
+            "since": time.time()}
+
+
 @dataclass
 class KernelEntry:
     """What the server knows of one kernel (read-only outside ``WorkspaceState``)."""
@@ -64,11 +71,17 @@ class Operation:
     task: asyncio.Future | None = None
     cancellable: bool = False
     """A pause can be cancelled until it writes the paused record (``pause.PauseOperation``)."""
+    estimate_seconds: float | None = None
+    """Its expected whole duration, learned from this workspace's recorded operations."""
+    waiting_for: dict[str, Any] | None = None
+    """A queued pause: the running cell it waits for (``kernel_id``, ``notebook``,
+    ``execution_count``, ``running_seconds``); ``None`` once the pause itself runs."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "started": self.started, "reason": self.reason,
                 "release": self.release, "mode": self.mode, "kernels": list(self.kernels),
-                "cancellable": self.cancellable}
+                "cancellable": self.cancellable, "waiting_for": self.waiting_for,
+                "estimate_seconds": self.estimate_seconds}
 
 
 class WorkspaceState:
@@ -176,6 +189,15 @@ class WorkspaceState:
         entry.result = result
         if snapshot_id is not None:
             entry.snapshot_id = snapshot_id
+
+    def cell_started(self, kid: str) -> None:
+        """A user's cell started in ``kid`` (``cell_watch``): a ``ready`` kernel (and a
+        ``ready`` workspace, with no operation in flight) is ``running`` again."""
+        entry = self._entries.get(kid)
+        if entry is not None and entry.machine.state == State.READY:
+            entry.machine.move(State.RUNNING, "a cell ran")
+        if self._operation is None and self.state == State.READY:
+            self._workspace.move(State.RUNNING, "a cell ran")
 
     def forget_gone(self, live: set[str]) -> None:
         """Drop the entries of kernels that are gone and take part in no operation."""

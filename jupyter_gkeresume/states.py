@@ -5,7 +5,7 @@ A kernel (and the workspace as a whole) moves along two paths::
     running -> pausing -> releasing -> paused              (pause with release)
     running -> pausing -> running                          (checkpoint only, or a failed pause)
     running -> pausing -> releasing -> running             (the release failed: kernels untouched)
-    paused -> waiting_for_resources -> restoring -> ready  (resume)
+    paused -> waiting_for_resources -> restoring -> ready  (resume; -> running at the next cell)
     running/ready -> waiting_for_resources -> restoring     (restore into a running kernel)
 
 and any active step may go to ``failed`` with a reason. A failed pause or release returns to
@@ -43,14 +43,15 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     S.PAUSED: frozenset({S.WAITING_FOR_RESOURCES, S.RUNNING}),
     S.WAITING_FOR_RESOURCES: frozenset({S.RESTORING, S.READY, S.FAILED}),
     S.RESTORING: frozenset({S.READY, S.FAILED}),
-    S.READY: frozenset({S.PAUSING, S.WAITING_FOR_RESOURCES}),
+    S.READY: frozenset({S.PAUSING, S.WAITING_FOR_RESOURCES, S.RUNNING}),
     S.FAILED: frozenset({S.RUNNING, S.PAUSING, S.WAITING_FOR_RESOURCES}),
 }
 """Allowed moves. ``running -> paused`` is a server that starts and finds a paused record;
 ``paused -> running`` and ``failed -> running`` are the user discarding the paused record;
 ``waiting_for_resources -> ready`` is a files-only resume (fresh kernels, nothing restored);
 ``failed -> waiting_for_resources`` is a retry, ``failed -> pausing`` a pause after a failed
-resume."""
+resume; ``ready -> running`` is the next cell a user runs after a resume
+(``WorkspaceState.cell_started``)."""
 
 ACTIVE = frozenset({S.PAUSING, S.RELEASING, S.WAITING_FOR_RESOURCES, S.RESTORING})
 """States in which an operation is in flight (a second pause or resume is refused)."""

@@ -58,8 +58,11 @@ def checkpoint(
     workspace: str | None = None,
     notebook: str | None = None,
     progress: Callable[[Progress], None] | None = None,
+    reason: str = "checkpoint",
 ) -> CheckpointResult:
-    """Write a snapshot of the namespace and return what was saved, skipped and written."""
+    """Write a snapshot of the namespace and return what was saved, skipped and written.
+    ``reason`` goes into the manifest: ``checkpoint`` (a magic or a call), or the server's
+    ``user`` / ``idle`` / ``shutdown``."""
     if name is not None:
         validate_snapshot_name(name)
     namespace, shell = _target(namespace)
@@ -73,6 +76,7 @@ def checkpoint(
         execution_count=shell.execution_count if shell else 0,
         history=list(shell.history_manager.input_hist_raw) if shell else None,
         progress=progress,
+        why=reason,
     )
 
 

@@ -94,8 +94,10 @@ def take_checkpoint(
     execution_count: int = 0,
     history: list[str] | None = None,
     progress: Callable[[Progress], None] | None = None,
+    why: str | None = None,
 ) -> CheckpointResult:
-    """Write one snapshot of ``namespace``; see the module docstring for the order."""
+    """Write one snapshot of ``namespace``; see the module docstring for the order. ``why``:
+    the manifest's ``reason`` (user, idle, shutdown, checkpoint)."""
     started = time.monotonic()
     timings: dict[str, float] = {}
     synchronize_devices()
@@ -177,6 +179,7 @@ def take_checkpoint(
         execution_count=execution_count,
         fingerprint=environment_fingerprint(),
         history=session_state.without_credentials(list(history or [])),
+        reason=why,
     )
     manifest.totals = {
         "objects": len(ordered), "saved": len(saved), "skipped": len(ordered) - len(saved),

@@ -116,7 +116,8 @@ def run(action: str, request_json: str) -> None:
         common = {"store": request.store, "workspace": request.workspace, "progress": publisher}
         try:
             if isinstance(request, CheckpointRequest):
-                result = kernel_hooks.checkpoint(request.name, notebook=request.notebook, **common)
+                result = kernel_hooks.checkpoint(request.name, notebook=request.notebook,
+                                                 reason=request.reason or "user", **common)
             else:
                 result = kernel_hooks.resume(request.reference or "latest", only=request.only,
                                              **common)

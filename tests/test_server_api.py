@@ -245,8 +245,12 @@ async def test_busy_kernel_is_refused_or_checkpointed_when_its_cell_ends(api, tm
                 break
             await asyncio.sleep(0.05)
         assert kernel.execution_state == "busy"
-        code, body = await api.call("POST", "gkeresume/api/pause", {})
-        assert code == 409 and "busy" in body["message"]
+        for refuse in ({"when_busy": "refuse"}, {"when_idle": False}):
+            code, body = await api.call("POST", "gkeresume/api/pause", refuse)
+            assert code == 409 and "busy" in body["message"]
+        code, body = await api.call("POST", "gkeresume/api/pause",
+                                    {"when_idle": False, "when_busy": "queue"})
+        assert code == 400 and "contradicts" in body["message"]
         code, body = await api.call("POST", "gkeresume/api/pause",
                                     {"when_idle": True, "release": False})
         assert code == 202, body

@@ -2,8 +2,12 @@
 its start until it completes, fails or is cancelled, no cell runs in any of its kernels and no
 kernel or session starts; afterwards everything goes on as before.
 
-The pause is kept in flight deterministically: notebook A runs a cell that waits for a flag
-file, and the pause (``when_idle``) queues behind it.
+The pause is kept in flight deterministically: notebook A holds an object whose pickling waits
+for a flag file (``Gate``), so A's checkpoint runs until the test lets it end.
+
+A pause asked for while a cell runs (14.3) is queued: it waits for the cell (never interrupted),
+saying which one in ``operation.waiting_for``; meanwhile the other notebooks keep running cells
+(the hold starts when the pause itself starts), and no kernel can start.
 """
 
 from __future__ import annotations
@@ -80,22 +84,44 @@ async def wait_held(api, kernel_id: str) -> None:
     raise AssertionError(f"kernel {kernel_id} never held: {status}")
 
 
-async def start_queued_pause(api, tmp_path):
+GATE_MODULE = """
+import os, time
+
+
+class Gate:
+    \"\"\"Pickling it waits for a flag file: a checkpoint of its kernel stays in flight.\"\"\"
+
+    def __init__(self, flag):
+        self.flag = flag
+
+    def __reduce__(self):
+        while not os.path.exists(self.flag):
+            time.sleep(0.05)
+        return (Gate, (self.flag,))
+"""
+
+
+async def start_pause_in_flight(api, tmp_path):
+    """Notebooks a (checkpoint held at a ``Gate``) and b; a pause in flight, both held.
+    Returns ``(a, b, open_gate)``."""
+    (tmp_path / "gatemod").mkdir()
+    (tmp_path / "gatemod" / "slowgate.py").write_text(GATE_MODULE)
+    flag = tmp_path / "open-the-gate"
     a = await api.new_session("a.ipynb")
     b = await api.new_session("b.ipynb")
+    await api.run_cell(a, f"import sys\nsys.path.insert(0, {str(tmp_path / 'gatemod')!r})\n"
+                          f"import slowgate\ngate = slowgate.Gate({str(flag)!r})")
     await api.run_cell(b, "ran = []")
-    cell = LongCell(api, a, tmp_path / "flag")
-    await cell.start()
-    code, body = await api.call("POST", "gkeresume/api/pause",
-                                {"when_idle": True, "release": False})
+    code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
     assert code == 202, body
     assert body["operation"]["cancellable"] is True
+    await wait_held(api, a)
     await wait_held(api, b)
-    return a, b, cell
+    return a, b, lambda: flag.write_text("go")
 
 
 async def test_no_cell_runs_and_no_kernel_starts_during_a_pause(api, tmp_path):
-    a, b, cell = await start_queued_pause(api, tmp_path)
+    a, b, open_gate = await start_pause_in_flight(api, tmp_path)
 
     status, text = await try_cell(api, b, "ran.append(1)\nprint('ran')")
     assert status == "error" and PAUSING_MESSAGE in text, text
@@ -106,35 +132,87 @@ async def test_no_cell_runs_and_no_kernel_starts_during_a_pause(api, tmp_path):
     assert code == 409 and "pausing" in body["message"], (code, body)
     assert (await api.status())["state"] == "pausing"
 
-    reply = await cell.finish()  # A's cell is never interrupted: it ends, then A checkpoints
-    assert reply["content"]["status"] == "ok"
+    open_gate()
     status = await api.settle()
     assert status["state"] == "running" and status["last_error"] is None, status
     saved = {k["notebook"]: k["result"]["saved"] for k in status["kernels"]}
-    assert "long_cell_done" in saved["a.ipynb"] and "ran" in saved["b.ipynb"]
+    assert "gate" in saved["a.ipynb"] and "ran" in saved["b.ipynb"]
     # the refused cell did not run, and now cells and kernels run again
     assert await api.run_cell(b, "print(ran)") == "[]\n"
-    assert await api.run_cell(a, "print(long_cell_done)") == "True\n"
+    assert await api.run_cell(a, "print(type(gate).__name__)") == "Gate\n"
     assert await api.new_session("c.ipynb")
 
 
 async def test_cancel_mid_pause_and_everything_goes_on(api, tmp_path):
     code, body = await api.call("POST", "gkeresume/api/cancel", {})
     assert code == 409 and "no pause in flight" in body["message"]
-    a, b, cell = await start_queued_pause(api, tmp_path)
+    a, b, open_gate = await start_pause_in_flight(api, tmp_path)
     status = await api.status()
     assert status["operation"]["cancellable"] is True
 
     code, body = await api.call("POST", "gkeresume/api/cancel", {})
     assert code == 202, body
     assert body["operation"]["kind"] == "pause"
+    open_gate()  # a's checkpoint ends by itself; its hold is lifted after it
     status = await api.settle()
     assert status["state"] == "running", status
     assert status["reason"] == "pause cancelled, nothing was released"
     assert status["paused"] is None and status["last_error"] is None
     assert await api.run_cell(b, "ran.append(2)\nprint(ran)") == "[2]\n"
+    assert await api.run_cell(a, "print(type(gate).__name__)") == "Gate\n"
     assert await api.new_session("c.ipynb")
-    reply = await cell.finish()  # the queued cell was never interrupted
+
+
+async def queue_behind_a_long_cell(api, tmp_path):
+    """a runs its second cell (until ``cell.finish()``), b is idle; a pause (the default
+    ``when_busy: queue``) is queued behind a's cell. Returns ``(a, b, cell, status)``."""
+    a = await api.new_session("a.ipynb")
+    b = await api.new_session("b.ipynb")
+    await api.run_cell(a, "before = 1")
+    await api.run_cell(b, "ran = []")
+    cell = LongCell(api, a, tmp_path / "flag")
+    await cell.start()
+    for refuse in ({"when_busy": "refuse", "release": False}, {"when_idle": False}):
+        code, body = await api.call("POST", "gkeresume/api/pause", refuse)
+        assert code == 409 and "busy" in body["message"], (code, body)
+    code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
+    assert code == 202, body
+    for _ in range(int(SETTLE_TIMEOUT / 0.05)):
+        status = await api.status()
+        if status["operation"]["waiting_for"] is not None:
+            return a, b, cell, status
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the pause never said what it waits for: {status}")
+
+
+async def test_a_pause_queues_behind_a_running_cell(api, tmp_path):
+    a, b, cell, status = await queue_behind_a_long_cell(api, tmp_path)
+    waiting = status["operation"]["waiting_for"]
+    assert waiting["kernel_id"] == a and waiting["notebook"] == "a.ipynb", waiting
+    assert waiting["execution_count"] == 2 and waiting["running_seconds"] >= 0, waiting
+    assert status["state"] == "pausing" and status["operation"]["cancellable"] is True
+    # meanwhile the other notebook runs its cells; no kernel may start (it would be left out)
+    assert await api.run_cell(b, "ran.append(1)\nprint(ran)") == "[1]\n"
+    code, body = await api.call("POST", "api/kernels", {"name": "python3"})
+    assert code == 409 and "queued behind cell 2 of a.ipynb" in body["message"], (code, body)
+    assert not any(k["held"] for k in (await api.status())["kernels"])
+
+    reply = await cell.finish()  # never interrupted: it ends, then the pause runs as usual
+    assert reply["content"]["status"] == "ok"
+    status = await api.settle()
+    assert status["state"] == "running" and status["last_error"] is None, status
+    saved = {k["notebook"]: k["result"]["saved"] for k in status["kernels"]}
+    assert "long_cell_done" in saved["a.ipynb"] and "ran" in saved["b.ipynb"]
+
+
+async def test_cancel_withdraws_a_queued_pause(api, tmp_path):
+    a, _, cell, _ = await queue_behind_a_long_cell(api, tmp_path)
+    code, body = await api.call("POST", "gkeresume/api/cancel", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "running" and status["last_snapshot"] is None, status
+    assert status["reason"] == "pause cancelled, nothing was released"
+    reply = await cell.finish()  # the cell was never interrupted
     assert reply["content"]["status"] == "ok"
     assert await api.run_cell(a, "print(long_cell_done)") == "True\n"
 
@@ -148,12 +226,12 @@ async def test_destructive_calls_during_an_operation_are_409(api, tmp_path):
     older = (await api.settle())["last_snapshot"]["id"]
     await api.call("DELETE", f"api/sessions/{(await api.call('GET', 'api/sessions'))[1][0]['id']}")
 
-    _, _, cell = await start_queued_pause(api, tmp_path)
+    _, _, open_gate = await start_pause_in_flight(api, tmp_path)
     code, body = await api.call("DELETE", f"gkeresume/api/snapshots/{older}")
     assert code == 409 and "in flight" in body["message"], (code, body)
     code, body = await api.call("DELETE", "gkeresume/api/paused")
     assert code == 409 and "in flight" in body["message"], (code, body)
-    await cell.finish()
+    open_gate()
     assert (await api.settle())["state"] == "running"
     code, _ = await api.call("DELETE", f"gkeresume/api/snapshots/{older}")
     assert code == 204

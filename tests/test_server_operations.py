@@ -23,12 +23,14 @@ from jupyter_gkeresume.errors import (
     KernelCallError,
     KernelNotFoundError,
     ReleaseError,
+    StoredRecordError,
     StoreError,
 )
 from jupyter_gkeresume.kernel_protocol import CheckpointReply, RestoreReply
 from jupyter_gkeresume.orchestrator import Orchestrator
 from jupyter_gkeresume.release import ReleaseBackend
 from jupyter_gkeresume.snapshot import SnapshotStore
+from jupyter_gkeresume.snapshot.retention import RetentionPolicy
 from jupyter_gkeresume.states import State
 
 LOG = logging.getLogger("test-operations")
@@ -50,6 +52,7 @@ class FakeGateway:
         self.calls: list[tuple[str, str]] = []
         self.stopped: list[str] = []
         self.held: set[str] = set()
+        self.before_restore = None  # called with the kernel id as a restore begins
 
     def add(self, notebook: str | None, **namespace) -> str:
         kid = f"k-{secrets.token_hex(3)}"
@@ -67,6 +70,9 @@ class FakeGateway:
 
     def busy(self, ids):
         return [k for k in ids if k in self.busy_ids]
+
+    def running_cell(self, kid):
+        return (3, 1.5) if kid in self.busy_ids else (None, None)
 
     async def notebooks(self):
         return dict(self.notebook_of)
@@ -93,7 +99,7 @@ class FakeGateway:
         if (action, kid) in self.fail:
             raise self.fail[(action, kid)]
 
-    async def checkpoint(self, kid, *, name, notebook, timeout, on_progress):
+    async def checkpoint(self, kid, *, name, notebook, timeout, on_progress, reason=None):
         if self.gate is not None:
             self.at_gate.set()
             await self.gate.wait()
@@ -106,6 +112,8 @@ class FakeGateway:
                                {"snapshot_id": snapshot_id, "saved": saved})
 
     async def restore(self, kid, *, reference, only, notebook, timeout, on_progress):
+        if self.before_restore is not None:
+            self.before_restore(kid)
         self._maybe_fail("restore", kid)
         values = self.snapshots[reference]
         names = [n for n in values if only is None or n in only]
@@ -117,8 +125,10 @@ class FakeVerifier:
     def __init__(self):
         self.fail_for: set[str] = set()
         self.verified: list[str] = []
+        self.modes: list[str | None] = []
 
-    def verify(self, snapshot_id, progress):
+    def verify(self, snapshot_id, progress, *, mode=None):
+        self.modes.append(mode)
         progress(1, 1)
         if snapshot_id in self.fail_for:
             raise IntegrityError(f"snapshot {snapshot_id} failed verification: bad blob")
@@ -134,9 +144,12 @@ class FakeRelease(ReleaseBackend):
         super().__init__(**kwargs)
         self.calls = 0
         self.fail_with: str | None = None
+        self.during_release = None  # called as the release runs
 
     async def release(self):
         self.calls += 1
+        if self.during_release is not None:
+            self.during_release()
         if self.fail_with:
             raise ReleaseError(self.fail_with)
 
@@ -145,7 +158,9 @@ class FakeRelease(ReleaseBackend):
 def parts():
     url = f"memory://ops-{secrets.token_hex(4)}"
     settings = SimpleNamespace(store_url=url, workspace_id="ws", kernel_call_timeout=60.0,
-                               auto_resume=False)
+                               auto_resume=False, verify="full",
+                               retention_policy=RetentionPolicy, gc_grace_hours=6.0,
+                               checkpoint_on_shutdown=True)
     gateway, verifier, backend = FakeGateway(), FakeVerifier(), FakeRelease()
     orch = Orchestrator(settings=settings, kernel_manager=None, session_manager=None,
                         backend=backend, log=LOG, store=SnapshotStore(url, "ws"),
@@ -257,9 +272,21 @@ async def test_validation_refuses_before_anything_moves(parts):
     with pytest.raises(ConflictError, match="busy"):
         await orch.start_pause()
     assert orch.state.state == State.RUNNING and orch.state.operation is None
-    op = await orch.start_pause(allow_busy=True, release=False)  # queued behind the cell
+    with pytest.raises(InvalidInputError, match="when_busy"):
+        await orch.start_pause(when_busy="later")
+    op = await orch.start_pause(when_busy="queue", release=False)  # queued behind the cell
+    for _ in range(100):
+        if op.waiting_for is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert op.waiting_for == {"kernel_id": a, "notebook": "a.ipynb", "execution_count": 3,
+                              "running_seconds": 1.5}
+    assert ("hold", a) not in gw.calls and "queued behind cell 3 of a.ipynb" in (
+        orch.refuse_kernel_start() or "")
+    gw.busy_ids.discard(a)  # the cell ends: the pause itself runs
     await op.task
-    assert orch.state.state == State.RUNNING
+    assert orch.state.state == State.RUNNING and op.waiting_for is None
+    assert ("hold", a) in gw.calls
 
 
 async def test_a_releasing_pause_takes_every_kernel(parts):
@@ -362,6 +389,7 @@ async def test_shutdown_checkpoint_records_but_releases_nothing(parts):
     [reported] = record.not_saved
     assert reported["notebook"] == "train.ipynb" and "busy" in reported["reason"]
     assert ("hold", busy) not in gw.calls and ("checkpoint", busy) not in gw.calls
+    assert parts.verifier.modes == ["metadata"]  # never a full read-back within the grace
     assert await orch.shutdown(5) == "already paused or pausing"
 
 
@@ -491,3 +519,74 @@ async def test_after_a_failed_resume_the_shutdown_checkpoint_keeps_what_did_not_
     by_notebook = {k.notebook: k.snapshot_id for k in record.kernels}
     assert sorted(by_notebook) == ["a.ipynb", "b.ipynb"] and by_notebook["b.ipynb"] == lost
     assert gw.snapshots[by_notebook["a.ipynb"]] == {"x": 1}
+
+
+async def test_estimates_and_server_phases(parts):
+    """15.1/15.4: the operation's expected duration from the recorded pauses and resumes; the
+    kernels' progress says ``releasing`` during the release and ``starting`` while a resumed
+    kernel starts."""
+    orch, gw = parts.orch, parts.gateway
+    a = gw.add("a.ipynb", x=1)
+    seen = []
+    parts.backend.during_release = lambda: seen.append(
+        [orch.state.kernel(k).progress["phase"] for k in orch.state.operation.kernels])
+    op = await orch.start_pause()
+    assert op.estimate_seconds is None  # nothing recorded yet
+    await settle(orch)
+    assert seen == [["releasing"]]
+    assert (await orch.status())["resume_estimate_seconds"] is None
+    gw.before_restore = lambda kid: seen.append(orch.state.kernel(kid).progress["phase"])
+    op, _ = await orch.start_resume(None, "full", None, None)
+    await settle(orch)
+    assert seen[-1] == "starting" and orch.state.state == State.READY
+    op = await orch.start_pause(release=True)
+    assert op.estimate_seconds is not None and op.estimate_seconds > 0
+    assert op.to_dict()["estimate_seconds"] == op.estimate_seconds
+    await settle(orch)
+    assert (await orch.status())["resume_estimate_seconds"] > 0
+    assert a not in gw.live_ids()
+
+
+async def test_checkpoint_on_shutdown_is_a_stored_setting(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    assert await orch.settings_view() == {"checkpoint_on_shutdown": True}
+    await orch.update_settings({"checkpoint_on_shutdown": False})
+    assert await orch.shutdown(5) == "not checkpointed: checkpoint_on_shutdown is off"
+    assert orch.records.read() is None
+    again = Orchestrator(settings=orch.settings, kernel_manager=None, session_manager=None,
+                         backend=parts.backend, log=LOG, store=orch.store, gateway=gw,
+                         verifier=parts.verifier)  # a restarted server reads it back
+    assert await again.settings_view() == {"checkpoint_on_shutdown": False}
+    with pytest.raises(InvalidInputError):
+        await orch.update_settings({"checkpoint_on_shutdown": "no"})
+
+
+async def test_a_failing_retention_never_fails_the_pause(parts, monkeypatch):
+    orch, gw = parts.orch, parts.gateway
+    orch.retention.policy = RetentionPolicy(keep_last=1)
+
+    def broken():
+        raise StoreError("the bucket said no")
+
+    monkeypatch.setattr(orch.retention, "_apply", broken)
+    gw.add("a.ipynb", x=1)
+    op = await orch.start_pause(release=False)
+    await settle(orch)
+    assert orch.state.state == State.RUNNING and orch.state.operation is None
+    assert orch.state.kernel(op.kernels[0]).snapshot_id is not None
+    for _ in range(200):
+        if orch.retention.report is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert "the bucket said no" in orch.retention.report["error"]
+    assert (await orch.status())["retention"]["error"] == orch.retention.report["error"]
+
+
+async def test_an_unreadable_settings_record_still_checkpoints_at_shutdown(parts):
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    orch.store.write_record("settings", b"{not json")
+    with pytest.raises(StoredRecordError):
+        await orch.settings_view()
+    assert await orch.shutdown(5) == "checkpointed"

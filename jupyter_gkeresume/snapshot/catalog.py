@@ -76,6 +76,7 @@ class SnapshotSummary:
     verdict: Verdict | None = None
     error: str | None = None
     saved: list[str] = field(default_factory=list)
+    reason: str | None = None
 
     @property
     def monthly_cost_usd(self) -> float:
@@ -88,7 +89,7 @@ class SnapshotSummary:
             "notebook": self.notebook, "bytes": self.bytes, "objects": self.objects,
             "skipped": self.skipped, "verdict": self.verdict.to_dict() if self.verdict else None,
             "error": self.error, "monthly_cost_usd": self.monthly_cost_usd,
-            "saved": list(self.saved),
+            "saved": list(self.saved), "reason": self.reason,
         }
 
 
@@ -97,7 +98,7 @@ def summarize(manifest: Manifest, here: dict[str, Any]) -> SnapshotSummary:
     return SnapshotSummary(
         manifest.snapshot_id, manifest.name, manifest.created, manifest.notebook,
         manifest.total_bytes, saved, len(manifest.objects) - saved,
-        check_compatible(manifest, here), saved=manifest.saved_names,
+        check_compatible(manifest, here), saved=manifest.saved_names, reason=manifest.reason,
     )
 
 

@@ -104,6 +104,7 @@ class Manifest:
     timings: dict[str, float] = field(default_factory=dict)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     history: list[str] = field(default_factory=list)
+    reason: str | None = None  # why it was taken: user, idle, shutdown, checkpoint (optional)
     signature: dict[str, str] | None = None
     format_version: int = FORMAT_VERSION
 
@@ -139,6 +140,8 @@ class Manifest:
             "fingerprint": self.fingerprint,
             "history": list(self.history),
         }
+        if self.reason is not None:  # absent, not null: older manifests keep their signature
+            data["reason"] = self.reason
         if signed and self.signature is not None:
             data["signature"] = dict(self.signature)
         return data
@@ -240,6 +243,7 @@ class Manifest:
             timings=r.mapping("timings", (int, float)),
             fingerprint=r.get("fingerprint", dict),
             history=history,
+            reason=r.get("reason", str, optional=True),
             signature=signature,
             format_version=version,
         )

@@ -79,7 +79,7 @@ def retention_plan(
     """The plan for this store's snapshots and paused record (reads only); snapshots that do not
     verify with ``key`` are kept and do not count (see ``retention``)."""
     facts = [SnapshotFacts(m.snapshot_id, m.name if m.verified else None, m.refused,
-                           m.manifest.notebook if m.verified else None)
+                           m.manifest.notebook if m.verified and m.manifest else None)
              for m in scan_manifests(store, key)]
     protected = PausedRecords(store).protected_ids()
     return plan(facts, policy, now=now or datetime.now(timezone.utc), protected=protected)

@@ -36,7 +36,7 @@ from .backends import LocalBackend, Sent, open_backend
 from .digests import Digest, hex_part, is_digest
 from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 
-RECORD_NAMES = ("paused", "events")
+RECORD_NAMES = ("paused", "events", "settings")
 LEASE_RECORD_RE = re.compile(r"\Alease-[a-z0-9][a-z0-9._-]{0,150}\Z")
 DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
