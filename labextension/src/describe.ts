@@ -105,7 +105,9 @@ export function releaseDone(backend: string, gpus: number): string {
 export function waitingText(waiting: IWaitingFor): string {
   const cell = waiting.execution_count !== null ? `cell ${waiting.execution_count}` : 'the running cell';
   const where = waiting.notebook ? ` of ${waiting.notebook}` : '';
-  return `waiting for ${cell}${where} (running for ${formatDuration(waiting.running_seconds)})`;
+  const running =
+    waiting.running_seconds !== null ? ` (running for ${formatDuration(waiting.running_seconds)})` : '';
+  return `waiting for ${cell}${where}${running}`;
 }
 
 function toneOf(status: IStatus, state: State): Tone {
@@ -370,7 +372,7 @@ export function snapshotTag(row: ISnapshotRow, status: IStatus | null): string |
   if (row.reason === 'shutdown') {
     return 'shutdown';
   }
-  if (row.reason === 'idle' || row.reason === 'auto') {
+  if (row.reason === 'idle') {
     return 'auto';
   }
   return null;

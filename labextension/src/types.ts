@@ -81,9 +81,10 @@ export interface IResumeResult {
 
 /** A queued pause waits for a running cell (`operation.waiting_for`). */
 export interface IWaitingFor {
+  kernel_id: string;
   notebook: string | null;
   execution_count: number | null;
-  running_seconds: number;
+  running_seconds: number | null;
 }
 
 export interface IOperation {
@@ -129,7 +130,8 @@ export interface ISnapshotRow {
   /** Names of the saved objects, where the server lists them (needed to resume only the
    * compatible ones). */
   saved?: string[];
-  /** Why the snapshot was taken, where the server lists it: "user", "idle", "shutdown", "auto". */
+  /** Why the snapshot was taken, where the server lists it: "user" (pause button, %pause),
+   * "idle", "shutdown", "checkpoint" (%checkpoint); absent for older snapshots. */
   reason?: string | null;
 }
 

@@ -179,15 +179,19 @@ test('progress of several kernels adds up; an unknown total is indeterminate', (
 });
 
 test('a queued pause says which cell it waits for and for how long it has run', () => {
-  const waiting = { notebook: 'train.ipynb', execution_count: 12, running_seconds: 125 };
+  const waiting = { kernel_id: 'k1', notebook: 'train.ipynb', execution_count: 12, running_seconds: 125 };
   assert.equal(waitingText(waiting), 'waiting for cell 12 of train.ipynb (running for 2 min 5 s)');
   const s = status('pausing', { operation: operation({ waiting_for: waiting, cancellable: true }) });
   const view = describeStatus(s, NOW);
   assert.equal(view.label, 'Pause queued: waiting for cell 12 of train.ipynb (running for 2 min 5 s)');
   assert.equal(view.cancellable, true);
   assert.equal(
-    waitingText({ notebook: null, execution_count: null, running_seconds: 7200 }),
+    waitingText({ kernel_id: 'k1', notebook: null, execution_count: null, running_seconds: 7200 }),
     'waiting for the running cell (running for 2 h)'
+  );
+  assert.equal(
+    waitingText({ kernel_id: 'k1', notebook: 'a.ipynb', execution_count: null, running_seconds: null }),
+    'waiting for the running cell of a.ipynb'
   );
 });
 
