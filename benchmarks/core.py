@@ -33,6 +33,8 @@ from pathlib import Path
 
 import psutil
 
+from jupyter_gkeresume.snapshot.backends import fsync_path
+
 HERE = Path(__file__).resolve()
 
 
@@ -91,14 +93,6 @@ def tree_bytes(root: Path) -> int:
         p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def measure(case: str, gb: float, work: Path) -> dict:
     """Run one case in this process; returns seconds, bytes, extra peak RSS."""
     os.environ.setdefault("GKERESUME_SIGNING_KEY", "bench-key")
@@ -143,7 +137,7 @@ def measure(case: str, gb: float, work: Path) -> dict:
         with PeakRss() as rss:
             t = time.perf_counter()
             torch.save(ns, path)
-            fsync_file(path)
+            fsync_path(str(path))
             out["seconds"] = time.perf_counter() - t
         out.update(bytes=tree_bytes(path), extra_rss=rss.extra)
     elif case == "torch_load":
@@ -169,7 +163,7 @@ def measure(case: str, gb: float, work: Path) -> dict:
             with PeakRss() as rss:
                 t = time.perf_counter()
                 dill.dump_module(str(path))
-                fsync_file(path)
+                fsync_path(str(path))
                 out["seconds"] = time.perf_counter() - t
             out.update(bytes=tree_bytes(path), extra_rss=rss.extra)
         except Exception as exc:  # dill cannot pickle everything: report it

@@ -396,12 +396,15 @@ class CommandApp(JupyterApp):
         config["loggers"]["gcsfs"] = {"level": level, "handlers": ["console"], "propagate": False}
         return config
 
+    command: Callable[[Context], int]  # the command body (``cmd_*``), set by each subclass
+    own_options: tuple[str, ...] = ()  # this command's traits that the body reads in ctx.args
+
     def run(self, ctx: Context) -> int:
-        raise NotImplementedError
+        return type(self).command(ctx)
 
     def options(self) -> dict[str, Any]:
         """This command's own options, as the command bodies read them from ``ctx.args``."""
-        return {}
+        return {name: getattr(self, name) for name in self.own_options}
 
     def arguments(self) -> dict[str, Any]:
         given = list(self.extra_args)
@@ -425,23 +428,20 @@ class CommandApp(JupyterApp):
 
 class ListApp(CommandApp):
     name = "list"
+    command = staticmethod(cmd_list)
     description = "every snapshot, newest first, with its verdict here"
-
-    def run(self, ctx: Context) -> int:
-        return cmd_list(ctx)
 
 
 class ShowApp(CommandApp):
     name = "show"
+    command = staticmethod(cmd_show)
     description = "objects, sizes, fingerprint and verdict of one snapshot (id, name or 'latest')"
     positional, nargs = "reference", "1"
-
-    def run(self, ctx: Context) -> int:
-        return cmd_show(ctx)
 
 
 class VerifyApp(CommandApp):
     name = "verify"
+    command = staticmethod(cmd_verify)
     description = "check signatures and every blob digest (exit 1 if bad)"
     positional = "references"
     flags = {**COMMON_FLAGS,
@@ -451,15 +451,12 @@ class VerifyApp(CommandApp):
     all = Bool(False, help="verify every snapshot").tag(config=True)
     trust = Bool(False, help="a bad signature is not a failure").tag(config=True)
 
-    def options(self) -> dict[str, Any]:
-        return {"all": self.all, "trust": self.trust}
-
-    def run(self, ctx: Context) -> int:
-        return cmd_verify(ctx)
+    own_options = ("all", "trust")
 
 
 class GcApp(CommandApp):
     name = "gc"
+    command = staticmethod(cmd_gc)
     description = "apply retention, then free blobs no snapshot references"
     aliases = {**COMMON_ALIASES, "keep-last": "GcApp.keep_last", "keep-days": "GcApp.keep_days",
                "grace-hours": "GcApp.grace_hours"}
@@ -475,13 +472,11 @@ class GcApp(CommandApp):
                         help="never delete blobs younger than this").tag(config=True)
     all_workspaces = Bool(False, help="every workspace under the store root").tag(config=True)
 
-    def options(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "keep_last": self.keep_last,
-                "keep_days": self.keep_days, "grace_hours": self.grace_hours}
+    own_options = ("dry_run", "keep_last", "keep_days", "grace_hours")
 
     def run(self, ctx: Context) -> int:
         if not self.all_workspaces:
-            return cmd_gc(ctx)
+            return super().run(ctx)
         if GkeResume(parent=self).workspace_id:
             raise InvalidInputError("--all-workspaces and --workspace exclude each other")
         return gc_every_workspace(ctx)
@@ -489,21 +484,19 @@ class GcApp(CommandApp):
 
 class RmApp(CommandApp):
     name = "rm"
+    command = staticmethod(cmd_rm)
     description = "remove snapshots (then `gc` frees their blobs)"
     positional, nargs = "references", "+"
     flags = {**COMMON_FLAGS,
              "force": ({"RmApp": {"force": True}}, "even one the paused record needs")}
     force = Bool(False, help="even one the paused record needs").tag(config=True)
 
-    def options(self) -> dict[str, Any]:
-        return {"force": self.force}
-
-    def run(self, ctx: Context) -> int:
-        return cmd_rm(ctx)
+    own_options = ("force",)
 
 
 class UsageApp(CommandApp):
     name = "usage"
+    command = staticmethod(cmd_usage)
     description = "bytes, snapshots and estimated monthly cost"
     aliases = {**COMMON_ALIASES, "price-per-gib-month": "UsageApp.price_per_gib_month"}
     price_per_gib_month = Float(
@@ -511,15 +504,12 @@ class UsageApp(CommandApp):
         help="USD (default: GKERESUME_PRICE_PER_GIB_MONTH, else GCS Standard $0.020)",
     ).tag(config=True)
 
-    def options(self) -> dict[str, Any]:
-        return {"price_per_gib_month": self.price_per_gib_month}
-
-    def run(self, ctx: Context) -> int:
-        return cmd_usage(ctx)
+    own_options = ("price_per_gib_month",)
 
 
 class AdviseApp(CommandApp):
     name = "advise"
+    command = staticmethod(cmd_advise)
     description = "replay recorded activity under candidate idle thresholds"
     aliases = {**COMMON_ALIASES, "thresholds": "AdviseApp.thresholds", "gpus": "AdviseApp.gpus",
                "plot": "AdviseApp.plot"}
@@ -531,9 +521,6 @@ class AdviseApp(CommandApp):
 
     def options(self) -> dict[str, Any]:
         return {"thresholds": thresholds(self.thresholds), "gpus": self.gpus, "plot": self.plot}
-
-    def run(self, ctx: Context) -> int:
-        return cmd_advise(ctx)
 
 
 COMMANDS = (ListApp, ShowApp, VerifyApp, GcApp, RmApp, UsageApp, AdviseApp)

@@ -73,6 +73,12 @@ class GkeResumeHandler(APIHandler):
         except GkeResumeError as exc:
             raise _http_error(exc) from None
 
+    def _accepted(self, op: Any, **extra: Any) -> None:
+        """202: the operation runs in the background; the reply says which and the state now."""
+        self.set_status(202)
+        self.finish(json.dumps({"operation": op.to_dict(), **extra,
+                                "state": self.orchestrator.state.state.value}))
+
     def _body(self, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
         """The JSON object body, checked: only ``fields``, each of its type (``null`` allowed
         where the types include ``type(None)``)."""
@@ -136,9 +142,7 @@ class PauseHandler(GkeResumeHandler):
         op = await self._run(lambda: self.orchestrator.start_pause(
             kernels, release=body.get("release", True), name=body.get("name"),
             when_busy=_when_busy(body)))
-        self.set_status(202)
-        self.finish(json.dumps({"operation": op.to_dict(),
-                                "state": self.orchestrator.state.state.value}))
+        self._accepted(op)
 
 
 class ResumeHandler(GkeResumeHandler):
@@ -152,9 +156,7 @@ class ResumeHandler(GkeResumeHandler):
         op, joined = await self._run(lambda: self.orchestrator.start_resume(
             body.get("snapshot"), body.get("mode", "full"), only, body.get("kernel"),
         ))
-        self.set_status(202)
-        self.finish(json.dumps({"operation": op.to_dict(), "joined": joined,
-                                "state": self.orchestrator.state.state.value}))
+        self._accepted(op, joined=joined)
 
 
 class CancelHandler(GkeResumeHandler):
@@ -164,9 +166,7 @@ class CancelHandler(GkeResumeHandler):
         await self._require_operation_permissions()
         self._body({})
         op = await self._run(self.orchestrator.cancel)
-        self.set_status(202)
-        self.finish(json.dumps({"operation": op.to_dict(),
-                                "state": self.orchestrator.state.state.value}))
+        self._accepted(op)
 
 
 class SnapshotsHandler(GkeResumeHandler):

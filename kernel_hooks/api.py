@@ -110,18 +110,9 @@ def resume(
     snapshots, key = open_store(store, workspace), load_signing_key()
     if reference is None or reference.strip() == "latest":
         reference = newest_snapshot(snapshots, key, None if any_notebook else this_notebook(notebook))
-    return take_resume(
-        namespace,
-        snapshots,
-        key,
-        reference=reference,
-        only=only,
-        trust=trust,
-        progress=progress,
-        continuing_cell=continuing_cell,
-        shell=shell,
-        lease_wait=lease_wait,
-    )
+    return take_resume(namespace, snapshots, key, reference=reference, only=only, trust=trust,
+                       progress=progress, continuing_cell=continuing_cell, shell=shell,
+                       lease_wait=lease_wait)
 
 
 def replay(

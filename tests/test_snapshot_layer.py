@@ -245,8 +245,8 @@ def test_every_file_the_local_store_writes_is_private(tmp_path, signing_key):
 
 def test_a_blob_hashed_while_written_is_private_and_its_folders_fsynced(tmp_path, monkeypatch):
     synced = []
-    real = backends.fsync_directory
-    monkeypatch.setattr(backends, "fsync_directory", lambda folder: (synced.append(folder), real(folder)))
+    real = backends.fsync_path
+    monkeypatch.setattr(backends, "fsync_path", lambda folder: (synced.append(folder), real(folder)))
     old = os.umask(0)
     try:
         store = SnapshotStore(str(tmp_path / "store"), "ws")
@@ -262,8 +262,8 @@ def test_a_blob_hashed_while_written_is_private_and_its_folders_fsynced(tmp_path
 
 def test_created_directories_are_fsynced_into_their_parents(tmp_path, monkeypatch):
     synced = []
-    real = backends.fsync_directory
-    monkeypatch.setattr(backends, "fsync_directory", lambda d: (synced.append(d), real(d)))
+    real = backends.fsync_path
+    monkeypatch.setattr(backends, "fsync_path", lambda d: (synced.append(d), real(d)))
     store = SnapshotStore(str(tmp_path / "new" / "store"), "ws")
     digest, _ = put_blob(store, b"x")
     folder = Path(store.blob_path(digest)).parent

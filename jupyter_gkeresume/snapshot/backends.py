@@ -150,7 +150,7 @@ class LocalBackend:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        fsync_directory(os.path.dirname(path))
+        fsync_path(os.path.dirname(path))
         return new
 
     def _write(self, path: str, parts: Iterable[object], *, create_only: bool,
@@ -167,7 +167,7 @@ class LocalBackend:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        fsync_directory(folder)
+        fsync_path(folder)
 
     @staticmethod
     def _write_temporary(tmp: str, parts: Iterable[object],
@@ -232,15 +232,16 @@ def make_private_dirs(folder: str) -> None:
         except FileExistsError:
             continue  # another writer made it first
         os.chmod(path, DIR_MODE)  # the umask may have taken bits; never add any beyond 0700
-        fsync_directory(os.path.dirname(path))
+        fsync_path(os.path.dirname(path))
 
 
-def fsync_directory(folder: str) -> None:
-    dir_fd = os.open(folder, os.O_RDONLY)
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by its path (a directory's fsync makes its names durable)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def write_parts(f: BinaryIO, parts: Iterable[object],

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import fsspec
 
@@ -36,6 +36,7 @@ from .backends import LocalBackend, Sent, open_backend
 from .digests import Digest, hex_part, is_digest
 from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 
+T = TypeVar("T")
 RECORD_NAMES = ("paused", "events", "settings")
 LEASE_RECORD_RE = re.compile(r"\Alease-[a-z0-9][a-z0-9._-]{0,150}\Z")
 DEFAULT_CHUNK_BYTES = 32 << 20
@@ -105,12 +106,7 @@ class SnapshotStore:
     # -- blobs -----------------------------------------------------------------------------
     def blob_size(self, digest: str) -> int | None:
         """The stored size of a blob, or None when it is not there."""
-        path = self.blob_path(digest)
-        try:
-            with self._errors("check blob"):
-                return self.backend.size(path)
-        except NotFoundInStore:
-            return None
+        return self._unless_missing("check blob", lambda: self.backend.size(self.blob_path(digest)))
 
     def has_blob(self, digest: str, size: int | None = None) -> bool:
         """True when the blob exists (and has ``size`` bytes, when given)."""
@@ -248,12 +244,7 @@ class SnapshotStore:
     # -- records -----------------------------------------------------------------------------
     def read_record(self, name: str) -> bytes | None:
         """The record's bytes, or None when it does not exist."""
-        path = self.record_path(name)
-        try:
-            with self._errors("read record"):
-                return self.backend.read(path)
-        except NotFoundInStore:
-            return None
+        return self._unless_missing("read record", lambda: self.backend.read(self.record_path(name)))
 
     def write_record(self, name: str, data: bytes, *, create_only: bool = False) -> None:
         """Write a record; ``create_only`` raises ``CommitConflictError`` if it already exists."""
@@ -281,6 +272,14 @@ class SnapshotStore:
             self.backend.delete(self.record_path(name))
 
     # -- helpers -----------------------------------------------------------------------------
+    def _unless_missing(self, action: str, call: Callable[[], T]) -> T | None:
+        """``call()`` at the backend boundary, or None when what it reads is not there."""
+        try:
+            with self._errors(action):
+                return call()
+        except NotFoundInStore:
+            return None
+
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
         """The backend boundary: builtin and client errors become the store's own errors, with
