@@ -1,0 +1,123 @@
+"""The resume's read-ahead (``read_ahead.read_ahead``): every blob of a local snapshot's manifest
+is asked into the page cache, largest first, within the budget; a missing blob, an unreadable
+manifest or a store that is not local never raise; ``ResumeOperation`` starts it with the
+snapshots it restores (not for a ``files-only`` resume) and a failing one does not fail it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import numpy as np
+import pytest
+from test_server_operations import FakeGateway
+
+import kernel_hooks
+from jupyter_gkeresume.events import EventLog
+from jupyter_gkeresume.paused_record import PausedRecords
+from jupyter_gkeresume.read_ahead import read_ahead
+from jupyter_gkeresume.resume import ResumeItem, ResumeOperation
+from jupyter_gkeresume.snapshot import SnapshotStore, load_manifest, load_signing_key
+from jupyter_gkeresume.state import Operation, WorkspaceState
+from jupyter_gkeresume.states import State
+
+LOG = logging.getLogger("test-read-ahead")
+
+
+@pytest.fixture
+def snapshot(tmp_path, monkeypatch):
+    """A local store holding one snapshot of three arrays of different sizes."""
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "read-ahead-test-key-" + "2" * 32)
+    namespace = {"big": np.arange(300_000.0), "mid": np.arange(40_000.0), "small": np.ones(5000)}
+    result = kernel_hooks.checkpoint(namespace=namespace, store=str(tmp_path / "store"),
+                                     workspace="ws")
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    return store, result.snapshot_id
+
+
+@pytest.fixture
+def advised(monkeypatch):
+    """The paths ``posix_fadvise`` was asked about, and with which advice (the real call runs)."""
+    calls: list[tuple[str, int]] = []
+    real = os.posix_fadvise
+
+    def recording(fd, offset, length, advice):
+        calls.append((os.readlink(f"/proc/self/fd/{fd}"), advice))
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", recording)
+    return calls
+
+
+def blob_paths_largest_first(store, snapshot_id):
+    blobs = load_manifest(store, snapshot_id, load_signing_key()).blobs
+    return [store.blob_path(d) for d, _ in sorted(blobs.items(), key=lambda kv: -kv[1])]
+
+
+def test_every_blob_of_the_manifest_is_read_ahead_largest_first(snapshot, advised):
+    store, snapshot_id = snapshot
+    expected = blob_paths_largest_first(store, snapshot_id)
+    assert len(expected) >= 3  # the arrays (small ones go into the graph) and the graph
+    asked = read_ahead(store, load_signing_key, [snapshot_id], LOG)
+    assert asked == expected
+    assert advised == [(os.path.realpath(p), os.POSIX_FADV_WILLNEED) for p in expected]
+
+
+def test_a_missing_blob_is_left_out_and_never_raises(snapshot, advised):
+    store, snapshot_id = snapshot
+    expected = blob_paths_largest_first(store, snapshot_id)
+    os.remove(expected[0])
+    assert read_ahead(store, load_signing_key, [snapshot_id], LOG) == expected[1:]
+
+
+def test_an_unreadable_manifest_or_a_failing_key_reads_nothing_ahead(snapshot, advised):
+    store, snapshot_id = snapshot
+    assert read_ahead(store, load_signing_key, ["20261201T000000Z-abcdef"], LOG) == []
+
+    def no_key():
+        raise RuntimeError("no key")
+
+    assert read_ahead(store, no_key, [snapshot_id], LOG) == []
+    with open(store.manifest_path(snapshot_id), "r+b") as f:
+        f.write(b"not json")  # a damaged manifest
+    assert read_ahead(store, load_signing_key, [snapshot_id], LOG) == []
+    assert advised == []
+
+
+def test_the_budget_bounds_what_is_read_ahead(snapshot, advised):
+    store, snapshot_id = snapshot
+    expected = blob_paths_largest_first(store, snapshot_id)
+    sizes = [os.path.getsize(p) for p in expected]
+    asked = read_ahead(store, load_signing_key, [snapshot_id], LOG, budget=sum(sizes[1:]))
+    assert asked == expected[1:]  # the largest does not fit; every other one does
+
+
+def test_a_store_that_is_not_local_reads_nothing_ahead(advised):
+    store = SnapshotStore("memory://read-ahead", "ws")
+    assert read_ahead(store, load_signing_key, ["20261201T000000Z-abcdef"], LOG) == []
+    assert advised == []
+
+
+@pytest.mark.parametrize("mode", ["full", "files-only"])
+async def test_resume_starts_the_read_ahead_and_a_failing_one_does_not_fail_it(mode):
+    gateway = FakeGateway()
+    snapshot_id = "20261201T000000Z-abcdef"
+    gateway.snapshots[snapshot_id] = {"x": 1}
+    asked: list[list[str]] = []
+
+    def failing_read_ahead(ids):
+        asked.append(ids)
+        raise RuntimeError("read-ahead broke")
+
+    state = WorkspaceState()
+    op = Operation("resume", mode=mode)
+    state.begin(op, State.WAITING_FOR_RESOURCES)
+    store = SnapshotStore("memory://read-ahead-op", "ws")
+    await ResumeOperation(
+        op, state=state, gateway=gateway, records=PausedRecords(store),
+        events=EventLog(store, LOG), log=LOG, items=[ResumeItem(snapshot_id, "a.ipynb", None)],
+        only=None, from_record=False, timeout=10, read_ahead=failing_read_ahead).run()
+    await asyncio.sleep(0)
+    assert state.state == State.READY
+    assert asked == ([] if mode == "files-only" else [[snapshot_id]])
