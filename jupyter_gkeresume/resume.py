@@ -97,15 +97,14 @@ class ResumeOperation:
         self.only = only
         self.from_record = from_record
         self.timeout = timeout
-        self.read_ahead = read_ahead  # never raises: it only loses the overlap
+        self.read_ahead = read_ahead  # blocking; a failure only loses the overlap
         self._restored: set[int] = set()  # indices of the items that came back
+        self._ahead: asyncio.Future | None = None  # the read-ahead in its worker thread
 
     async def run(self) -> None:
         op = self.op
         if self.read_ahead is not None and op.mode != "files-only":
-            ahead = asyncio.ensure_future(asyncio.to_thread(
-                self.read_ahead, [item.snapshot_id for item in self.items]))
-            ahead.add_done_callback(lambda f: f.cancelled() or f.exception())  # nothing lost
+            self._ahead = asyncio.ensure_future(asyncio.to_thread(self._read_ahead_quietly))
         try:
             kids = [await self._kernel_for(item) for item in self.items]
             if op.mode != "files-only":
@@ -141,6 +140,13 @@ class ResumeOperation:
                                      else Event(op.started, "resume", seconds=seconds))
         finally:
             self.state.end(op)
+
+    def _read_ahead_quietly(self) -> None:
+        """The read-ahead, whose failure only loses the overlap (the kernel reads anyway)."""
+        try:
+            self.read_ahead([item.snapshot_id for item in self.items])
+        except Exception as exc:
+            self.log.debug("gkeresume: read-ahead failed: %s", exc)
 
     async def _keep_what_did_not_come_back(self) -> None:
         """After a failed resume from the record: the record keeps only the kernels that did

@@ -118,6 +118,9 @@ async def test_resume_starts_the_read_ahead_and_a_failing_one_does_not_fail_it(m
         op, state=state, gateway=gateway, records=PausedRecords(store),
         events=EventLog(store, LOG), log=LOG, items=[ResumeItem(snapshot_id, "a.ipynb", None)],
         only=None, from_record=False, timeout=10, read_ahead=failing_read_ahead).run()
-    await asyncio.sleep(0)
     assert state.state == State.READY
+    for _ in range(500):  # the read-ahead runs in a worker thread: let it get there
+        if asked or mode == "files-only":
+            break
+        await asyncio.sleep(0.01)
     assert asked == ([] if mode == "files-only" else [[snapshot_id]])
