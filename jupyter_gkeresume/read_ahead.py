@@ -3,13 +3,13 @@
 A resume through the server first starts a kernel (process start, ``import torch``: seconds),
 and only then does the kernel read the blobs. ``read_ahead`` runs in a worker thread as soon as
 the resume starts and asks the OS to read each blob file of the snapshots into the page cache
-(``posix_fadvise(WILLNEED)``: the call only queues the reads and returns, it allocates nothing in
+(``posix_fadvise(WILLNEED)`` starts the reads without waiting for them and allocates nothing in
 this process), so the kernel's reads later find the bytes in memory.
 
 Invariants: it never raises (a read-ahead that fails only loses the overlap; the kernel reads
-and verifies every blob anyway); it reads ahead at most ``budget`` bytes (half of the memory
-free when it starts, by default), so it never pushes out more of the page cache than it can be
-sure to use; it does nothing for a store that is not a local directory.
+and verifies every blob anyway); it reads ahead at most ``budget`` bytes (by default half of the
+memory available when it starts), so it does not evict the pages the kernel is about to use;
+it does nothing for a store that is not a local directory.
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ from .snapshot import SigningKey, SnapshotStore, load_manifest
 
 
 def free_memory_budget() -> int:
-    """Half of the physical memory free now (0 where the OS does not say)."""
+    """Half of the memory available now: Linux's ``MemAvailable`` (free plus the page cache it
+    can reclaim), else the free pages; 0 where the OS says neither."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
     except (ValueError, OSError):

@@ -16,7 +16,7 @@ from test_server_operations import FakeGateway
 import kernel_hooks
 from jupyter_gkeresume.events import EventLog
 from jupyter_gkeresume.paused_record import PausedRecords
-from jupyter_gkeresume.read_ahead import read_ahead
+from jupyter_gkeresume.read_ahead import free_memory_budget, read_ahead
 from jupyter_gkeresume.resume import ResumeItem, ResumeOperation
 from jupyter_gkeresume.snapshot import SnapshotStore, load_manifest, load_signing_key
 from jupyter_gkeresume.state import Operation, WorkspaceState
@@ -91,6 +91,11 @@ def test_the_budget_bounds_what_is_read_ahead(snapshot, advised):
     sizes = [os.path.getsize(p) for p in expected]
     asked = read_ahead(store, load_signing_key, [snapshot_id], LOG, budget=sum(sizes[1:]))
     assert asked == expected[1:]  # the largest does not fit; every other one does
+
+
+def test_the_default_budget_is_part_of_the_memory_available():
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < free_memory_budget() <= total // 2
 
 
 def test_a_store_that_is_not_local_reads_nothing_ahead(advised):
