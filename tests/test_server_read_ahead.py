@@ -1,7 +1,8 @@
 """The resume's read-ahead (``read_ahead.read_ahead``): every blob of a local snapshot's manifest
 is asked into the page cache, largest first, within the budget; a missing blob, an unreadable
 manifest or a store that is not local never raise; ``ResumeOperation`` starts it with the
-snapshots it restores (not for a ``files-only`` resume) and a failing one does not fail it."""
+snapshots it restores (not for a ``files-only`` resume) and a failing one does not fail it; a
+real server's resume reads every blob of the paused snapshot ahead."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 
 import numpy as np
 import pytest
+from fixtures_server import server_config
 from test_server_operations import FakeGateway
 
 import kernel_hooks
@@ -23,6 +25,11 @@ from jupyter_gkeresume.state import Operation, WorkspaceState
 from jupyter_gkeresume.states import State
 
 LOG = logging.getLogger("test-read-ahead")
+
+
+@pytest.fixture
+def jp_server_config(store_dir):
+    return server_config(str(store_dir))
 
 
 @pytest.fixture
@@ -129,3 +136,26 @@ async def test_resume_starts_the_read_ahead_and_a_failing_one_does_not_fail_it(m
             break
         await asyncio.sleep(0.01)
     assert asked == ([] if mode == "files-only" else [[snapshot_id]])
+
+
+async def test_a_resume_through_the_server_reads_the_paused_snapshot_ahead(api, store_dir, advised):
+    kid = await api.new_session("ahead.ipynb")
+    await api.run_cell(kid, "import numpy as np\nbig = np.arange(400_000.0)\nmid = np.ones(90_000)")
+    code, body = await api.call("POST", "gkeresume/api/pause", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "paused", status
+    [entry] = status["paused"]["kernels"]
+    store = SnapshotStore(str(store_dir), "server-ws")
+    expected = blob_paths_largest_first(store, entry["snapshot_id"])
+    advised.clear()
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "ready", status
+    for _ in range(500):  # the read-ahead's worker thread may end after the resume
+        asked = [path for path, advice in advised if advice == os.POSIX_FADV_WILLNEED]
+        if len(asked) >= len(expected):
+            break
+        await asyncio.sleep(0.01)
+    assert asked == [os.path.realpath(p) for p in expected]
