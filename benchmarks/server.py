@@ -25,10 +25,12 @@ import argparse
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +76,21 @@ def follow(server: ServerProcess, until: str, poll: float) -> dict[str, Any]:
     raise RuntimeError(f"never {until}:\n{server.log()}")
 
 
+def pause_phase_sums(server: ServerProcess) -> dict[str, float]:
+    """The server's ``gkeresume_pause_seconds`` sums by phase (checkpoint, verify, release,
+    total), from its Prometheus ``/metrics``."""
+    request = urllib.request.Request(f"{server.url}/metrics",
+                                     headers={"Authorization": f"token {server.token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read().decode()
+    return {m[1]: float(m[2]) for m in
+            re.finditer(r'^gkeresume_pause_seconds_sum\{phase="(\w+)"\} (\S+)$', text, re.M)}
+
+
 def operation(server: ServerProcess, path: str, until: str, poll: float) -> dict[str, Any]:
-    """One pause or resume, from the request to the server's timestamp of ``until``."""
+    """One pause or resume, from the request to the server's timestamp of ``until``; a pause
+    also gets the server's own seconds per phase (``server_phases``)."""
+    sums = pause_phase_sums(server)
     started = time.time()
     code, body = server.call("POST", path, {})
     if code != 202:
@@ -83,7 +98,9 @@ def operation(server: ServerProcess, path: str, until: str, poll: float) -> dict
     seen = follow(server, until, poll)
     ended = seen["status"]["since"]  # when the server moved to ``until``
     *before, _final = seen["phases"]
+    after = pause_phase_sums(server)
     return {"seconds": ended - started,
+            "server_phases": {k: round(v - sums.get(k, 0.0), 3) for k, v in after.items()},
             "phases": [[round(t - started, 3), label] for t, label in before]
             + [[round(ended - started, 3), until]],
             "kernel_timings": {k: r.get("timings") for k, r in seen["results"].items()}}
@@ -151,6 +168,12 @@ def report(r: dict[str, Any], gb: float, folder: str) -> None:
         for (at, label), (nxt, _) in itertools.pairwise(phases):
             print(f"- {at:7.2f} s  +{nxt - at:5.2f} s  {label}")
         print(f"- {phases[-1][0]:7.2f} s  {phases[-1][1]}")
+        server_phases = r[case]["server_phases"]
+        if server_phases.get("total"):
+            rest = server_phases["total"] - sum(v for k, v in server_phases.items() if k != "total")
+            print("- the server's own seconds: " + ", ".join(
+                f"{k} {v:.2f} s" for k, v in server_phases.items())
+                + f"; the rest (hold, paused record, kernel stop) {rest:.2f} s")
         for kid, timings in r[case]["kernel_timings"].items():
             if timings:
                 print(f"- kernel {kid[:8]} timings: "
