@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable
 from logging import Logger
 from typing import Any
@@ -40,6 +41,7 @@ from .events import EventLog
 from .kernels import KernelGateway
 from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier
 from .paused_record import PausedRecords
+from .read_ahead import read_ahead
 from .release import ReleaseBackend
 from .resume import MODES, ResumeOperation, item_for_snapshot, items_from_record
 from .server_settings import ServerSettings, SettingsRecords, parse_changes
@@ -224,7 +226,9 @@ class Orchestrator:
             return self._launch(op, ResumeOperation(
                 op, state=self.state, gateway=self.gateway, records=self.records,
                 events=self.events, log=self.log, items=items, only=only,
-                from_record=snapshot is None, timeout=self.settings.kernel_call_timeout)), False
+                from_record=snapshot is None, timeout=self.settings.kernel_call_timeout,
+                read_ahead=functools.partial(read_ahead, self.store, lambda: self.key,
+                                             log=self.log))), False
 
     async def cancel(self) -> Operation:
         """Cancel the pause in flight (only before it writes the paused record): the holds are

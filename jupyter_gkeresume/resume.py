@@ -3,7 +3,9 @@
 Planning first (``items_from_record`` or ``item_for_snapshot``: one ``ResumeItem`` per kernel),
 then ``ResumeOperation.run``, top to bottom: a kernel for each item (the notebook's session,
 reused or created, unless one was named), ``restoring`` (one kernel call each, unless
-``files-only``), ``ready``; a resume from the paused record then deletes the record.
+``files-only``), ``ready``; a resume from the paused record then deletes the record. While the
+kernels start, ``read_ahead`` (``read_ahead.read_ahead``, in a worker thread) brings the blobs of
+a local store into the page cache, so the kernel start and the first reads overlap.
 
 Invariants:
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from logging import Logger
@@ -82,7 +85,8 @@ class ResumeOperation:
 
     def __init__(self, op: Operation, *, state: WorkspaceState, gateway: KernelGateway,
                  records: PausedRecords, events: EventLog, log: Logger, items: list[ResumeItem],
-                 only: list[str] | None, from_record: bool, timeout: float):
+                 only: list[str] | None, from_record: bool, timeout: float,
+                 read_ahead: Callable[[list[str]], object] | None = None):
         self.op = op
         self.state = state
         self.gateway = gateway
@@ -93,10 +97,14 @@ class ResumeOperation:
         self.only = only
         self.from_record = from_record
         self.timeout = timeout
+        self.read_ahead = read_ahead  # blocking; a failure only loses the overlap
         self._restored: set[int] = set()  # indices of the items that came back
+        self._ahead: asyncio.Future | None = None  # the read-ahead in its worker thread
 
     async def run(self) -> None:
         op = self.op
+        if self.read_ahead is not None and op.mode != "files-only":
+            self._ahead = asyncio.ensure_future(asyncio.to_thread(self._read_ahead_quietly))
         try:
             kids = [await self._kernel_for(item) for item in self.items]
             if op.mode != "files-only":
@@ -132,6 +140,13 @@ class ResumeOperation:
                                      else Event(op.started, "resume", seconds=seconds))
         finally:
             self.state.end(op)
+
+    def _read_ahead_quietly(self) -> None:
+        """The read-ahead, whose failure only loses the overlap (the kernel reads anyway)."""
+        try:
+            self.read_ahead([item.snapshot_id for item in self.items])
+        except Exception as exc:
+            self.log.debug("gkeresume: read-ahead failed: %s", exc)
 
     async def _keep_what_did_not_come_back(self) -> None:
         """After a failed resume from the record: the record keeps only the kernels that did
