@@ -189,8 +189,11 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     )
 
     # A pause the server refuses (a cell is running): its message is shown, nothing changes.
-    assert "is busy running a cell" in seen["busyError"]
-    assert seen["labelAfterRefusal"] == "Running"
+    # a pause asked for while a cell runs waits for it (never interrupts it); Cancel withdraws it
+    assert seen["queuedLabel"].startswith("Pause queued: waiting for cell"), seen["queuedLabel"]
+    assert "e2e.ipynb" in seen["queuedLabel"]
+    assert "Nothing was released" in seen["cancelMessage"]
+    assert seen["labelAfterCancel"].startswith("Running") and seen["kernelAfterCancel"] == "busy"
 
     # The menu has the four commands; a checkpoint leaves the kernel running.
     assert seen["menu"] == ["Pause Workspace", "Checkpoint This Notebook", "Resume…",
@@ -240,6 +243,6 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     remaining = [row["id"] for row in _get(lab.api("snapshots"))[1]["snapshots"]]
     assert len(remaining) == seen["snapshotsAfterDelete"] and seen["deleted"] not in remaining
 
-    for name in ("pause-refused", "paused-status", "resume-dialog", "after-resume",
+    for name in ("pause-queued", "paused-status", "resume-dialog", "after-resume",
                  "dark-snapshots", "progress-pausing", "progress-resuming"):
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 0, seen.get(f"{name}-missed")

@@ -166,7 +166,7 @@ async function main() {
     await page.locator('.jp-gkeresume-status[data-state="running"]').waitFor({ timeout: WAIT });
     await kernelIdle(page);
 
-    step('pause while a cell runs: the server refuses and the lab shows its message');
+    step('pause while a cell runs: the pause queues behind the cell, and Cancel withdraws it');
     await runCode(page, "__import__('time').sleep(600)");
     await page.waitForFunction(
       () => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'busy',
@@ -174,13 +174,23 @@ async function main() {
       { timeout: WAIT }
     );
     await page.locator('.jp-gkeresume-pause-button').first().click();
-    const refusal = page.locator('.jp-Dialog', { hasText: 'Pause failed' });
-    await refusal.waitFor({ timeout: WAIT });
-    seen.busyError = await refusal.locator('.jp-Dialog-body').innerText();
-    await shot(page, 'pause-refused');
-    await refusal.locator('.jp-Dialog-button').first().click();
-    await refusal.waitFor({ state: 'detached', timeout: WAIT });
-    seen.labelAfterRefusal = await page.locator('.jp-gkeresume-label').innerText();
+    await page.waitForFunction(
+      () => (document.querySelector('.jp-gkeresume-label')?.textContent ?? '').startsWith('Pause queued'),
+      null,
+      { timeout: WAIT }
+    );
+    seen.queuedLabel = await page.locator('.jp-gkeresume-label').innerText();
+    await shot(page, 'pause-queued');
+    await page.locator('.jp-gkeresume-cancel').first().click();
+    const cancelled = page.locator('.jp-Dialog', { hasText: 'Pause cancelled' });
+    await cancelled.waitFor({ timeout: WAIT });
+    seen.cancelMessage = await cancelled.locator('.jp-Dialog-body').innerText();
+    await cancelled.locator('.jp-Dialog-button').first().click();
+    await cancelled.waitFor({ state: 'detached', timeout: WAIT });
+    seen.labelAfterCancel = await page.locator('.jp-gkeresume-label').innerText();
+    seen.kernelAfterCancel = await page.evaluate(
+      () => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status
+    );
     await page.evaluate(() => window.jupyterapp.commands.execute('notebook:interrupt-kernel'));
     await kernelIdle(page);
     await page.evaluate(() =>
