@@ -127,6 +127,10 @@ class Orchestrator:
             return
         self.state.set_record_error(None)
         self.state.clear_failure()
+        try:  # read now: the shutdown checkpoint must not spend its grace reading the store
+            await self._current_settings()
+        except GkeResumeError as exc:
+            self.log.warning("gkeresume: settings unreadable (%s): the defaults apply", exc)
         if record is None:
             return
         self.state.set_paused(record)
@@ -372,11 +376,10 @@ class Orchestrator:
         """Checkpoint every kernel before the server stops (SIGTERM), unless the runtime
         setting ``checkpoint_on_shutdown`` is off; returns the outcome."""
         op = self.state.operation
-        try:
-            enabled = (await self._current_settings()).checkpoint_on_shutdown
-        except GkeResumeError as exc:  # an unreadable settings record: the safe side is saving
-            self.log.warning("gkeresume: settings unreadable (%s): checkpointing", exc)
-            enabled = True
+        # No store read here: the grace may be 1 s (KubeSpawner). The settings read at startup
+        # or last changed decide; never read (the store was down): the trait, on the safe side.
+        known = self._server_settings
+        enabled = known.checkpoint_on_shutdown if known else self.settings.checkpoint_on_shutdown
         if not enabled:
             outcome = "not checkpointed: checkpoint_on_shutdown is off"
         elif self.state.state in (State.PAUSED, State.RELEASING) or (op and op.kind == "pause"):

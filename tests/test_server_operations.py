@@ -29,6 +29,7 @@ from jupyter_gkeresume.errors import (
 from jupyter_gkeresume.kernel_protocol import CheckpointReply, RestoreReply
 from jupyter_gkeresume.orchestrator import Orchestrator
 from jupyter_gkeresume.release import ReleaseBackend
+from jupyter_gkeresume.server_settings import ServerSettings
 from jupyter_gkeresume.snapshot import SnapshotStore
 from jupyter_gkeresume.snapshot.retention import RetentionPolicy
 from jupyter_gkeresume.states import State
@@ -560,6 +561,21 @@ async def test_checkpoint_on_shutdown_is_a_stored_setting(parts):
     assert await again.settings_view() == {"checkpoint_on_shutdown": False}
     with pytest.raises(InvalidInputError):
         await orch.update_settings({"checkpoint_on_shutdown": "no"})
+
+
+async def test_shutdown_reads_no_setting_from_the_store(parts, monkeypatch):
+    """The grace may be 1 s: the settings read at startup decide, the store is not asked again
+    (a store that hangs or fails at shutdown cannot eat the checkpoint's time)."""
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    orch.settings_records.write(ServerSettings(checkpoint_on_shutdown=False))
+    await orch.ensure_started()
+
+    def no_store(name):
+        raise AssertionError(f"shutdown read the {name} record")
+
+    monkeypatch.setattr(orch.store, "read_record", no_store)
+    assert await orch.shutdown(5) == "not checkpointed: checkpoint_on_shutdown is off"
 
 
 async def test_a_failing_retention_never_fails_the_pause(parts, monkeypatch):
