@@ -62,7 +62,7 @@ def format_checkpoint(r: CheckpointResult) -> str:
         f"({human_bytes(r.bytes_new)} new, {human_bytes(r.bytes_reused)} reused) in {r.seconds:.2f} s",
     ]
     for s in r.skipped:
-        lines.append(f"  not captured: {s.name} [{s.type}]: {s.reason}")
+        lines.append(f"  not saved: {s.name} [{s.type}]: {s.reason}")
     lines += [f"  warning: {w}" for w in r.warnings]
     return "\n".join(lines)
 

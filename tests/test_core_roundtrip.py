@@ -80,8 +80,8 @@ def test_resume_in_a_fresh_kernel_continues_bit_identically(start_kernel):
     a.run("losses_a = [step() for _ in range(5)]")
     out = a.run("%checkpoint -n mid")
     assert "checkpoint" in out and "(mid)" in out
-    assert "not captured: gen [generator]" in out
-    assert "not captured: handle [_io.TextIOWrapper]" in out
+    assert "not saved: gen [generator]" in out
+    assert "not saved: handle [_io.TextIOWrapper]" in out
     saved_count = a.last_execution_count
     a.kill()
 
