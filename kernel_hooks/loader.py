@@ -203,6 +203,11 @@ class StorageLoader:
         target.copy_(host)
         return target
 
+    @property
+    def reads_done(self) -> bool:
+        """Every storage's bytes are in (read, verified, or given up as damaged)."""
+        return self._reading.done >= self._reading.total
+
     # -- reading ---------------------------------------------------------------------------------
     def _read_blob(self, digest: str, entries: dict[int, list[str]]) -> None:
         """Read one blob into its storages; a failure marks all its keys damaged. Progress

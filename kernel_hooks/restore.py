@@ -139,12 +139,13 @@ def _restore(
     loader = StorageLoader(store, manifest, plan, engine, store.concurrency, progress,
                            result.warnings)  # 2. allocate
     reading = rebuild.Loading(loader, namespace)
+    unpickling = _AfterReads(loader, progress) if progress else None
     try:
         loader.start()  # 3. read
         graph = loader.read_graph_blob()
         with rebuild.loading(reading):  # 4. unpickle
             values, failures, placeholders = read_graph(
-                graph, manifest.graph_ends, PhaseBytes("unpickling", len(graph), progress).add)
+                graph, manifest.graph_ends, PhaseBytes("unpickling", len(graph), unpickling).add)
     except BaseException:
         loader.abort()
         reading.take_back()
@@ -154,6 +155,8 @@ def _restore(
     except BaseException:
         reading.take_back()
         raise
+    if unpickling is not None:
+        unpickling.flush()
     result.bytes_read = loader.bytes_read
     loaded = dict(zip(manifest.records, values, strict=True))
     reasons = {manifest.records[i]: why for i, why in failures.items()}
@@ -202,6 +205,29 @@ def _restore(
         except Exception as exc:  # a user hook must not undo a successful restore
             result.warnings.append(f"on_resume hook {getattr(hook, '__name__', hook)} failed: {exc}")
     return result
+
+
+class _AfterReads:
+    """Unpickling overlaps the reads and waits on them: until every storage is in, what the
+    user waits for is the reading, so unpickling reports go out only then (the two would
+    interleave and a bar would jump to the unpickling band and back); ``flush`` sends the last
+    one held back once the reads are over."""
+
+    def __init__(self, loader: StorageLoader, progress: Callable[[Progress], None]):
+        self.loader, self.progress = loader, progress
+        self.held: Progress | None = None
+
+    def __call__(self, report: Progress) -> None:
+        if self.loader.reads_done:
+            self.held = None
+            self.progress(report)
+        else:
+            self.held = report
+
+    def flush(self) -> None:
+        if self.held is not None:
+            self.progress(self.held)
+            self.held = None
 
 
 def _continue_numbering(shell: Any, manifest: Manifest, state: dict, continuing_cell: bool) -> None:
