@@ -178,3 +178,4 @@ class GkeResumeApp(ExtensionApp):
         timeout = self.gkeresume.shutdown_checkpoint_timeout
         if timeout > 0:
             await self.orchestrator.shutdown(timeout)
+        self.orchestrator.gateway.close()

@@ -7,7 +7,8 @@ each message is decoded, and the content only of ``execute_input`` (the one mess
 the execution count). Silent executes (our own kernel calls) publish no ``execute_input``.
 
 Call order: ``watch(kid, kernel)`` once the kernel started (``kernels.guard_kernel_starts``),
-``current(kid)`` any time, ``forget(kid)`` when it stops (``prune(live)`` drops every gone one).
+``current(kid)`` any time, ``forget(kid)`` when it stops (``prune(live)`` drops every gone one),
+``close()`` when the server stops.
 """
 
 from __future__ import annotations
@@ -60,3 +61,7 @@ class RunningCells:
     def prune(self, live: set[str]) -> None:
         for kid in [k for k in self._streams if k not in live]:
             self.forget(kid)
+
+    def close(self) -> None:
+        """Close every subscription (the server stops: each holds ZMQ sockets, hence fds)."""
+        self.prune(set())

@@ -113,6 +113,10 @@ class KernelGateway:
         )
         return model["kernel"]["id"]
 
+    def close(self) -> None:
+        """Stop following cells (the server stops)."""
+        self.cells.close()
+
     async def stop(self, ids: list[str]) -> None:
         for kid in ids:
             self.cells.forget(kid)

@@ -606,3 +606,38 @@ async def test_an_unreadable_settings_record_still_checkpoints_at_shutdown(parts
     with pytest.raises(StoredRecordError):
         await orch.settings_view()
     assert await orch.shutdown(5) == "checkpointed"
+
+
+def test_the_cell_watch_closes_every_subscription_when_the_server_stops():
+    """Each watched kernel holds an IOPub subscription (ZMQ sockets, hence fds): a stopping
+    server closes them all, those of kernels the user shut down included."""
+    from jupyter_gkeresume.cell_watch import RunningCells
+
+    class Stream:
+        def __init__(self):
+            self.open = True
+
+        def on_recv(self, callback):
+            pass
+
+        def closed(self):
+            return not self.open
+
+        def close(self):
+            self.open = False
+
+    streams = []
+
+    def kernel():
+        stream = Stream()
+        streams.append(stream)
+        return SimpleNamespace(connect_iopub=lambda: stream,
+                               session=SimpleNamespace(config=None, key=b"k"))
+
+    cells = RunningCells()
+    for kid in ("a", "b", "c"):
+        cells.watch(kid, kernel())
+    cells.forget("a")
+    assert [s.open for s in streams] == [False, True, True]
+    cells.close()
+    assert not any(s.open for s in streams)
