@@ -115,6 +115,17 @@ class Api:
     async def run_cell(self, kernel_id: str, code: str, timeout: float = 120) -> str:
         """Run ``code`` as a cell in the kernel; return its stdout once the server sees the
         kernel idle again; fail on an error."""
+        status, out = await self.try_cell(kernel_id, code, timeout)
+        assert status == "ok", out
+        kernel = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        for _ in range(600):  # the server learns "idle" from IOPub a moment after the reply
+            if kernel.execution_state != "busy":
+                break
+            await asyncio.sleep(0.05)
+        return out
+
+    async def try_cell(self, kernel_id: str, code: str, timeout: float = 120) -> tuple[str, str]:
+        """Send ``code`` as a cell; return (reply status, text of its output or error)."""
         client = own_client(self.serverapp.kernel_manager.get_kernel(kernel_id))
         client.start_channels()
         out: list[str] = []
@@ -130,13 +141,7 @@ class Api:
             reply = await client.execute_interactive(code, output_hook=hook, timeout=timeout)
         finally:
             client.stop_channels()
-        assert reply["content"]["status"] == "ok", "".join(out)
-        kernel = self.serverapp.kernel_manager.get_kernel(kernel_id)
-        for _ in range(600):  # the server learns "idle" from IOPub a moment after the reply
-            if kernel.execution_state != "busy":
-                break
-            await asyncio.sleep(0.05)
-        return "".join(out)
+        return reply["content"]["status"], "".join(out)
 
 
 async def reply_to(client, msg_id: str, timeout: float = 60) -> dict[str, Any]:

@@ -79,10 +79,10 @@ def test_random_json(value):
     parse_or_refuse(json.dumps(value))
 
 
-@FUZZ
-@given(st.sampled_from(ALL_PATHS), json_values | st.just("<delete>"))
-def test_one_field_replaced_or_removed(path, value):
-    data = copy.deepcopy(VALID)
+def replaced(document: dict, path: tuple, value: object) -> dict:
+    """A deep copy of ``document`` with the field at ``path`` set to ``value`` (or removed,
+    for ``"<delete>"``)."""
+    data = copy.deepcopy(document)
     target = data
     for step in path[:-1]:
         target = target[step]
@@ -90,6 +90,13 @@ def test_one_field_replaced_or_removed(path, value):
         del target[path[-1]]
     else:
         target[path[-1]] = value
+    return data
+
+
+@FUZZ
+@given(st.sampled_from(ALL_PATHS), json_values | st.just("<delete>"))
+def test_one_field_replaced_or_removed(path, value):
+    data = replaced(VALID, path, value)
     manifest = parse_or_refuse(json.dumps(data))
     if manifest is not None:
         verdict = check_compatible(manifest, environment_fingerprint())
@@ -138,14 +145,7 @@ big_values = (json_values | st.integers(min_value=-(10**4000), max_value=10**400
 def test_every_compat_field_with_any_json_gets_a_verdict(path, value, on_this_side, modules, device):
     """Any one fingerprint field (on either side) replaced by any JSON, any module names, any
     device: a verdict, with one-line reasons, never an exception."""
-    fingerprint = copy.deepcopy(FULL_FINGERPRINT)
-    target = fingerprint
-    for step in path[:-1]:
-        target = target[step]
-    if value == "<delete>":
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
+    fingerprint = replaced(FULL_FINGERPRINT, path, value)
     obj = {**VALID["objects"][0], "modules": modules, "device": device}
     storage = {**VALID["storages"]["s0"], "device": device}
     manifest = Manifest.from_dict({**VALID, "objects": [obj], "storages": {"s0": storage},

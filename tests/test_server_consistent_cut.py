@@ -26,26 +26,6 @@ def jp_server_config(store_dir):
     return server_config(str(store_dir))
 
 
-async def try_cell(api, kernel_id: str, code: str) -> tuple[str, str]:
-    """Send ``code`` as a cell; return (reply status, text of its output or error)."""
-    client = own_client(api.serverapp.kernel_manager.get_kernel(kernel_id))
-    client.start_channels()
-    out: list[str] = []
-    try:
-        await client.wait_for_ready(timeout=60)
-
-        def hook(msg):
-            if msg["msg_type"] == "stream":
-                out.append(msg["content"]["text"])
-            elif msg["msg_type"] == "error":
-                out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
-
-        reply = await client.execute_interactive(code, output_hook=hook, timeout=120)
-    finally:
-        client.stop_channels()
-    return reply["content"]["status"], "".join(out)
-
-
 class LongCell:
     """A cell in ``kernel_id`` that runs until ``finish()``."""
 
@@ -123,7 +103,7 @@ async def start_pause_in_flight(api, tmp_path):
 async def test_no_cell_runs_and_no_kernel_starts_during_a_pause(api, tmp_path):
     a, b, open_gate = await start_pause_in_flight(api, tmp_path)
 
-    status, text = await try_cell(api, b, "ran.append(1)\nprint('ran')")
+    status, text = await api.try_cell(b, "ran.append(1)\nprint('ran')")
     assert status == "error" and PAUSING_MESSAGE in text, text
     code, body = await api.call("POST", "api/sessions", {
         "path": "c.ipynb", "name": "c.ipynb", "type": "notebook", "kernel": {"name": "python3"}})
