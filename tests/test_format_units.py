@@ -142,3 +142,31 @@ def test_snapshot_ids_sort_by_creation_time_within_a_second():
     ids = [new_snapshot_id(base.replace(microsecond=ms * 1000)) for ms in (0, 1, 15, 16, 500, 999)]
     assert ids == sorted(ids)
     assert all(validate_snapshot_id(i) for i in ids)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_graph_loads_with_the_collector_paused_and_leaves_it_as_it_was(enabled):
+    """Unpickling many small objects would run a collection every few hundred allocations; the
+    graph loads with the collector off and gives it back as it found it, even when a record fails."""
+    import gc
+    import pickle
+
+    from kernel_hooks.graph import read_graph
+
+    class GcStateWhenLoaded:
+        def __reduce__(self):
+            return (gc.isenabled, ())
+
+    class FailsToLoad:
+        def __reduce__(self):
+            return (int, ("not a number",))
+
+    stream = pickle.dumps([GcStateWhenLoaded()], protocol=5)
+    broken = pickle.dumps(FailsToLoad(), protocol=5)
+    gc.enable() if enabled else gc.disable()
+    try:
+        values, failures, _ = read_graph(stream + broken, [len(stream), len(stream) + len(broken)])
+        assert values[0] == [False] and list(failures) == [1]
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
