@@ -18,8 +18,7 @@ collector paused (a namespace of many small objects would otherwise trigger a co
 few hundred allocations, each walking the whole heap: measured 0.5-2 s of a 2-3 s resume). If a
 record fails (say, its class's library is gone), the memo entries it created are removed and
 reading resumes at the next record with a fresh unpickler: records that depended on the failed
-one fail too (and are named),
-the rest load.
+one fail too (and are named), the rest load.
 """
 
 from __future__ import annotations
