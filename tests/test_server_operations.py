@@ -641,3 +641,33 @@ def test_the_cell_watch_closes_every_subscription_when_the_server_stops():
     assert [s.open for s in streams] == [False, True, True]
     cells.close()
     assert not any(s.open for s in streams)
+
+
+def test_the_gateway_stops_kernels_at_once_and_skips_the_gone():
+    """Each graceful stop waits on a kernel's own teardown (about 1 s with torch imported):
+    a pause of several notebooks stops them together, and a kernel already gone is no error."""
+    from tornado import web
+
+    from jupyter_gkeresume.kernels import KernelGateway
+
+    class Manager:
+        def __init__(self):
+            self.in_flight = self.most = 0
+            self.stopped: list[str] = []
+
+        async def shutdown_kernel(self, kid):
+            if kid == "gone":
+                raise web.HTTPError(404)
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            await asyncio.sleep(0.05)
+            self.in_flight -= 1
+            self.stopped.append(kid)
+
+    manager = Manager()
+    gateway = KernelGateway(manager, None, store_url="memory://x", workspace="ws")
+    try:
+        asyncio.run(gateway.stop(["a", "gone", "b", "c"]))
+    finally:
+        gateway.close()
+    assert sorted(manager.stopped) == ["a", "b", "c"] and manager.most == 3
