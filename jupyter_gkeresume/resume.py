@@ -1,11 +1,12 @@
 """A resume: bring a workspace's kernels back from their snapshots.
 
 Planning first (``items_from_record`` or ``item_for_snapshot``: one ``ResumeItem`` per kernel),
-then ``ResumeOperation.run``, top to bottom: a kernel for each item (the notebook's session,
-reused or created, unless one was named), ``restoring`` (one kernel call each, unless
-``files-only``), ``ready``; a resume from the paused record then deletes the record. While the
-kernels start, ``read_ahead`` (``read_ahead.read_ahead``, in a worker thread) brings the blobs of
-a local store into the page cache, so the kernel start and the first reads overlap.
+then ``ResumeOperation.run``: a kernel for each item in turn (the notebook's session, reused or
+created, unless one was named), each ``restoring`` (one kernel call, unless ``files-only``) as
+soon as it started, while the next one starts; ``ready`` when all came back; a resume from the
+paused record then deletes the record. While the kernels start, ``read_ahead``
+(``read_ahead.read_ahead``, in a worker thread) brings the blobs of a local store into the page
+cache, so the kernel start and the first reads overlap.
 
 Invariants:
 
@@ -106,12 +107,7 @@ class ResumeOperation:
         if self.read_ahead is not None and op.mode != "files-only":
             self._ahead = asyncio.ensure_future(asyncio.to_thread(self._read_ahead_quietly))
         try:
-            kids = [await self._kernel_for(item) for item in self.items]
-            if op.mode != "files-only":
-                self.state.move(State.RESTORING)
-                for index, (item, kid) in enumerate(zip(self.items, kids, strict=True)):
-                    await self._restore(item, kid)
-                    self._restored.add(index)
+            kids = await self._start_and_restore()
             self.state.move_kernels([k for k in kids if self.state.kernel(k).machine.active],
                                     State.READY)
             if self.from_record:
@@ -140,6 +136,28 @@ class ResumeOperation:
                                      else Event(op.started, "resume", seconds=seconds))
         finally:
             self.state.end(op)
+
+    async def _start_and_restore(self) -> list[str]:
+        """Start the kernels one after another (in the record's order) and restore each as soon
+        as it started: a kernel's restore (its ``import torch``, its reads) overlaps the next
+        kernel's start. Every restore started is waited for before a failure is raised, so the
+        state and ``_restored`` say what came back."""
+        kids: list[str] = []
+        restores: list[asyncio.Future] = []
+        try:
+            for index, item in enumerate(self.items):
+                kids.append(await self._kernel_for(item))
+                if self.op.mode == "files-only":
+                    continue
+                if self.state.state != State.RESTORING:
+                    self.state.move(State.RESTORING)
+                restores.append(asyncio.ensure_future(self._restore(index, item, kids[-1])))
+        finally:
+            outcomes = await asyncio.gather(*restores, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return kids
 
     def _read_ahead_quietly(self) -> None:
         """The read-ahead, whose failure only loses the overlap (the kernel reads anyway)."""
@@ -176,9 +194,10 @@ class ResumeOperation:
             self.op.kernels.append(kid)
         return kid
 
-    async def _restore(self, item: ResumeItem, kid: str) -> None:
+    async def _restore(self, index: int, item: ResumeItem, kid: str) -> None:
         names = item.only(self.only)
         if names == []:  # a partial resume that wants nothing of this snapshot
+            self._restored.add(index)
             return
         self.state.move_kernels([kid], State.RESTORING)
         reply = await self.gateway.restore(
@@ -186,6 +205,7 @@ class ResumeOperation:
             timeout=self.timeout, on_progress=lambda p: self.state.set_progress(kid, p))
         self.state.set_result(kid, item.snapshot_id, reply.data)
         self.state.move_kernels([kid], State.READY)
+        self._restored.add(index)
 
 
 def _count_released(record: PausedRecord | None) -> None:

@@ -340,6 +340,39 @@ async def test_resume_from_the_record_brings_every_kernel_back_then_deletes_it(p
     assert kernel_states(orch, gw.live_ids()) == [State.READY, State.READY]
 
 
+async def test_a_kernel_restores_while_the_next_one_starts_and_a_failed_start_waits_for_it(parts):
+    """The first kernel's restore (its imports and reads) runs while the second kernel starts;
+    when that start fails, the restore in flight still finishes and the record keeps only the
+    kernel that did not come back."""
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    gw.add("b.ipynb", y=2)
+    await orch.start_pause()
+    await settle(orch)
+    restoring, second_start = asyncio.Event(), asyncio.Event()
+    original_start, original_restore = gw.start_for, gw.restore
+
+    async def start(notebook, kernel_name):
+        if notebook == "b.ipynb":
+            await asyncio.wait_for(restoring.wait(), 5)  # a's restore is in flight already
+            second_start.set()
+            raise KernelCallError("no kernel for b: quota")
+        return await original_start(notebook, kernel_name)
+
+    async def restore(kid, **kwargs):
+        restoring.set()
+        await asyncio.wait_for(second_start.wait(), 5)
+        return await original_restore(kid, **kwargs)
+
+    gw.start_for, gw.restore = start, restore
+    await orch.start_resume(None, "full", None, None)
+    await settle(orch)
+    assert orch.state.state == State.FAILED and "quota" in orch.state.reason
+    [kid] = gw.live_ids()
+    assert gw.namespaces[kid] == {"x": 1} and kernel_states(orch, [kid]) == [State.READY]
+    assert [k.notebook for k in orch.records.read().kernels] == ["b.ipynb"]
+
+
 async def test_a_failed_resume_keeps_the_record(parts):
     orch, gw = parts.orch, parts.gateway
     gw.add("a.ipynb", x=1)
