@@ -3,7 +3,8 @@
 Call order (``restore._restore``), one way: ``resume_plan.make_plan`` (stage 1) decides where
 every storage goes; ``StorageLoader(store, manifest, plan, ...)`` allocates (stage 2: device
 memory for the storages the plan streams to a GPU, host buffers for the rest); ``start()`` starts
-reading every blob in parallel, each verified against its digest (stage 3); the graph is
+reading every blob in parallel, each verified against its digest (stage 3; each reader first
+faults in its host buffers in one call, ``memory.populate``, not page by page as it copies); the graph is
 unpickled under ``rebuild.loading`` and asks for storages by key (stage 4); ``finish()`` (or
 ``abort()``) waits for every read and device copy (stage 5); only then do ``damaged`` and
 ``not_fitted`` say everything. The loader never plans: an allocation that fails after all (the
@@ -34,7 +35,7 @@ from .blobwriter import remember_blob
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
 from .cuda_engine import CudaEngine, DeviceAllocation, Uploader
 from .errors import CudaError, CudaOutOfMemoryError
-from .memory import host_view
+from .memory import host_view, populate
 from .progress import PhaseBytes, ProgressSink
 from .resume_plan import ResumePlan, StoragePlace
 
@@ -214,6 +215,10 @@ class StorageLoader:
         moves with every chunk read and verified."""
         nbytes = sum(self.manifest.storages[keys[0]].nbytes * len(keys) for keys in entries.values())
         share = self._reading.share(nbytes)
+        for keys in entries.values():  # new memory, faulted in at once rather than page by page
+            for key in keys:
+                if key in self._buffers:
+                    populate(_address(self._buffers[key]), self.manifest.storages[key].nbytes)
         try:
             with self.store.open_blob(digest) as (f, size):
                 layout = read_verified(f, digest, size, lambda i, n: self._target(entries.get(i), n),
