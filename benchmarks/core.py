@@ -117,9 +117,10 @@ def measure(case: str, gb: float, work: Path) -> dict:
         out.update(bytes=r.bytes_total, again_new_bytes=r.bytes_new)
     elif case == "ours_save":
         with PeakRss() as rss:
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             r = kernel_hooks.checkpoint(namespace=ns, store=str(store), workspace="bench")
             out["seconds"] = time.perf_counter() - t
+            out["cpu_seconds"] = time.process_time() - cpu
         out.update(bytes=r.bytes_total, extra_rss=rss.extra)
         t = time.perf_counter()
         r2 = kernel_hooks.checkpoint(namespace=ns, store=str(store), workspace="bench")
@@ -129,9 +130,10 @@ def measure(case: str, gb: float, work: Path) -> dict:
         drop_cache(store)
         target: dict = {}
         with PeakRss() as rss:
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             r = kernel_hooks.resume("latest", namespace=target, store=str(store), workspace="bench")
             out["seconds"] = time.perf_counter() - t
+            out["cpu_seconds"] = time.process_time() - cpu  # every thread, user + system
         out.update(bytes=r.bytes_read, extra_rss=rss.extra, restored=len(r.restored))
     elif case == "torch_save":
         import torch
@@ -343,17 +345,19 @@ def report(r: dict, gb: float, folder: str, cases: list[str]) -> None:
                         if s(case) and r[case].get("bytes") else "n/a")
     print(f"\n### {folder}: session of ~{gb} GB; {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f}\n")
-    print("| operation | seconds | bytes | throughput | extra peak RSS |")
-    print("|---|---:|---:|---:|---:|")
+    print("| operation | seconds | CPU seconds (all threads) | bytes | throughput | extra peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|")
     for case in cases:
         row = r.get(case, {})
         if "error" in row:
-            print(f"| {case} | failed: {row['error']} | | | |")
+            print(f"| {case} | failed: {row['error']} | | | | |")
             continue
         rss = f"{row['extra_rss'] / 2**20:.0f} MiB" if "extra_rss" in row else ""
-        print(f"| {case} | {row['seconds']:.2f} | {row['bytes'] / 1e9:.2f} GB | {gbs(case)} | {rss} |")
+        cpu = f"{row['cpu_seconds']:.2f}" if "cpu_seconds" in row else ""
+        print(f"| {case} | {row['seconds']:.2f} | {cpu} | {row['bytes'] / 1e9:.2f} GB | {gbs(case)} "
+              f"| {rss} |")
     again = s("ours_save", "again_seconds")
-    print(f"| ours_save, unchanged session again | {again:.2f} | "
+    print(f"| ours_save, unchanged session again | {again:.2f} | | "
           f"{r['ours_save']['again_new_bytes'] / 1e3:.1f} kB new | | |")
     print("\n| ratio | value | target |")
     print("|---|---:|---|")
