@@ -143,7 +143,7 @@ class ResumeOperation:
         kernel's start. Every restore started is waited for before a failure is raised, so the
         state and ``_restored`` say what came back."""
         kids: list[str] = []
-        restores: list[asyncio.Future] = []
+        restores: dict[int, asyncio.Future] = {}  # item index -> its restore
         try:
             for index, item in enumerate(self.items):
                 kids.append(await self._kernel_for(item))
@@ -151,12 +151,17 @@ class ResumeOperation:
                     continue
                 if self.state.state != State.RESTORING:
                     self.state.move(State.RESTORING)
-                restores.append(asyncio.ensure_future(self._restore(index, item, kids[-1])))
+                restores[index] = asyncio.ensure_future(self._restore(item, kids[-1]))
         finally:
-            outcomes = await asyncio.gather(*restores, return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+            outcomes = await asyncio.gather(*restores.values(), return_exceptions=True)
+            failures = []
+            for index, outcome in zip(restores, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    failures.append(outcome)
+                else:
+                    self._restored.add(index)
+        if failures:
+            raise failures[0]
         return kids
 
     def _read_ahead_quietly(self) -> None:
@@ -194,10 +199,9 @@ class ResumeOperation:
             self.op.kernels.append(kid)
         return kid
 
-    async def _restore(self, index: int, item: ResumeItem, kid: str) -> None:
+    async def _restore(self, item: ResumeItem, kid: str) -> None:
         names = item.only(self.only)
         if names == []:  # a partial resume that wants nothing of this snapshot
-            self._restored.add(index)
             return
         self.state.move_kernels([kid], State.RESTORING)
         reply = await self.gateway.restore(
@@ -205,7 +209,6 @@ class ResumeOperation:
             timeout=self.timeout, on_progress=lambda p: self.state.set_progress(kid, p))
         self.state.set_result(kid, item.snapshot_id, reply.data)
         self.state.move_kernels([kid], State.READY)
-        self._restored.add(index)
 
 
 def _count_released(record: PausedRecord | None) -> None:
