@@ -4,9 +4,9 @@ Call order (``restore._restore``), one way: ``resume_plan.make_plan`` (stage 1) 
 every storage goes; ``StorageLoader(store, manifest, plan, ...)`` allocates (stage 2: device
 memory for the storages the plan streams to a GPU, host buffers for the rest); ``start()`` starts
 reading every blob in parallel, each verified against its digest (stage 3; each reader first
-faults in its host buffers in one call, ``memory.populate``, not page by page as it copies); the graph is
-unpickled under ``rebuild.loading`` and asks for storages by key (stage 4); ``finish()`` (or
-``abort()``) waits for every read and device copy (stage 5); only then do ``damaged`` and
+faults in its host buffers in one call, ``memory.populate``, not page by page as it copies); the
+graph is unpickled under ``rebuild.loading`` and asks for storages by key (stage 4); ``finish()``
+(or ``abort()``) waits for every read and device copy (stage 5); only then do ``damaged`` and
 ``not_fitted`` say everything. The loader never plans: an allocation that fails after all (the
 GPU filled up since it was measured) puts that storage on the CPU and names it in ``not_fitted``.
 
