@@ -208,18 +208,17 @@ def measure(case: str, gb: float, work: Path) -> dict:
             drop_cache(path)
             digest = {"raw_read_sha256": hashlib.sha256, "raw_read_blake3": _blake3}.get(case, _none)()
             t = time.perf_counter()
-            # raw_read_fresh: into new memory of the whole size, as a resume must land it
+            # raw_read_fresh: into new memory of the whole size, as a resume must land it; the
+            # others into one reused buffer of a chunk
             fresh = case == "raw_read_fresh"
-            buf = memoryview(torch.empty(nbytes if fresh else 16 << 20, dtype=torch.uint8).numpy())
+            buf = memoryview(torch.empty(nbytes if fresh else len(chunk), dtype=torch.uint8).numpy())
             done = 0
             with open(path, "rb", buffering=0) as f:
-                while True:
-                    chunk = buf[done : done + (16 << 20)] if fresh else buf
-                    if not (n := f.readinto(chunk)):
-                        break
+                while n := f.readinto(view := buf[done : done + len(chunk)]):
                     if digest is not None:
-                        digest.update(chunk[:n])
-                    done += n if fresh else 0
+                        digest.update(view[:n])
+                    if fresh:
+                        done += n
             out["seconds"] = time.perf_counter() - t
         out["bytes"] = nbytes
     return out
@@ -272,7 +271,7 @@ def main() -> None:
                         help="comma-separated directories to measure in (e.g. /var/tmp,/dev/shm)")
     parser.add_argument("--peers", action="store_true", help="also torch.save/load and dill")
     parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of the read cases; each figure is the best round")
+                        help="rounds of every case; each timing is its best round")
     parser.add_argument("--case")
     parser.add_argument("--work")
     parser.add_argument("--out")
