@@ -104,6 +104,13 @@ class Api:
             await asyncio.sleep(0.1)
         raise AssertionError(f"operation never finished: {status}")
 
+    async def pause(self, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``POST gkeresume/api/pause`` with ``options``, which must be accepted (202); return
+        the status once the pause has settled."""
+        code, body = await self.call("POST", "gkeresume/api/pause", options or {})
+        assert code == 202, body
+        return await self.settle()
+
     async def new_session(self, path: str) -> str:
         """A notebook session (real kernel) for ``path``; returns the kernel id."""
         code, body = await self.call("POST", "api/sessions", {

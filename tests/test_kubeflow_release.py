@@ -218,9 +218,7 @@ async def test_pause_through_the_server_pauses_the_workspace(api, kube):
     kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
     kid = await api.new_session("nb.ipynb")
     await api.run_cell(kid, "k = 'kubeflow'")
-    code, body = await api.call("POST", "gkeresume/api/pause", {})
-    assert code == 202, body
-    status = await api.settle()
+    status = await api.pause()
     assert status["state"] == "paused", status
     assert status["release_backend"] == "kubeflow"
     assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is True

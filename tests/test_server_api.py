@@ -81,9 +81,7 @@ async def test_pause_then_resume_brings_the_variables_back(api, store_dir):
 async def test_checkpoint_without_release_keeps_the_kernel(api, store_dir):
     kid = await api.new_session("nb.ipynb")
     await api.run_cell(kid, "y = 'still here'")
-    code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
-    assert code == 202, body
-    status = await api.settle()
+    status = await api.pause({"release": False})
     assert status["state"] == "running" and status["paused"] is None
     assert RecordingRelease.calls == [] and paused_record(store_dir) is None
     assert status["kernels"][0]["snapshot_id"] == status["last_snapshot"]["id"]
@@ -106,9 +104,7 @@ async def test_release_failure_keeps_kernels_and_removes_the_record(api, store_d
     RecordingRelease.fail_with = "the cluster said no"
     kid = await api.new_session("nb.ipynb")
     await api.run_cell(kid, "w = [1, 2, 3]")
-    code, _ = await api.call("POST", "gkeresume/api/pause", {})
-    assert code == 202
-    status = await api.settle()
+    status = await api.pause()
     assert status["state"] == "running"
     assert "the cluster said no" in status["reason"]
     assert status["last_error"]["operation"] == "release"
@@ -170,10 +166,8 @@ async def test_unknown_ids_and_conflicts(api):
 async def test_delete_snapshot_and_the_paused_record_guard(api, store_dir):
     kid = await api.new_session("nb.ipynb")
     await api.run_cell(kid, "v = 3")
-    await api.call("POST", "gkeresume/api/pause", {"release": False})
-    await api.settle()
-    await api.call("POST", "gkeresume/api/pause", {})
-    status = await api.settle()
+    await api.pause({"release": False})
+    status = await api.pause()
     assert status["state"] == "paused"
     paused_id = status["paused"]["kernels"][0]["snapshot_id"]
     code, body = await api.call("GET", "gkeresume/api/snapshots")
@@ -200,8 +194,7 @@ async def test_delete_snapshot_and_the_paused_record_guard(api, store_dir):
 async def test_twenty_concurrent_resumes_make_one_restore(api):
     kid = await api.new_session("nb.ipynb")
     await api.run_cell(kid, "import numpy as np\nbig = np.ones(2_000_000)")
-    await api.call("POST", "gkeresume/api/pause", {})
-    assert (await api.settle())["state"] == "paused"
+    assert (await api.pause())["state"] == "paused"
 
     def restores() -> float:
         return sample("gkeresume_operations_total", operation="resume", outcome="ok")
@@ -281,8 +274,7 @@ async def test_a_pod_release_pauses_every_kernel_whatever_the_list(api, store_di
 async def test_files_only_resume_starts_fresh_kernels_for_the_notebooks(api, store_dir):
     kid = await api.new_session("fresh.ipynb")
     await api.run_cell(kid, "gone = 'not restored on purpose'")
-    await api.call("POST", "gkeresume/api/pause", {})
-    assert (await api.settle())["state"] == "paused"
+    assert (await api.pause())["state"] == "paused"
     code, body = await api.call("POST", "gkeresume/api/resume", {"mode": "files-only"})
     assert code == 202, body
     status = await api.settle()

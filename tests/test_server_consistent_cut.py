@@ -202,8 +202,7 @@ async def test_destructive_calls_during_an_operation_are_409(api, tmp_path):
     (a pause may be about to name that snapshot in its record)."""
     first = await api.new_session("first.ipynb")
     await api.run_cell(first, "v = 1")
-    await api.call("POST", "gkeresume/api/pause", {"release": False})
-    older = (await api.settle())["last_snapshot"]["id"]
+    older = (await api.pause({"release": False}))["last_snapshot"]["id"]
     await api.call("DELETE", f"api/sessions/{(await api.call('GET', 'api/sessions'))[1][0]['id']}")
 
     _, _, open_gate = await start_pause_in_flight(api, tmp_path)

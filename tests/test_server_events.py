@@ -28,9 +28,7 @@ def orchestrator(api):
 
 
 async def pause_and_settle(api) -> dict:
-    code, body = await api.call("POST", "gkeresume/api/pause", {})
-    assert code == 202, body
-    status = await api.settle()
+    status = await api.pause()
     assert status["state"] == "paused", status
     return status
 

@@ -24,8 +24,7 @@ async def test_a_failed_resume_can_be_paused_again_keeping_what_did_not_come_bac
     b = await api.new_session("b.ipynb")
     await api.run_cell(a, "x = 'a'")
     await api.run_cell(b, "y = 'b'")
-    await api.call("POST", "gkeresume/api/pause", {})
-    status = await api.settle()
+    status = await api.pause()
     assert status["state"] == "paused", status
     lost = {k["notebook"]: k["snapshot_id"] for k in status["paused"]["kernels"]}["b.ipynb"]
     (store_dir / "server-ws" / "snapshots" / f"{lost}.json").unlink()  # b cannot come back
@@ -39,9 +38,7 @@ async def test_a_failed_resume_can_be_paused_again_keeping_what_did_not_come_bac
     [back] = [k["kernel_id"] for k in status["kernels"] if k["notebook"] == "a.ipynb"]
     assert await api.run_cell(back, "x = x + '!'\nprint(x)") == "a!\n"
 
-    code, body = await api.call("POST", "gkeresume/api/pause", {})
-    assert code == 202, body
-    status = await api.settle()
+    status = await api.pause()
     assert status["state"] == "paused", status
     record = stored_record(store_dir)
     by_notebook = {k["notebook"]: k["snapshot_id"] for k in record["kernels"]}

@@ -175,6 +175,14 @@ async def settle(orch) -> None:
         await op.task
 
 
+async def pause_two_notebooks(orch, gw) -> None:
+    """``a.ipynb`` holding ``x = 1`` and ``b.ipynb`` holding ``y = 2``, paused."""
+    gw.add("a.ipynb", x=1)
+    gw.add("b.ipynb", y=2)
+    await orch.start_pause()
+    await settle(orch)
+
+
 def kernel_states(orch, ids):
     return [orch.state.kernel(k).machine.state for k in ids]
 
@@ -323,10 +331,7 @@ async def test_one_operation_at_a_time_under_one_lock(parts):
 
 async def test_resume_from_the_record_brings_every_kernel_back_then_deletes_it(parts):
     orch, gw = parts.orch, parts.gateway
-    gw.add("a.ipynb", x=1)
-    gw.add("b.ipynb", y=2)
-    await orch.start_pause()
-    await settle(orch)
+    await pause_two_notebooks(orch, gw)
     assert gw.live_ids() == []
     answers = await asyncio.gather(*[orch.start_resume(None, "full", None, None)
                                      for _ in range(5)])
@@ -345,10 +350,7 @@ async def test_a_kernel_restores_while_the_next_one_starts_and_a_failed_start_wa
     when that start fails, the restore in flight still finishes and the record keeps only the
     kernel that did not come back."""
     orch, gw = parts.orch, parts.gateway
-    gw.add("a.ipynb", x=1)
-    gw.add("b.ipynb", y=2)
-    await orch.start_pause()
-    await settle(orch)
+    await pause_two_notebooks(orch, gw)
     restoring, second_start = asyncio.Event(), asyncio.Event()
     original_start, original_restore = gw.start_for, gw.restore
 
@@ -530,10 +532,7 @@ async def test_a_pause_past_its_record_cannot_be_cancelled(parts):
 
 async def test_after_a_failed_resume_the_shutdown_checkpoint_keeps_what_did_not_come_back(parts):
     orch, gw = parts.orch, parts.gateway
-    gw.add("a.ipynb", x=1)
-    gw.add("b.ipynb", y=2)
-    await orch.start_pause()
-    await settle(orch)
+    await pause_two_notebooks(orch, gw)
     lost = {k.notebook: k.snapshot_id for k in orch.state.paused.kernels}["b.ipynb"]
     original = gw.start_for
 

@@ -141,9 +141,7 @@ async def test_resume_starts_the_read_ahead_and_a_failing_one_does_not_fail_it(m
 async def test_a_resume_through_the_server_reads_the_paused_snapshot_ahead(api, store_dir, advised):
     kid = await api.new_session("ahead.ipynb")
     await api.run_cell(kid, "import numpy as np\nbig = np.arange(400_000.0)\nmid = np.ones(90_000)")
-    code, body = await api.call("POST", "gkeresume/api/pause", {})
-    assert code == 202, body
-    status = await api.settle()
+    status = await api.pause()
     assert status["state"] == "paused", status
     [entry] = status["paused"]["kernels"]
     store = SnapshotStore(str(store_dir), "server-ws")

@@ -35,15 +35,11 @@ def store_of(store_dir) -> SnapshotStore:
 async def test_a_planted_unsigned_manifest_is_neither_last_nor_usable(api, store_dir):
     kid = await api.new_session("real.ipynb")
     await api.run_cell(kid, "x = 1")
-    code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
-    assert code == 202, body
-    status = await api.settle()
+    status = await api.pause({"release": False})
     real = status["last_snapshot"]["id"]
     planted = make_snapshot(store_of(store_dir), None, [b"evil"], when=PLANTED)
 
-    code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
-    assert code == 202, body  # a pause refreshes the cached last snapshot
-    status = await api.settle()
+    status = await api.pause({"release": False})  # a pause refreshes the cached last snapshot
     assert status["last_snapshot"]["id"] not in (planted.snapshot_id, real), status
     assert status["last_snapshot"]["error"] is None
 
@@ -102,14 +98,9 @@ async def test_retention_runs_after_every_pause_per_notebook(api, store_dir):
     a, b = await api.new_session("a.ipynb"), await api.new_session("b.ipynb")
     await api.run_cell(a, "x = 1")
     await api.run_cell(b, "y = 2")
-    code, body = await api.call("POST", "gkeresume/api/pause",
-                                {"release": False, "name": "keep-me"})
-    assert code == 202, body
-    await api.settle()
+    await api.pause({"release": False, "name": "keep-me"})
     for _ in range(3):
-        code, body = await api.call("POST", "gkeresume/api/pause", {"release": False})
-        assert code == 202, body
-        last = [k["snapshot_id"] for k in (await api.settle())["kernels"]]
+        last = [k["snapshot_id"] for k in (await api.pause({"release": False}))["kernels"]]
     store = store_of(store_dir)
 
     def by_notebook():
@@ -145,9 +136,7 @@ async def test_settings_are_stored_and_checked(api, store_dir):
 async def test_snapshot_rows_say_why_and_ready_returns_to_running(api):
     kid = await api.new_session("why.ipynb")
     await api.run_cell(kid, "x = 1")
-    code, body = await api.call("POST", "gkeresume/api/pause", {})
-    assert code == 202, body
-    assert (await api.settle())["state"] == "paused"
+    assert (await api.pause())["state"] == "paused"
     code, body = await api.call("GET", "gkeresume/api/snapshots")
     assert [row["reason"] for row in body["snapshots"]] == ["user"]
     code, body = await api.call("POST", "gkeresume/api/resume", {})

@@ -22,9 +22,7 @@ async def test_store_failure_mid_pause_releases_nothing(api, gcs_faulty):
     await api.run_cell(kid, "import numpy as np\nweights = np.arange(300_000.0)\nstep = 7")
     gcs_faulty.proxy.inject("status", count=10_000, match="/upload/", status=403)
 
-    code, body = await api.call("POST", "gkeresume/api/pause", {})
-    assert code == 202, body
-    status = await api.settle()
+    status = await api.pause()
 
     assert status["state"] == "running", status
     assert "pause failed, nothing was released" in status["reason"]
@@ -38,8 +36,7 @@ async def test_store_failure_mid_pause_releases_nothing(api, gcs_faulty):
     assert out == f"{float(sum(range(300_000)))} 7\n"
 
     gcs_faulty.proxy.clear()  # the store is back: the same kernel pauses fine now
-    await api.call("POST", "gkeresume/api/pause", {})
-    status = await api.settle()
+    status = await api.pause()
     assert status["state"] == "paused", status
     assert len(RecordingRelease.calls) == 1
 
