@@ -48,6 +48,16 @@ def expected(parts: list[bytes]) -> StoredObject:
     return StoredObject(len(data), crc32c.crc32c(data))
 
 
+def upload_and_read_back(fs, path: str, parts: list[bytes], composite) -> StoredObject:
+    """Upload ``parts``; the reply, the stored object's size and crc32c, and its bytes must all
+    match what was sent."""
+    stored = upload_object(fs, path, parts, CHUNK, composite=composite)
+    assert stored == expected(parts)
+    assert stored_checksum(fs, path) == (stored.size, stored.crc32c)
+    assert fs.cat_file(path) == b"".join(parts)
+    return stored
+
+
 def leftovers(fs, bucket) -> list[str]:
     fs.invalidate_cache()
     return [p for p in fs.find(bucket.url) if ".tmp-" in p]
@@ -58,10 +68,7 @@ def leftovers(fs, bucket) -> list[str]:
 def test_upload_sends_its_crc32c_and_checks_the_stored_object(gcs_faulty, size):
     fs, path = filesystem(gcs_faulty.bucket), f"{gcs_faulty.bucket.url}/o"
     parts = blob_bytes(size)
-    stored = upload_object(fs, path, parts, CHUNK, composite=NO_COMPOSITE)
-    assert stored == expected(parts)
-    assert stored_checksum(fs, path) == (stored.size, stored.crc32c)
-    assert fs.cat_file(path) == b"".join(parts)
+    stored = upload_and_read_back(fs, path, parts, NO_COMPOSITE)
     sent = [f for f in gcs_faulty.proxy.forwarded if "upload" in f.path]
     ours = checksum.to_base64(stored.crc32c)
     if size <= CHUNK:  # one simple upload: the crc32c is in its metadata part
@@ -160,10 +167,7 @@ RESUMABLE_PARTS = CompositePolicy(threshold=CHUNK, part_bytes=2 * CHUNK, paralle
 def test_large_blob_goes_up_in_composed_parts(gcs_faulty, size):
     fs, path = filesystem(gcs_faulty.bucket), f"{gcs_faulty.bucket.url}/o"
     parts = blob_bytes(size)
-    stored = upload_object(fs, path, parts, CHUNK, composite=SMALL_PARTS)
-    assert stored == expected(parts)
-    assert stored_checksum(fs, path) == (stored.size, stored.crc32c)
-    assert fs.cat_file(path) == b"".join(parts)
+    upload_and_read_back(fs, path, parts, SMALL_PARTS)
     [compose] = [f for f in gcs_faulty.proxy.forwarded if f.path.split("?")[0].endswith("/compose")]
     components = json.loads(compose.head)["sourceObjects"]
     assert 2 <= len(components) <= 32
