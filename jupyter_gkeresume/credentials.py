@@ -7,15 +7,23 @@ is the point: a variable wrongly taken for a credential is only reported as "not
 credential wrongly taken for a setting would reach the bucket in clear.
 
 - ``name_looks_secret(name)``: ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSW*`` (PASSWORD, PASSWD),
-  ``*CREDENTIAL*``, any case.
+  ``*CREDENTIAL*``, and ``PASS``, ``PWD``, ``AUTH`` as a whole ``_``-separated word (``DB_PASS``,
+  ``MYSQL_PWD``, ``REDIS_AUTH``; ``PWD`` itself, ``OLDPWD`` and ``GIT_AUTHOR_NAME`` are not), any case.
 - ``value_looks_secret(value)``: URL userinfo with a password, a PEM block, a known token prefix
   (GitHub ``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``, Slack ``xoxa- xoxb- xoxp-``, AWS ``AKIA``/``ASIA``,
-  Google ``ya29.``, OpenAI-style ``sk-``, GitLab ``glpat-``), a JWT (``eyJ...``).
+  Google ``ya29.``, OpenAI-style ``sk-``, GitLab ``glpat-``, Hugging Face ``hf_``), a JWT (``eyJ...``),
+  an Azure connection string's ``AccountKey=`` / ``SharedAccessKey=`` / ``SharedAccessSignature=``,
+  a Slack webhook URL, an HTTP ``Bearer`` value.
+
 - ``mask(text)``: all of the above plus ``key=value`` / ``"key": value`` pairs whose key looks
   secret (``client_secret``, ``access_token``, ``X-Goog-Credential``, ``password``...), bearer
   tokens, query strings of URLs (upload ids, signed-URL parameters), PEM bodies.
 - ``scrub(texts, values)``: ``texts`` with every occurrence of the secret ``values`` replaced, as
   written or as a string literal spells them (escaped newlines), and the password of a URL alone.
+
+It is a heuristic over names and shapes, on the safe side; it is not a secret scanner. A
+credential with an ordinary name and no known shape (``MY_SETTING=hunter2hunter2``) is not
+recognised: docs/security.md says what that means for users.
 """
 
 from __future__ import annotations
@@ -24,7 +32,9 @@ import json
 import re
 from collections.abc import Iterable
 
-NAME_RE = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
+NAME_RE = re.compile(
+    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|(?:^|_)(?:PASS|AUTH)(?:_|$)|_PWD(?:_|$)", re.IGNORECASE
+)
 MASK = "***"
 NOT_SAVED = "<credential not saved>"
 MIN_SCRUBBED = 8  # shorter values are not scrubbed from text: replacing them would maul the code
@@ -37,6 +47,10 @@ _TOKEN = (
     r"|sk-[\w-]{16,}"
     r"|glpat-[\w-]{16,}"
     r"|eyJ[\w-]{8,}\.[\w-]{8,}(?:\.[\w-]*)?"
+    r"|hf_[A-Za-z0-9]{30,}"
+    r"|(?:AccountKey|SharedAccessKey|SharedAccessSignature)=[^;\s]{8,}"
+    r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[\w/-]+"
+    r"|(?i:bearer)\s+[\w.~+/=-]{8,}"
 )
 TOKEN_RE = re.compile(rf"(?<![\w-])(?:{_TOKEN})")
 PEM_RE = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")

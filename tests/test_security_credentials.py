@@ -14,6 +14,9 @@ from jupyter_gkeresume.snapshot.store import SnapshotStore, describe
 
 GITHUB = "ghp_" + "A1b2" * 9
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXZhbHVl"
+AZURE = ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=QUJDREVGR0hJSktMTU5PUA==;"
+         "EndpointSuffix=core.windows.net")
+SLACK_HOOK = "https://hooks.slack.com/services/T0000AAAA/B0000BBBB/abcdefghijklmnopqrstuvwx"
 PEM = ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nbm90IGEgcmVhbCBrZXk=\n"
        "-----END PRIVATE KEY-----\n")
 
@@ -26,6 +29,10 @@ PEM = ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nbm90IGEgc
     ("SLACK", "xoxb-1234567890-abcdefghij"), ("AWS_ID", "AKIAABCDEFGHIJKLMNOP"),
     ("GCP", "ya29.a0AfH6SMBabcdefghij"), ("OPENAI", "sk-" + "s" * 40),
     ("GITLAB", "glpat-" + "g" * 20), ("SESSION", JWT), ("CERT_PEM", PEM),
+    # issue 22.10: names and values the filter let through
+    ("DB_PASS", "x"), ("MYSQL_PWD", "x"), ("REDIS_AUTH", "x"), ("PGPASSFILE_PASS", "x"),
+    ("STORAGE", AZURE), ("MODEL_HUB", "hf_" + "h" * 34), ("ALERTS", SLACK_HOOK),
+    ("UPSTREAM_HEADER", "Bearer abcdef0123456789"),
 ])
 def test_credentials_are_recognized(name, value):
     assert env_looks_secret(name, value)
@@ -35,6 +42,10 @@ def test_credentials_are_recognized(name, value):
     ("MY_SETTING", "on"), ("PATH", "/usr/bin:/bin"), ("HOME", "/home/jovyan"),
     ("SITE", "https://example.org/path"), ("TASK", "task-runner-1"), ("EMAIL", "a@b.org"),
     ("SERVICE", "http://user@host/x"),
+    # the shapes added for 22.10 must not swallow ordinary settings
+    ("PWD", "/home/jovyan"), ("OLDPWD", "/tmp"), ("GIT_AUTHOR_NAME", "Ada"), ("PASSES", "3"),
+    ("BYPASS_CACHE", "1"), ("HF_HOME", "/home/jovyan/.cache/huggingface"),
+    ("WEBSITE", "https://hooks.example.org/services/x"), ("GREETING", "bearer of good news"),
 ])
 def test_settings_are_not_taken_for_credentials(name, value):
     assert not env_looks_secret(name, value)
@@ -46,13 +57,14 @@ def test_masking_covers_every_credential_shape():
         "X-Goog-Credential=GOOGCRED-1234%2F20261201 "
         "Authorization: Bearer BEARER-1234567 bearer BARE-1234567 "
         "gs://user:pa/ss-WORD@bucket/x https://user/x:y-WORD2@host/p "
-        f"{GITHUB} {JWT} password=PW-1234567 {PEM}"
+        f"{GITHUB} {JWT} password=PW-1234567 {AZURE} {SLACK_HOOK} hf_{'h' * 34} {PEM}"
         "-----BEGIN RSA PRIVATE KEY-----\nCUT-SHORT-BODY"
     )
     masked = mask(text)
     for secret in ("CS-1234567", "RT-1234567", "GOOGCRED", "BEARER-1234567", "BARE-1234567",
                    "ss-WORD", "y-WORD2", GITHUB, JWT, "PW-1234567", "MIIEvQIBADAN", "bm90IGEg",
-                   "CUT-SHORT-BODY"):
+                   "CUT-SHORT-BODY", "QUJDREVGR0hJSktMTU5PUA", "abcdefghijklmnopqrstuvwx",
+                   "h" * 34):
         assert secret not in masked, secret
     assert "gs://***@bucket/x" in masked and "-----BEGIN PRIVATE KEY-----***" in masked
 
