@@ -247,3 +247,13 @@ def test_huge_sizes_and_odd_gpu_fields_get_a_verdict(local_store, signing_key):
     assert verdict.level == "partial"
     assert any("absurd number of GiB" in r for r in verdict.reasons)
     assert all(len(r) < 2000 and "\n" not in r for r in verdict.reasons)
+
+
+def test_module_checks_run_no_third_party_finder(tmp_path):
+    """Issue 22.11: setuptools puts ``_distutils_hack.DistutilsMetaFinder`` first on
+    ``sys.meta_path``; asked for ``distutils`` it imports ``setuptools._distutils`` (97 modules
+    here). The check asks the interpreter's own finders only, in this process."""
+    printed, result, created = probe_modules(tmp_path, ["distutils.core", "setuptools", "pip"])
+    assert (printed, result["at_risk"], created) == ([], {}, [])
+    assert not [m for m in result["imported"]
+                if m.split(".")[0] in ("setuptools", "_distutils_hack", "distutils", "pip")]

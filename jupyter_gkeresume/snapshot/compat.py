@@ -14,9 +14,9 @@ Compared field by field (``fingerprint.environment_fingerprint`` writes them): `
 ``uuid``/``index`` and ``node`` are ignored on purpose: a new pod almost always gets another
 physical GPU of the same type on another node, and that is still ``exact``.
 
-Module checks run in *this* process: the server, the CLI and the kernel share one environment on a
-notebook pod, so "importable here" means importable by the kernel that will restore. They import
-and execute nothing (``find_spec("this.x")`` would import ``this``): see ``_module_available``.
+Module checks run in *this* environment: the server, the CLI and the kernel share one environment
+on a notebook pod, so "importable here" means importable by the kernel that will restore. They
+import and execute nothing in this process: see ``importable.missing_modules``.
 
 Every field is untrusted JSON: ``check_compatible`` answers for any value (huge numbers, endless
 version strings, nested lists), and the values it quotes in reasons are shortened to one line.
@@ -24,16 +24,14 @@ version strings, nested lists), and the values it quotes in reasons are shortene
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import re
 import reprlib
-import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 from .format import DIGESTS_BY_VERSION, Manifest
+from .importable import missing_modules
 
 LEVELS = ("exact", "portable", "partial", "incompatible")
 GIB = 1 << 30
@@ -68,32 +66,6 @@ class Verdict:
         }
 
 
-def _module_available(module: str) -> bool:
-    """Whether ``module`` could be imported here, found without executing any code: the top-level
-    name through the import system's finders (finding a top-level name imports nothing), then each
-    submodule by a path search in its parent's search locations. (``importlib.util.find_spec`` of
-    a dotted name imports the parents: ``this.x`` printed the Zen of Python, ``venv.__main__.x``
-    made virtualenvs.) A name already imported counts as available."""
-    parts = module.split(".")
-    if not all(part.isidentifier() for part in parts):
-        return False
-    try:
-        spec = sys.modules[parts[0]].__spec__ if parts[0] in sys.modules else (
-            importlib.util.find_spec(parts[0]))
-        for depth in range(2, len(parts) + 1):
-            name = ".".join(parts[:depth])
-            if name in sys.modules:
-                spec = sys.modules[name].__spec__ or spec
-                continue
-            locations = spec.submodule_search_locations if spec is not None else None
-            if locations is None:  # not found, or a plain module: it has no submodules
-                return False
-            spec = importlib.machinery.PathFinder.find_spec(name, list(locations))
-    except Exception:  # third-party finders may raise anything: that means "not found"
-        return False
-    return spec is not None
-
-
 def _show(value: Any) -> str:
     """A manifest value as short one-line text for a reason."""
     try:
@@ -125,10 +97,10 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
             verdict.worsen("portable", f"{key} differs: {_show(there[key])} -> {_show(here[key])}")
     _compare_gpus(verdict, there.get("cuda", {}), here.get("cuda", {}), manifest)
     _compare_packages(verdict, there.get("packages", {}), here.get("packages", {}), manifest)
-    for obj in manifest.objects:
-        if obj.status != "saved":
-            continue
-        missing = sorted(m for m in obj.modules if not _module_available(m))
+    saved = [obj for obj in manifest.objects if obj.status == "saved"]
+    not_here = set(missing_modules(m for obj in saved for m in obj.modules))
+    for obj in saved:
+        missing = sorted(m for m in obj.modules if m in not_here)
         if missing:
             shown = ", ".join(_show(m) for m in missing)
             verdict.at_risk(obj.name, f"needs {shown}, not importable here")

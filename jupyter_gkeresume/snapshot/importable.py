@@ -1,0 +1,113 @@
+"""Which of the modules a manifest names could be imported here, found without executing code.
+
+``missing_modules(names)`` is the one entry point; ``check_compatible`` calls it once per verdict.
+
+Only the interpreter's own finders (builtin, frozen, the path finder) are asked in this process:
+they look at files and run nothing. ``importlib.util.find_spec`` is not used on a dotted name (it
+imports the parents: ``this.x`` printed the Zen of Python, ``venv.__main__.x`` made virtualenvs),
+nor on any name through a third-party finder on ``sys.meta_path``, which may run anything when
+asked: setuptools' ``_distutils_hack`` imports ``setuptools._distutils`` (97 modules) when asked
+for ``distutils``. A top-level name that only such a finder knows (an editable install's finder,
+say) is asked in one fresh interpreter of this Python for all such names at once; that child is
+also the closest picture of the kernel that will restore. A name already imported counts as
+available.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import subprocess
+import sys
+from collections.abc import Iterable
+from importlib.machinery import ModuleSpec
+
+_OWN_FINDERS = (
+    importlib.machinery.BuiltinImporter,
+    importlib.machinery.FrozenImporter,
+    importlib.machinery.PathFinder,
+)
+CHILD_TIMEOUT = 30.0  # seconds; a child that takes longer answers "not found" for its names
+
+# Asked in the child: each top-level name's submodule search locations, null for a plain module.
+_CHILD = r"""
+import importlib.util, json, sys
+found = {}
+for name in sys.argv[1:]:
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:
+        spec = None
+    if spec is not None:
+        locations = spec.submodule_search_locations
+        found[name] = None if locations is None else list(locations)
+print(json.dumps(found))
+"""
+
+
+def missing_modules(names: Iterable[str]) -> list[str]:
+    """The names in ``names`` (dotted module names) that could not be imported here, sorted."""
+    names = sorted(set(names))
+    tops = {name.split(".")[0] for name in names if _valid(name)}
+    specs = {top: _own_spec(top) for top in tops}
+    unknown = sorted(top for top, spec in specs.items() if spec is None)
+    if unknown and len(sys.meta_path) > len(_OWN_FINDERS):
+        specs.update(_specs_in_child(unknown))
+    return [name for name in names if not _available(name, specs.get(name.split(".")[0]))]
+
+
+def _valid(name: str) -> bool:
+    return all(part.isidentifier() for part in name.split("."))
+
+
+def _own_spec(top: str) -> ModuleSpec | None:
+    """The spec of an imported or own-finder-found top-level module, else None."""
+    if top in sys.modules:
+        return getattr(sys.modules[top], "__spec__", None) or ModuleSpec(top, None)
+    for finder in _OWN_FINDERS:
+        try:
+            spec = finder.find_spec(top)
+        except Exception:  # an odd sys.path entry: not found through it
+            spec = None
+        if spec is not None:
+            return spec
+    return None
+
+
+def _specs_in_child(tops: list[str]) -> dict[str, ModuleSpec]:
+    """Specs (name and search locations only) of ``tops`` as a fresh interpreter finds them."""
+    try:
+        run = subprocess.run([sys.executable, "-c", _CHILD, *tops], capture_output=True,
+                             text=True, timeout=CHILD_TIMEOUT, check=True, stdin=subprocess.DEVNULL)
+        found = json.loads(run.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+    specs = {}
+    for top, locations in found.items():
+        spec = ModuleSpec(top, None, is_package=locations is not None)
+        if locations is not None:
+            spec.submodule_search_locations = [str(p) for p in locations]
+        specs[top] = spec
+    return specs
+
+
+def _available(name: str, spec: ModuleSpec | None) -> bool:
+    """Follow ``name``'s parts below its top-level ``spec`` by path search, executing nothing."""
+    if spec is None or not _valid(name):
+        return False
+    parts = name.split(".")
+    try:
+        for depth in range(2, len(parts) + 1):
+            dotted = ".".join(parts[:depth])
+            if dotted in sys.modules:
+                spec = getattr(sys.modules[dotted], "__spec__", None) or spec
+                continue
+            locations = spec.submodule_search_locations
+            if locations is None:  # a plain module has no submodules
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(dotted, list(locations))
+            if spec is None:
+                return False
+    except Exception:  # odd search locations: not found
+        return False
+    return True
