@@ -38,6 +38,17 @@ OBJECT_META = {"name", "generateName", "namespace", "uid", "resourceVersion", "g
                "annotations", "ownerReferences", "finalizers", "managedFields", "selfLink"}
 
 
+# What Kubeflow v1 itself aggregates into kubeflow-edit for Notebooks (kubeflow/notebooks
+# notebooks-v1 components/notebook-controller/config/rbac/user_cluster_roles.yaml).
+KUBEFLOW_NOTEBOOKS_EDIT = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": "kubeflow-notebooks-edit", "labels": {KUBEFLOW_EDIT_LABEL: "true"}},
+    "rules": [{"apiGroups": ["kubeflow.org"], "resources": ["notebooks", "notebooks/status"],
+               "verbs": ["get", "list", "watch", "create", "delete", "deletecollection", "patch",
+                         "update"]}],
+}
+
+
 class Invalid(ValueError):
     """The object does not match the served schema; the message names every bad field."""
 

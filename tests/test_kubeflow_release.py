@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_server import server_config
-from kube_rules import Invalid, Rbac, check_object, served_schema
+from kube_rules import KUBEFLOW_NOTEBOOKS_EDIT, Invalid, Rbac, check_object, served_schema
 
 from jupyter_gkeresume.errors import ReleaseError
 from jupyter_gkeresume.release import KubeflowRelease, autodetect
@@ -46,11 +46,14 @@ def merge_patch(target, patch):
     return out
 
 
-def shipped_rbac() -> Rbac:
-    """RBAC as deploy/ sets it up: its ClusterRole(s), and team-a a Kubeflow profile."""
+def shipped_rbac(*, with_deploy: bool = True) -> Rbac:
+    """RBAC of a Kubeflow v1 cluster where team-a is a profile, with deploy/'s ClusterRole
+    applied (or not)."""
     rbac = Rbac()
-    for doc in yaml.safe_load_all((DEPLOY / "kubeflow-rbac.yaml").read_text()):
-        rbac.add_cluster_role(doc)
+    rbac.add_cluster_role(KUBEFLOW_NOTEBOOKS_EDIT)
+    if with_deploy:
+        for doc in yaml.safe_load_all((DEPLOY / "kubeflow-rbac.yaml").read_text()):
+            rbac.add_cluster_role(doc)
     rbac.add_profile("team-a")
     return rbac
 
@@ -212,8 +215,7 @@ def test_notebook_v1_gets_the_stopped_annotation_when_there_is_no_workspace(kube
 
 def test_forbidden_names_the_rbac_role(kube):
     kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
-    kube.rbac = Rbac()  # a profile without deploy/kubeflow-rbac.yaml applied
-    kube.rbac.add_profile("team-a")
+    kube.rbac = shipped_rbac(with_deploy=False)  # Kubeflow's own roles reach no Workspace
     with pytest.raises(ReleaseError, match=r"deploy/kubeflow-rbac\.yaml"):
         asyncio.run(backend(kube).release())
     assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is False
