@@ -1,9 +1,11 @@
 """The ``kubeflow`` release backend, through the real kubernetes client, against a small local
 HTTP server that stands in for a Kubernetes API server (none can run on these machines: no
 container runtime, no kube-apiserver package). It keeps the API's semantics for the two custom
-resources involved: bearer-token authentication (401), RBAC refusals (403 Status), missing
-objects (404 Status), JSON merge patch only (RFC 7386, 415 otherwise), resourceVersion
-preconditions and conflicts (409 Status), and complete objects in every answer.
+resources involved: bearer-token authentication (401), RBAC evaluated for the service account
+the token belongs to with the rules deploy/ ships (403 Status, ``tests/kube_rules.py``), missing
+objects (404 Status), JSON merge patch only (RFC 7386, 415 otherwise), the served schema of each
+kind, strictly (422 Invalid, unknown fields included), resourceVersion preconditions and
+conflicts (409 Status), and complete objects in every answer.
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ import re
 import threading
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+import yaml
 from fixtures_server import server_config
+from kube_rules import KUBEFLOW_NOTEBOOKS_EDIT, Invalid, Rbac, check_object, served_schema
 
 from jupyter_gkeresume.errors import ReleaseError
 from jupyter_gkeresume.release import KubeflowRelease, autodetect
 
-TOKEN = "sa-token-123"
+TOKEN = "sa-token-123"  # the pod's token: service account team-a/default-editor (Kubeflow v1)
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 PATH_RE = re.compile(r"^/apis/kubeflow\.org/(v1beta1|v1)/namespaces/([^/]+)/(workspaces|notebooks)"
                      r"/([^/?]+)$")
 
@@ -40,15 +46,30 @@ def merge_patch(target, patch):
     return out
 
 
+def shipped_rbac(*, with_deploy: bool = True) -> Rbac:
+    """RBAC of a Kubeflow v1 cluster where team-a is a profile, with deploy/'s ClusterRole
+    applied (or not)."""
+    rbac = Rbac()
+    rbac.add_cluster_role(KUBEFLOW_NOTEBOOKS_EDIT)
+    if with_deploy:
+        for doc in yaml.safe_load_all((DEPLOY / "kubeflow-rbac.yaml").read_text()):
+            rbac.add_cluster_role(doc)
+    rbac.add_profile("team-a")
+    return rbac
+
+
 class FakeKubeApi:
-    """Objects keyed by (version, namespace, plural, name); ``forbidden`` holds plurals this
-    token may not patch; ``conflicts`` makes that many next PATCHes answer 409."""
+    """Objects keyed by (version, namespace, plural, name); ``tokens`` maps each bearer token to
+    the (namespace, service account) it authenticates as, ``rbac`` decides what that account may
+    do; ``conflicts`` makes that many next PATCHes answer 409."""
 
     def __init__(self):
         self.objects: dict[tuple[str, str, str, str], dict] = {}
-        self.forbidden: set[str] = set()
+        self.tokens = {TOKEN: ("team-a", "default-editor")}
+        self.rbac = shipped_rbac()
         self.conflicts = 0
         self.requests: list[tuple[str, str, str]] = []
+        self.responses: list[dict] = []
         self._version = 100
         api = self
 
@@ -66,15 +87,19 @@ class FakeKubeApi:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def add(self, version, namespace, plural, name, spec):
+        """Create an object, as a strict apply would: one its kind's schema refuses raises
+        ``kube_rules.Invalid``."""
         kind = {"workspaces": "Workspace", "notebooks": "Notebook"}[plural]
         self._version += 1
-        self.objects[(version, namespace, plural, name)] = {
+        obj = {
             "apiVersion": f"kubeflow.org/{version}", "kind": kind,
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
                          "resourceVersion": str(self._version), "generation": 1,
                          "annotations": {}},
             "spec": spec, "status": {},
         }
+        check_object(obj, served_schema(plural, version))
+        self.objects[(version, namespace, plural, name)] = obj
 
     def get(self, version, namespace, plural, name):
         return self.objects[(version, namespace, plural, name)]
@@ -83,17 +108,22 @@ class FakeKubeApi:
         length = int(req.headers.get("Content-Length") or 0)
         body = req.rfile.read(length) if length else b""
         self.requests.append((method, req.path, req.headers.get("Content-Type", "")))
-        if req.headers.get("Authorization") != f"Bearer {TOKEN}":
+        scheme, _, token = (req.headers.get("Authorization") or "").partition(" ")
+        if scheme != "Bearer" or token not in self.tokens:
             return self.status(req, 401, "Unauthorized", "Unauthorized")
         match = PATH_RE.match(req.path.split("?")[0])
         if not match:
             return self.status(req, 404, "NotFound", "the server could not find the resource")
         version, namespace, plural, name = match.groups()
         key = (version, namespace, plural, name)
-        if method == "PATCH" and plural in self.forbidden:
+        account_ns, account = self.tokens[token]
+        verb = method.lower()
+        if account_ns != namespace or not self.rbac.allows(namespace, account, verb,
+                                                           "kubeflow.org", plural):
             return self.status(req, 403, "Forbidden", f'{plural}.kubeflow.org "{name}" is '
-                               f'forbidden: User "system:serviceaccount:{namespace}:default-editor"'
-                               f' cannot patch resource "{plural}"')
+                               f'forbidden: User "system:serviceaccount:{account_ns}:{account}"'
+                               f' cannot {verb} resource "{plural}" in API group "kubeflow.org"'
+                               f' in the namespace "{namespace}"')
         if key not in self.objects:
             return self.status(req, 404, "NotFound", f'{plural}.kubeflow.org "{name}" not found')
         obj = self.objects[key]
@@ -107,6 +137,10 @@ class FakeKubeApi:
                 return self.status(req, 409, "Conflict", "the object has been modified; please "
                                    "apply your changes to the latest version and try again")
             obj = merge_patch(obj, patch)
+            try:
+                check_object(obj, served_schema(plural, version))
+            except Invalid as exc:
+                return self.status(req, 422, "Invalid", str(exc))
             self._version += 1
             obj["metadata"]["resourceVersion"] = str(self._version)
             if "spec" in patch:
@@ -120,6 +154,7 @@ class FakeKubeApi:
                               "code": code})
 
     def send(self, req, code, payload):
+        self.responses.append(payload)
         data = json.dumps(payload).encode()
         req.send_response(code)
         req.send_header("Content-Type", "application/json")
@@ -144,41 +179,92 @@ def kube(monkeypatch):
         yield api
 
 
+def example_spec(name: str) -> dict:
+    """The spec of one of deploy/kubeflow's examples (valid for its kind's served schema)."""
+    return yaml.safe_load((DEPLOY / "kubeflow" / name).read_text())["spec"]
+
+
+WORKSPACE = example_spec("workspace-v1beta1.yaml")
+NOTEBOOK = example_spec("notebook-v1.yaml")
+
+
 def backend(kube, **traits) -> KubeflowRelease:
     return KubeflowRelease(api_host=kube.url, **traits)
 
 
 def test_workspace_v1beta1_is_paused(kube):
-    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False, "podTemplate": {}})
-    kube.add("v1", "team-a", "notebooks", "train-1", {"template": {}})
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
+    kube.add("v1", "team-a", "notebooks", "train-1", NOTEBOOK)
     asyncio.run(backend(kube).release())
     ws = kube.get("v1beta1", "team-a", "workspaces", "train-1")
-    assert ws["spec"] == {"paused": True, "podTemplate": {}}
+    assert ws["spec"] == {**WORKSPACE, "paused": True}
     assert ws["metadata"]["generation"] == 2
     assert kube.get("v1", "team-a", "notebooks", "train-1")["metadata"]["annotations"] == {}
     assert [(m, ct) for m, _, ct in kube.requests] == [("PATCH", "application/merge-patch+json")]
 
 
 def test_notebook_v1_gets_the_stopped_annotation_when_there_is_no_workspace(kube):
-    kube.add("v1", "team-a", "notebooks", "train-1", {"template": {"spec": {}}})
+    kube.add("v1", "team-a", "notebooks", "train-1", NOTEBOOK)
     asyncio.run(backend(kube).release())
     nb = kube.get("v1", "team-a", "notebooks", "train-1")
     stamp = nb["metadata"]["annotations"]["kubeflow-resource-stopped"]
     assert datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")  # RFC 3339, UTC
-    assert nb["spec"] == {"template": {"spec": {}}}  # a merge patch leaves the rest alone
+    assert nb["spec"] == NOTEBOOK  # a merge patch leaves the rest alone
     assert [p.split("/")[3] for _, p, _ in kube.requests] == ["v1beta1", "v1"]
 
 
 def test_forbidden_names_the_rbac_role(kube):
-    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
-    kube.forbidden.add("workspaces")
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
+    kube.rbac = shipped_rbac(with_deploy=False)  # Kubeflow's own roles reach no Workspace
     with pytest.raises(ReleaseError, match=r"deploy/kubeflow-rbac\.yaml"):
         asyncio.run(backend(kube).release())
     assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is False
 
 
+def test_a_v2_pod_releases_as_its_own_service_account(kube):
+    """Workspace pods run as ``ws-{name}`` (kubeflow/notebooks notebooks-v2
+    workspaces/controller/internal/controller/workspace_controller.go
+    ``generateServiceAccountName``), bound only to the ClusterRoles of their WorkspaceKind's
+    ``podTemplate.serviceAccount.clusterRoles`` (``reconcileRoleBindings``): kubeflow-edit,
+    and so the aggregated release role, does not reach them; the WorkspaceKind in deploy/ does."""
+    kind = yaml.safe_load((DEPLOY / "kubeflow" / "workspacekind-v1beta1.yaml").read_text())
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
+    kube.tokens = {TOKEN: ("team-a", "ws-train-1")}
+    release = backend(kube, kind="workspace", namespace="team-a", resource_name="train-1")
+    with pytest.raises(ReleaseError, match=r"deploy/kubeflow-rbac\.yaml"):
+        asyncio.run(release.release())
+    assert "ws-train-1" in json.dumps(kube.responses[-1])
+    kube.rbac.add_workspace("team-a", "train-2", kind)  # another Workspace's account
+    with pytest.raises(ReleaseError, match="forbidden"):
+        asyncio.run(release.release())
+    kube.rbac.add_workspace("team-a", "train-1", kind)
+    asyncio.run(release.release())
+    assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is True
+
+
+def test_the_stand_in_refuses_fields_the_served_schema_lacks(kube):
+    """A merge patch whose result the served schema refuses is a 422 and changes nothing
+    (kubeflow.org_workspaces.yaml has no ``spec.deferUpdates``); creating an object the schema
+    refuses fails as a strict apply does."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
+    configuration = client.Configuration(host=kube.url)
+    configuration.api_key = {"authorization": f"Bearer {TOKEN}"}
+    api = client.CustomObjectsApi(client.ApiClient(configuration))
+    with pytest.raises(ApiException) as refused:
+        api.patch_namespaced_custom_object("kubeflow.org", "v1beta1", "team-a", "workspaces",
+                                           "train-1", {"spec": {"deferUpdates": True}})
+    assert refused.value.status == 422 and "spec.deferUpdates" in refused.value.body
+    assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"] == WORKSPACE
+    with pytest.raises(Invalid, match=r"spec\.template\.metadata"):
+        kube.add("v1", "team-a", "notebooks", "train-1",
+                 {**NOTEBOOK, "template": {**NOTEBOOK["template"], "metadata": {}}})
+
+
 def test_a_conflict_is_retried(kube):
-    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
     kube.conflicts = 1
     asyncio.run(backend(kube).release())
     assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is True
@@ -190,7 +276,7 @@ def test_nothing_to_patch_and_bad_credentials_are_clear_errors(kube, monkeypatch
         asyncio.run(backend(kube).release())
     with pytest.raises(ReleaseError, match="no Workspace team-a/train-1"):
         asyncio.run(backend(kube, kind="workspace").release())
-    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
     monkeypatch.setenv("GKERESUME_KUBE_TOKEN", "stolen")
     with pytest.raises(ReleaseError, match="401"):
         asyncio.run(backend(kube).release())
@@ -215,7 +301,7 @@ def jp_server_config(tmp_path, kube):
 
 
 async def test_pause_through_the_server_pauses_the_workspace(api, kube):
-    kube.add("v1beta1", "team-a", "workspaces", "train-1", {"paused": False})
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
     kid = await api.new_session("nb.ipynb")
     await api.run_cell(kid, "k = 'kubeflow'")
     status = await api.pause()
