@@ -67,6 +67,11 @@ class GkeResume(LoggingConfigurable):
     auto_resume = Bool(
         False, help="Resume a paused workspace as soon as the server starts, without a click."
     ).tag(config=True)
+    carry_packages = Bool(
+        True, help="Store the packages installed in a kernel's session (outside the home "
+        "volume) with its snapshots and install them again at resume, before anything is "
+        "unpickled. Passed to kernels as GKERESUME_PACKAGES."
+    ).tag(config=True)
     verify = Enum(
         list(VERIFY_MODES), default_value="metadata",
         help="How a pause checks each snapshot before it releases anything: metadata (the "
@@ -133,7 +138,8 @@ class GkeResumeApp(ExtensionApp):
                             {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
                              "GKERESUME_WORKSPACE": config.workspace_id,
                              # notebook paths relative to the root, as the lab shows them
-                             "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir)},
+                             "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir),
+                             "GKERESUME_PACKAGES": "1" if config.carry_packages else "0"},
                             self.orchestrator.gateway.watch_cells)
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())

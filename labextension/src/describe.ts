@@ -320,6 +320,7 @@ export function resumeSummary(status: IStatus, operation: IOperation): IMessage 
   for (const s of results.flatMap(r => r.not_restored)) {
     lines.push(`Not restored: ${s.name} (${s.type}): ${s.reason}`);
   }
+  lines.push(...results.flatMap(r => r.packages ?? []).map(p => `Package: ${p}`));
   lines.push(...results.flatMap(r => r.warnings).map(w => `Warning: ${w}`));
   return { title: 'Workspace resumed', lines };
 }

@@ -326,10 +326,12 @@ test('resume offer: when, size, estimate, the worst verdict with every reason', 
         reasons: ['opt: module apex is not importable'],
         objects_at_risk: { opt: 'module apex is not importable' }
       },
-      saved: ['model', 'opt', 'x']
+      saved: ['model', 'opt', 'x'],
+      packages: ['tinypkg 1.0']
     })
   ];
   const offer = resumeOffer(status('paused', { paused: RECORD }), rows)!;
+  assert.deepEqual(offer.packages, ['tinypkg 1.0']);
   assert.equal(offer.pausedAt, '2026-11-30T10:15:00Z');
   assert.deepEqual(offer.notebooks, ['work/train.ipynb', 'eval.ipynb']);
   assert.equal(offer.bytes, 1000 * MIB);
