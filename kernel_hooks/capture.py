@@ -166,8 +166,9 @@ def take_checkpoint(
     timings["packages"] = time.monotonic() - mark
     for package, reason in installed.not_stored.items():
         skipped.append(Skipped(package, "package installed in the session", reason))
-    new_bytes = written.new_bytes + (graph_size if graph_new else 0)
-    reused_bytes = written.reused_bytes + (0 if graph_new else graph_size)
+    new_bytes = written.new_bytes + (graph_size if graph_new else 0) + installed.new_bytes
+    reused_bytes = (written.reused_bytes + (0 if graph_new else graph_size)
+                    + sum(installed.sizes.values()) - installed.new_bytes)
 
     mark = time.monotonic()
     if progress is not None:

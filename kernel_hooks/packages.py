@@ -83,6 +83,7 @@ class Captured:
     records: list[PackageRecord]
     sizes: dict[str, int]  # blob -> bytes, for the manifest's blobs
     not_stored: dict[str, str]
+    new_bytes: int = 0  # of blobs written now (the others were in the store)
 
 
 _baseline: set[Installed] | None = None
@@ -165,18 +166,19 @@ def capture_packages(store: SnapshotStore,
     baseline = remember_environment(store)
     for dist in session_packages(baseline, scan(sys.path), persistent_dirs()):
         try:
-            record, size = _store_one(dist, write_blob)
+            record, size, new = _store_one(dist, write_blob)
         except (OSError, PackageInstallError) as exc:
             out.not_stored[f"{dist.name} {dist.version}"] = str(exc)
             continue
         out.records.append(record)
         out.sizes[record.blob] = size
+        out.new_bytes += size if new else 0
     return out
 
 
 def _store_one(dist: Installed,
                write_blob: Callable[[list[tuple[str, object]]], tuple[str, int, bool]],
-               ) -> tuple[PackageRecord, int]:
+               ) -> tuple[PackageRecord, int, bool]:
     """One distribution's files as one blob (mapped, not read into memory first; ``write_blob``
     skips content the store has)."""
     found = _distribution(dist)
@@ -184,9 +186,9 @@ def _store_one(dist: Installed,
              and os.path.isfile(found.locate_file(f))]
     with ExitStack() as stack:
         contents = [_mapped(stack, found.locate_file(f)) for f in files]
-        digest, size, _ = write_blob([("uint8", c) for c in contents])
+        digest, size, new = write_blob([("uint8", c) for c in contents])
     return PackageRecord(found.metadata["Name"], dist.version, digest, [str(f) for f in files],
-                         dist.location, PYTHON, _wheel_tags(found)), size
+                         dist.location, PYTHON, _wheel_tags(found)), size, new
 
 
 def _mapped(stack: ExitStack, path: os.PathLike) -> object:
@@ -295,12 +297,14 @@ def _remove_other_versions(record: PackageRecord, destination: str) -> list[str]
     for other in metadata.distributions(path=[destination]):
         if normalize(other.metadata["Name"] or "") != normalize(record.name):
             continue
-        for f in other.files or []:
+        removed.append(other.version)  # read before its metadata goes
+        files = other.files or []
+        for f in files:
             path = other.locate_file(f)
             if os.path.isfile(path):
                 os.unlink(path)
-        shutil.rmtree(other.locate_file(other._path.name), ignore_errors=True)  # type: ignore[attr-defined]
-        removed.append(other.version)
+        for metadata_dir in {f.parts[0] for f in files if f.parts[0].endswith(".dist-info")}:
+            shutil.rmtree(other.locate_file(metadata_dir), ignore_errors=True)
     return removed
 
 

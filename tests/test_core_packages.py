@@ -106,6 +106,36 @@ def test_a_package_built_for_another_python_makes_its_users_partial(local_store,
     assert "package tiny 1.0 cannot be installed here" in verdict.objects_at_risk["x0"]
 
 
+def test_install_replaces_another_version_and_refuses_paths_outside(tmp_path, monkeypatch):
+    from fixtures_lifecycle import put_blob
+
+    site = tmp_path / "site"
+    (site / "tiny").mkdir(parents=True)
+    (site / "tiny" / "__init__.py").write_text("VERSION = '0.9'\n")
+    (site / "tiny" / "gone.py").write_text("")
+    old = site / "tiny-0.9.dist-info"
+    old.mkdir()
+    (old / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny\nVersion: 0.9\n")
+    (old / "RECORD").write_text("tiny/__init__.py,,\ntiny/gone.py,,\ntiny-0.9.dist-info/METADATA,,\n"
+                                "tiny-0.9.dist-info/RECORD,,\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    files = {"tiny/__init__.py": b"VERSION = '1.0'\n",
+             "tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n"}
+    blob, size = put_blob(store, *files.values())
+    new = record(blob=blob, files=list(files), location=str(site))
+    escaping = record(name="evil", blob=blob, files=["../../../../../../tmp/evil.py", "x"],
+                      location=str(site))
+
+    lines = packages.install_packages(store, [new, escaping], {blob: size})
+    assert lines[0].startswith(f"tiny 1.0: installed into {site} (")
+    assert lines[0].endswith(", replacing 0.9)")
+    assert "evil 1.0: not installed" in lines[1] and "would land outside" in lines[1]
+    assert (site / "tiny" / "__init__.py").read_text() == "VERSION = '1.0'\n"
+    assert not (site / "tiny" / "gone.py").exists() and not old.exists()
+    assert sorted(p.name for p in site.iterdir()) == ["tiny", "tiny-1.0.dist-info"]
+
+
 # -- end to end ---------------------------------------------------------------------------------
 
 TINY = '''
