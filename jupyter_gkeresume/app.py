@@ -128,6 +128,7 @@ class GkeResumeApp(ExtensionApp):
         self.orchestrator = Orchestrator(
             settings=config, kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager, backend=backend, log=self.log,
+            terminals=self._open_terminals,
         )
         self.idle_watcher: IdleWatcher | None = None
         self.activity_sampler: ActivitySampler | None = None
@@ -143,6 +144,12 @@ class GkeResumeApp(ExtensionApp):
                             self.orchestrator.gateway.watch_cells)
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
+
+    def _open_terminals(self) -> list[str]:
+        """Names of the server's open terminals (jupyter_server_terminals puts its
+        ``TerminalManager`` in the web app's settings as ``terminal_manager``)."""
+        manager = self.serverapp.web_app.settings.get("terminal_manager")
+        return [model["name"] for model in manager.list()] if manager is not None else []
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers())

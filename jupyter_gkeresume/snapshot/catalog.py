@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import SnapshotNotFoundError, SnapshotRefusedError
-from .compat import Verdict, check_compatible, packages_to_install
+from .compat import Verdict, check_compatible, package_problem, packages_to_install
 from .cost import monthly_cost
 from .format import SNAPSHOT_ID_RE, Manifest, validate_snapshot_name
 from .manifests import newest_verified, scan_manifests
@@ -100,7 +100,8 @@ def summarize(manifest: Manifest, here: dict[str, Any]) -> SnapshotSummary:
         manifest.snapshot_id, manifest.name, manifest.created, manifest.notebook,
         manifest.total_bytes, saved, len(manifest.objects) - saved,
         check_compatible(manifest, here), saved=manifest.saved_names, reason=manifest.reason,
-        packages=[f"{p.name} {p.version}" for p in packages_to_install(manifest.packages)],
+        packages=[f"{p.name} {p.version}" for p in packages_to_install(manifest.packages)
+                  if package_problem(p) is None],
     )
 
 

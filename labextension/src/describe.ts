@@ -276,6 +276,10 @@ export function pauseSummary(status: IStatus, polled: ICheckpointResult[]): IMes
     const notebooks = status.paused!.kernels.map(k => k.notebook ?? k.kernel_id);
     lines.push(`Notebooks: ${notebooks.join(', ')}.`);
     const { release_backend: backend, gpus } = status.paused!;
+    const terminals = status.terminals ?? [];
+    if (terminals.length && backend !== 'none') {
+      lines.push(`Not carried: ${plural(terminals.length, 'terminal')} (${terminals.join(', ')}) end with the pod.`);
+    }
     lines.push(releaseDone(backend, gpus));
     lines.push(
       backend === 'none'

@@ -184,6 +184,8 @@ export interface IStatus {
   last_error: ILastError | null;
   /** Expected seconds to resume the paused record, learned from this workspace's resumes. */
   resume_estimate_seconds?: number | null;
+  /** The server's open terminals: no snapshot holds them (absent from older servers). */
+  terminals?: string[];
 }
 
 /** PUT settings: what the lab's settings tell the server. */
