@@ -71,6 +71,41 @@ def test_the_baseline_is_persisted_beside_the_store_and_outlives_the_kernel(tmp_
     assert session_packages(first, scan(sys.path), []) == [Installed("tiny", "1.0", str(site))]
 
 
+def test_capture_stores_a_new_distribution_by_its_record_and_can_be_turned_off(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "tiny" / "__pycache__").mkdir(parents=True)
+    (site / "tiny" / "__init__.py").write_text("X = 1\n")
+    (site / "tiny" / "__pycache__" / "__init__.cpython.pyc").write_bytes(b"compiled")
+    meta = site / "tiny-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: Tiny\nVersion: 1.0\n")
+    (meta / "WHEEL").write_text("Wheel-Version: 1.0\nTag: py3-none-any\n")
+    (meta / "RECORD").write_text("tiny/__init__.py,,\ntiny/__pycache__/__init__.cpython.pyc,,\n"
+                                 "tiny-1.0.dist-info/METADATA,,\ntiny-1.0.dist-info/WHEEL,,\n"
+                                 "tiny-1.0.dist-info/RECORD,,\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setattr(packages, "_baseline", set())
+    monkeypatch.setattr(packages, "_persisted", True)
+    written = []
+
+    def write_blob(entries):
+        written.append([bytes(memoryview(b)) for _, b in entries])
+        return "b3-" + "2" * 64, 100, True
+
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    captured = packages.capture_packages(store, write_blob)
+    [stored] = captured.records
+    assert (stored.name, stored.version, stored.location, stored.tags) == (
+        "Tiny", "1.0", str(site), ["py3-none-any"])
+    assert stored.files == ["tiny/__init__.py", "tiny-1.0.dist-info/METADATA",
+                            "tiny-1.0.dist-info/WHEEL", "tiny-1.0.dist-info/RECORD"]
+    assert written[0][0] == b"X = 1\n"  # entry i holds file i; no bytecode
+    assert captured.sizes == {stored.blob: 100} and captured.new_bytes == 100
+
+    monkeypatch.setenv(packages.ENABLED_ENV, "0")  # c.GkeResume.carry_packages = False
+    assert packages.capture_packages(store, write_blob).records == []
+
+
 def record(**fields) -> PackageRecord:
     values = {"name": "tiny", "version": "1.0", "blob": "b3-" + "0" * 64,
               "files": ["tiny/__init__.py", "tiny-1.0.dist-info/RECORD"], "location": SITE,
