@@ -41,7 +41,10 @@ def remember_threads() -> None:
 
 
 def left_behind() -> list[Skipped]:
-    """Everything of the session that a snapshot does not carry (see the module docstring)."""
+    """Everything of the session that a snapshot does not carry (see the module docstring).
+    Without the extension loaded (the API used in a plain process) the threads running at the
+    first call are the baseline."""
+    remember_threads()
     return [*_processes(), *_threads(), *_open_files()]
 
 

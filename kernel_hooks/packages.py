@@ -4,11 +4,11 @@ Call order:
 
 1. ``remember_environment(store)`` when the extension loads: the distributions installed now are
    this environment's baseline, kept in memory and, the first time this environment (its
-   ``sys.prefix`` and image) is seen, in the store's record ``environment-<key>``; a later kernel of the
-   same environment reads it back, so a package installed before a kernel restart still counts
+   ``sys.prefix`` and image) is seen, in the store's record ``environment-<key>``; a later
+   kernel of the same environment reads it back, so a package installed before a kernel restart still counts
    as installed in the session. ``store=None`` (no store configured yet) keeps it in memory
    until the first checkpoint.
-2. ``capture_packages(store, blobs)`` in ``take_checkpoint``: every distribution whose (name,
+2. ``capture_packages(store, write_blob)`` in ``take_checkpoint``: every distribution whose (name,
    version, location) is not in the baseline and whose location is not on the persistent volume
    (home, ``GKERESUME_ROOT_DIR``) becomes one blob, entry ``i`` the bytes of file ``i`` of its
    RECORD, written by the snapshot's ``BlobWriter`` (content-addressed, deduplicated); it returns
@@ -64,8 +64,8 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 _DIST_DIR = re.compile(r"\A(?P<name>[^-]+)-(?P<version>[^-]+?)(-py\d[\d.]*)?\.(dist|egg)-info\Z")
 
 
-class PackageInstallError(GkeResumeError):
-    """A package of the snapshot could not be put back into this environment."""
+class PackageError(GkeResumeError):
+    """A package of the session cannot be stored, or put back into this environment."""
 
 
 class Installed(NamedTuple):
@@ -167,7 +167,7 @@ def capture_packages(store: SnapshotStore,
     for dist in session_packages(baseline, scan(sys.path), persistent_dirs()):
         try:
             record, size, new = _store_one(dist, write_blob)
-        except (OSError, PackageInstallError) as exc:
+        except (OSError, PackageError) as exc:
             out.not_stored[f"{dist.name} {dist.version}"] = str(exc)
             continue
         out.records.append(record)
@@ -202,9 +202,9 @@ def _distribution(dist: Installed) -> metadata.Distribution:
     for found in metadata.distributions(path=[dist.location]):
         if normalize(found.metadata["Name"] or "") == dist.name and found.version == dist.version:
             if found.files is None:
-                raise PackageInstallError("it lists no files (no RECORD): reinstall it with pip")
+                raise PackageError("it lists no files (no RECORD): reinstall it with pip")
             return found
-    raise PackageInstallError("its metadata cannot be read")
+    raise PackageError("its metadata cannot be read")
 
 
 def _wheel_tags(found: metadata.Distribution) -> list[str]:
@@ -255,7 +255,7 @@ def _install_one(store: SnapshotStore, record: PackageRecord) -> str:
     with store.open_blob(record.blob) as (f, size):
         read_verified(f, record.blob, size, entry)
     if len(contents) != len(record.files):
-        raise PackageInstallError(f"{record.name} {record.version}: its blob holds {len(contents)} "
+        raise PackageError(f"{record.name} {record.version}: its blob holds {len(contents)} "
                                   f"files, the manifest lists {len(record.files)}")
     targets = [_target(destination, record, relative) for relative in record.files]
     replaced = _remove_other_versions(record, destination)
@@ -286,7 +286,7 @@ def _target(destination: str, record: PackageRecord, relative: str) -> str:
     """Where a file goes: inside ``destination`` or this environment's prefix, nowhere else."""
     target = os.path.normpath(os.path.join(destination, relative))
     if not any(target.startswith(os.path.join(root, "")) for root in (destination, sys.prefix)):
-        raise PackageInstallError(f"{record.name} {record.version}: file {relative!r} would land "
+        raise PackageError(f"{record.name} {record.version}: file {relative!r} would land "
                                   f"outside {destination} and {sys.prefix}")
     return target
 
