@@ -67,6 +67,11 @@ class GkeResume(LoggingConfigurable):
     auto_resume = Bool(
         False, help="Resume a paused workspace as soon as the server starts, without a click."
     ).tag(config=True)
+    carry_packages = Bool(
+        True, help="Store the packages installed in a kernel's session (outside the home "
+        "volume) with its snapshots and install them again at resume, before anything is "
+        "unpickled. Passed to kernels as GKERESUME_PACKAGES."
+    ).tag(config=True)
     verify = Enum(
         list(VERIFY_MODES), default_value="metadata",
         help="How a pause checks each snapshot before it releases anything: metadata (the "
@@ -123,6 +128,7 @@ class GkeResumeApp(ExtensionApp):
         self.orchestrator = Orchestrator(
             settings=config, kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager, backend=backend, log=self.log,
+            terminals=self._open_terminals,
         )
         self.idle_watcher: IdleWatcher | None = None
         self.activity_sampler: ActivitySampler | None = None
@@ -133,10 +139,17 @@ class GkeResumeApp(ExtensionApp):
                             {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
                              "GKERESUME_WORKSPACE": config.workspace_id,
                              # notebook paths relative to the root, as the lab shows them
-                             "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir)},
+                             "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir),
+                             "GKERESUME_PACKAGES": "1" if config.carry_packages else "0"},
                             self.orchestrator.gateway.watch_cells)
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
+
+    def _open_terminals(self) -> list[str]:
+        """Names of the server's open terminals (jupyter_server_terminals puts its
+        ``TerminalManager`` in the web app's settings as ``terminal_manager``)."""
+        manager = self.serverapp.web_app.settings.get("terminal_manager")
+        return [model["name"] for model in manager.list()] if manager is not None else []
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers())

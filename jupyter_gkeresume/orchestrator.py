@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from logging import Logger
 from typing import Any
 
@@ -67,8 +67,10 @@ class Orchestrator:
 
     def __init__(self, *, settings: Any, kernel_manager: Any, session_manager: Any,
                  backend: ReleaseBackend, log: Logger, store: SnapshotStore | None = None,
-                 gateway: KernelGateway | None = None, verifier: SnapshotVerifier | None = None):
+                 gateway: KernelGateway | None = None, verifier: SnapshotVerifier | None = None,
+                 terminals: Callable[[], list[str]] = list):
         self.settings = settings
+        self.terminals = terminals  # names of the server's open terminals (no snapshot has them)
         self.backend = backend
         self.log = log
         self.store = store or SnapshotStore(settings.store_url, settings.workspace_id)
@@ -296,7 +298,7 @@ class Orchestrator:
                 "release_backend": self.backend.name, **self.state.to_status(),
                 "resume_estimate_seconds": resume_estimate,
                 "kernels": kernels, "last_snapshot": await self._last_snapshot_or_error(),
-                "retention": self.retention.report}
+                "retention": self.retention.report, "terminals": self.terminals()}
 
     async def last_snapshot(self) -> dict[str, Any] | None:
         """The newest committed snapshot as a summary row (cached until something changes)."""

@@ -13,9 +13,19 @@ __all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume"
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register the magics and remember the session's starting sys.path and environment."""
-    from . import session_state
+    """Register the magics and remember the session's starting sys.path, environment, installed
+    distributions (``packages.remember_environment``) and threads (``left_behind``)."""
+    from jupyter_gkeresume.errors import GkeResumeError
+
+    from . import left_behind, packages, session_state
+    from .api import open_store
     from .magics import ResumeMagics
 
     session_state.remember_baseline()
+    try:
+        store = open_store()
+    except (GkeResumeError, OSError, ValueError):  # no usable store yet: kept in memory until one
+        store = None
+    packages.remember_environment(store)
+    left_behind.remember_threads()  # after the store: its threads are the kernel's own
     ipython.register_magics(ResumeMagics)

@@ -2,9 +2,12 @@
 
 Call order inside ``take_checkpoint``: synchronize devices; choose the names (minus IPython's own);
 pickle them as one graph (``graph.write_graph``) while storages are collected; put storage blobs
-in parallel, then the graph blob, through one ``SnapshotWriter``; build the manifest and hand it
+in parallel, then the graph blob, then the packages installed in the session
+(``packages.capture_packages``), through one ``SnapshotWriter``; build the manifest and hand it
 to ``SnapshotWriter.commit`` (sign, create-only commit, read back and check, removed again if the
-check fails). The kernel side captures; the writer commits. Any exception leaves no visible
+check fails). What no snapshot carries (child processes, threads of the session, files open for
+writing outside the home volume: ``left_behind``) is reported with the skipped objects. The
+kernel side captures; the writer commits. Any exception leaves no visible
 snapshot and the namespace untouched (capture only reads it).
 """
 
@@ -34,6 +37,8 @@ from .blobwriter import BlobWriter, plan_blobs
 from .cuda_engine import get_engine
 from .cuda_plan import cuda_index
 from .graph import write_graph
+from .left_behind import left_behind
+from .packages import capture_packages
 from .placeholders import type_name, uncapturable_reason
 from .results import CheckpointResult, Progress, Skipped
 from .storages import CollectedStorage, StorageCollector
@@ -123,6 +128,7 @@ def take_checkpoint(
     session, secret_env = session_state.capture(execution_count)
     for env_name in secret_env:
         skipped.append(Skipped(f"${env_name}", "environment variable", "looks like a credential"))
+    skipped.extend(left_behind())
     items += [(SESSION_RECORD, session), (HOOKS_RECORD, list(registry.resume_hooks))]
 
     mark = time.monotonic()
@@ -155,8 +161,14 @@ def take_checkpoint(
     written = writer.write_all(plan_blobs(collector.items))
     graph_digest, graph_size, graph_new = writer.write_bytes(graph)
     timings["blobs"] = time.monotonic() - mark
-    new_bytes = written.new_bytes + (graph_size if graph_new else 0)
-    reused_bytes = written.reused_bytes + (0 if graph_new else graph_size)
+    mark = time.monotonic()
+    installed = capture_packages(store, writer.write_views)
+    timings["packages"] = time.monotonic() - mark
+    for package, reason in installed.not_stored.items():
+        skipped.append(Skipped(package, "package installed in the session", reason))
+    new_bytes = written.new_bytes + (graph_size if graph_new else 0) + installed.new_bytes
+    reused_bytes = (written.reused_bytes + (0 if graph_new else graph_size)
+                    + sum(installed.sizes.values()) - installed.new_bytes)
 
     mark = time.monotonic()
     if progress is not None:
@@ -171,7 +183,7 @@ def take_checkpoint(
         graph_blob=graph_digest,
         objects=ordered,
         storages=written.refs,
-        blobs={**written.sizes, graph_digest: graph_size},
+        blobs={**written.sizes, graph_digest: graph_size, **installed.sizes},
         records=[r.name for r in records],
         graph_ends=[r.end for r in records],
         name=name,
@@ -180,6 +192,7 @@ def take_checkpoint(
         fingerprint=environment_fingerprint(),
         history=session_state.without_credentials(list(history or [])),
         reason=why,
+        packages=installed.records,
     )
     manifest.totals = {
         "objects": len(ordered), "saved": len(saved), "skipped": len(ordered) - len(saved),

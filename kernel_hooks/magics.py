@@ -74,6 +74,8 @@ def format_resume(r: ResumeResult) -> str:
         lines.append("  restored: " + ", ".join(r.restored))
     for s in r.not_restored:
         lines.append(f"  not restored: {s.name} [{s.type}]: {s.reason}")
+    for line in r.packages:
+        lines.append(f"  package: {line}")
     for w in r.warnings:
         lines.append(f"  warning: {w}")
     for reason in r.verdict.get("reasons", []):
@@ -124,7 +126,8 @@ class ResumeMagics(Magics):
     @line_magic
     def snapshots(self, line: str = ""):
         """List this workspace's snapshots, newest first: id, name, created, notebook, size,
-        objects, and whether it can be restored here (exact, portable, partial, incompatible).
+        objects, and whether it can be restored here (exact, portable, partial, incompatible),
+        with the packages installed in its session that a resume here would install.
         A "*" marks this notebook's snapshots (what %resume without an id chooses from).
         """
         if _parse(self.snapshots, line) is None:
@@ -146,6 +149,8 @@ class ResumeMagics(Magics):
                   f"{shorten(notebook or '-', 24):<24} {human_bytes(r.bytes):>9} {r.objects:>7} "
                   f"{format_cost(r.monthly_cost_usd).removesuffix('/month'):>8}  "
                   f"{r.verdict.level if r.verdict else '?'}")
+            if r.packages:
+                print(f"  {'':<24} a resume here installs: {', '.join(r.packages)}")
         usage = self._run(lambda: workspace_cost(api.open_store()))
         print(f"workspace: {usage.snapshots} snapshots, {human_bytes(usage.bytes)} stored "
               f"(shared blobs once), about {format_cost(usage.monthly_usd)}")

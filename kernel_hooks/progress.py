@@ -25,6 +25,7 @@ MIN_INTERVAL = 0.2
 
 PHASE_WORDS = {
     "hashing": "Hashing", "writing": "Writing", "committing": "Committing", "verifying": "Verifying",
+    "installing": "Installing packages",
     "reading": "Reading", "restoring": "Restoring", "unpickling": "Unpickling", "done": "Done",
 }
 

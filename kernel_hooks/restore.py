@@ -2,7 +2,8 @@
 
 Call order inside ``take_resume``: resolve the reference; take the snapshot's single-flight
 ``RestoreLease``; load and verify the manifest; judge compatibility (``incompatible`` stops
-here); then the stages, each once and in order: plan where every storage goes
+here); put back the packages installed in the session (``packages.install_packages``); then the
+stages, each once and in order: plan where every storage goes
 (``resume_plan.make_plan``), allocate (``StorageLoader``), read every blob in parallel, each
 verified against its digest (``start``), unpickle the graph record by record with storages
 arriving through ``rebuild``, finish (``finish``: every read and device copy landed). Then find
@@ -37,6 +38,7 @@ from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation, get_engine
 from .graph import read_graph
 from .loader import StorageLoader
+from .packages import install_packages
 from .placeholders import Uncaptured
 from .progress import PhaseBytes
 from .results import Progress, ResumeResult, Skipped
@@ -132,6 +134,8 @@ def _restore(
                 f"(it has: {', '.join(manifest.saved_names)})"
             )
     result = ResumeResult(snapshot_id, verdict=verdict.to_dict())
+    result.packages = install_packages(store, manifest.packages, manifest.blobs,
+                                       progress)  # 0. before any unpickling
     engine = get_engine()
     priority = list(dict.fromkeys([*(only or []), *manifest.records]))
     plan = make_plan(manifest.storages, priority, engine)  # 1. plan: devices, placement

@@ -44,6 +44,7 @@ class ResumeResult:
     verdict: dict[str, Any] = field(default_factory=dict)
     bytes_read: int = 0
     seconds: float = 0.0
+    packages: list[str] = field(default_factory=list)  # one line per package put back (or not)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,8 +66,8 @@ class ReplayResult:
 
 @dataclass
 class Progress:
-    """One progress report: ``phase`` is one of hashing, writing, committing, verifying, reading,
-    restoring, done."""
+    """One progress report: ``phase`` is one of hashing, writing, committing, verifying,
+    installing, reading, restoring, done."""
 
     phase: str
     done_bytes: int

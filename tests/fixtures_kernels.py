@@ -3,7 +3,8 @@
 ``kernel_env`` is the environment every kernel of a test gets: its own store directory, workspace
 and signing key. ``start_kernel()`` starts a fresh kernel process (the extension is auto-loaded by
 the installed etc/ipython config) and returns a ``Kernel`` handle; ``start_kernel(env={...})``
-adds variables for that kernel only (``JPY_SESSION_NAME``: which notebook it belongs to). Every
+adds variables for that kernel only (``JPY_SESSION_NAME``: which notebook it belongs to),
+``kernel_name=`` another kernelspec (found through ``JUPYTER_PATH``). Every
 kernel is killed at the end of the test.
 """
 
@@ -82,8 +83,8 @@ def kernel_env(tmp_path):
 def start_kernel(kernel_env):
     started: list[Kernel] = []
 
-    def start(env: dict[str, str] | None = None) -> Kernel:
-        manager, client = start_new_kernel(kernel_name="python3", env={**kernel_env, **(env or {})},
+    def start(env: dict[str, str] | None = None, kernel_name: str = "python3") -> Kernel:
+        manager, client = start_new_kernel(kernel_name=kernel_name, env={**kernel_env, **(env or {})},
                                            cwd=kernel_env.get("GKERESUME_TEST_CWD",
                                                               kernel_env["GKERESUME_STORE"]))
         kernel = Kernel(manager, client)

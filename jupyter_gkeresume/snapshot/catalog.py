@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import SnapshotNotFoundError, SnapshotRefusedError
-from .compat import Verdict, check_compatible
+from .compat import Verdict, check_compatible, package_problem, packages_to_install
 from .cost import monthly_cost
 from .format import SNAPSHOT_ID_RE, Manifest, validate_snapshot_name
 from .manifests import newest_verified, scan_manifests
@@ -77,6 +77,7 @@ class SnapshotSummary:
     error: str | None = None
     saved: list[str] = field(default_factory=list)
     reason: str | None = None
+    packages: list[str] = field(default_factory=list)  # "name version" a resume here installs
 
     @property
     def monthly_cost_usd(self) -> float:
@@ -89,7 +90,7 @@ class SnapshotSummary:
             "notebook": self.notebook, "bytes": self.bytes, "objects": self.objects,
             "skipped": self.skipped, "verdict": self.verdict.to_dict() if self.verdict else None,
             "error": self.error, "monthly_cost_usd": self.monthly_cost_usd,
-            "saved": list(self.saved), "reason": self.reason,
+            "saved": list(self.saved), "reason": self.reason, "packages": list(self.packages),
         }
 
 
@@ -99,6 +100,8 @@ def summarize(manifest: Manifest, here: dict[str, Any]) -> SnapshotSummary:
         manifest.snapshot_id, manifest.name, manifest.created, manifest.notebook,
         manifest.total_bytes, saved, len(manifest.objects) - saved,
         check_compatible(manifest, here), saved=manifest.saved_names, reason=manifest.reason,
+        packages=[f"{p.name} {p.version}" for p in packages_to_install(manifest.packages)
+                  if package_problem(p) is None],
     )
 
 

@@ -14,6 +14,11 @@ Compared field by field (``fingerprint.environment_fingerprint`` writes them): `
 ``uuid``/``index`` and ``node`` are ignored on purpose: a new pod almost always gets another
 physical GPU of the same type on another node, and that is still ``exact``.
 
+Packages installed in the session (``manifest.packages``) are put back at resume; one built for
+another Python or platform (its wheel tags are not among this interpreter's, ``package_problem``)
+cannot be, and the objects that import it are named (``partial``). A module that an installable
+package of the snapshot provides counts as importable.
+
 Module checks run in *this* environment: the server, the CLI and the kernel share one environment
 on a notebook pod, so "importable here" means importable by the kernel that will restore. They
 import and execute nothing in this process: see ``importable.missing_modules``.
@@ -24,13 +29,17 @@ version strings, nested lists), and the values it quotes in reasons are shortene
 
 from __future__ import annotations
 
+import functools
 import re
 import reprlib
+import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .format import DIGESTS_BY_VERSION, Manifest
+from packaging.tags import parse_tag, sys_tags
+
+from .format import DIGESTS_BY_VERSION, Manifest, PackageRecord
 from .importable import missing_modules
 
 LEVELS = ("exact", "portable", "partial", "incompatible")
@@ -97,8 +106,12 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
             verdict.worsen("portable", f"{key} differs: {_show(there[key])} -> {_show(here[key])}")
     _compare_gpus(verdict, there.get("cuda", {}), here.get("cuda", {}), manifest)
     _compare_packages(verdict, there.get("packages", {}), here.get("packages", {}), manifest)
+    _check_installable(verdict, manifest)
     saved = [obj for obj in manifest.objects if obj.status == "saved"]
-    not_here = set(missing_modules(m for obj in saved for m in obj.modules))
+    carried = {name for record in manifest.packages if package_problem(record) is None
+               for name in top_level_names(record.files)}
+    not_here = set(missing_modules(m for obj in saved for m in obj.modules
+                                   if m.split(".", 1)[0] not in carried))
     for obj in saved:
         missing = sorted(m for m in obj.modules if m in not_here)
         if missing:
@@ -229,6 +242,71 @@ def _compare_packages(verdict: Verdict, there: dict, here: dict, manifest: Manif
             for dist in owners.get(module, [module]):
                 if _normalize(dist) in majors:
                     verdict.at_risk(obj.name, f"pickled with {majors[_normalize(dist)]}")
+
+
+def package_problem(record: PackageRecord) -> str | None:
+    """Why the files of ``record`` cannot be installed here (None when they can): none of its
+    wheel tags is this interpreter's, or, without tags, another Python minor installed it."""
+    if not record.tags:
+        if record.python == _python_minor():
+            return None
+        return f"installed for Python {_show(record.python)} without wheel tags, this is {_python_minor()}"
+    try:
+        tags = {tag for text in record.tags for tag in parse_tag(text)}
+    except ValueError:
+        return f"unreadable wheel tags {_show(record.tags)}"
+    if tags & _supported_tags():
+        return None
+    return f"built for {_show(', '.join(record.tags))}, not for Python {_python_minor()} on this platform"
+
+
+def packages_to_install(records: list[PackageRecord]) -> list[PackageRecord]:
+    """The packages of a snapshot that a resume here would install: not installed at their
+    version (``importlib.metadata`` finds the first of that name on ``sys.path``)."""
+    missing = []
+    for record in records:
+        try:
+            present = metadata.version(record.name)
+        except (metadata.PackageNotFoundError, ValueError):
+            present = None
+        if present != record.version:
+            missing.append(record)
+    return missing
+
+
+def top_level_names(files: list[str]) -> set[str]:
+    """The importable top-level names among a distribution's files (RECORD paths)."""
+    names = set()
+    for path in files:
+        first = path.split("/", 1)[0]
+        if first != ".." and not first.endswith((".dist-info", ".data")):
+            names.add(first if "/" in path else first.split(".", 1)[0])
+    return {n for n in names if n.isidentifier()}
+
+
+def _check_installable(verdict: Verdict, manifest: Manifest) -> None:
+    """Each package of the session that cannot be put back here, and the objects that use it."""
+    for record in manifest.packages:
+        problem = package_problem(record)
+        if problem is None:
+            continue
+        why = f"package {_show(record.name)} {_show(record.version)} cannot be installed here: {problem}"
+        names = top_level_names(record.files)
+        users = [o.name for o in manifest.objects
+                 if o.status == "saved" and {m.split(".", 1)[0] for m in o.modules} & names]
+        for name in users:
+            verdict.at_risk(name, why)
+        if not users:
+            verdict.worsen("partial", why)
+
+
+def _python_minor() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@functools.cache
+def _supported_tags() -> frozenset:
+    return frozenset(sys_tags())
 
 
 def _gib(nbytes: int) -> str:

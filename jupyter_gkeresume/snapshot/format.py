@@ -12,6 +12,10 @@ memo, so identity survives across names): the saved objects, then ``__session__`
 sys.path, env, execution count) and ``__resume_hooks__``. ``graph_ends[i]`` is the offset just
 past record ``i`` in the graph blob's single entry. Storages that left the pickle are named
 ``s0, s1, ...`` in ``storages``; each says which blob entry holds its bytes.
+
+Packages installed in the session (``packages``, absent when none, so older manifests keep their
+signature) each name one blob whose entry ``i`` holds the bytes of ``files[i]``, a path relative
+to the distribution's location as its RECORD lists it.
 """
 
 from __future__ import annotations
@@ -70,6 +74,19 @@ class StorageRef:
 
 
 @dataclass(frozen=True)
+class PackageRecord:
+    """A distribution installed in the session: its files are the entries of blob ``blob``."""
+
+    name: str
+    version: str
+    blob: str
+    files: list[str]
+    location: str  # where it was installed (a site-packages directory)
+    python: str  # major.minor of the interpreter it was installed for
+    tags: list[str] = field(default_factory=list)  # its wheel tags (WHEEL), empty if unknown
+
+
+@dataclass(frozen=True)
 class ObjectRecord:
     """One name of the user namespace: saved, or skipped with the reason why."""
 
@@ -107,6 +124,7 @@ class Manifest:
     reason: str | None = None  # why it was taken: user, idle, shutdown, checkpoint (optional)
     signature: dict[str, str] | None = None
     format_version: int = FORMAT_VERSION
+    packages: list[PackageRecord] = field(default_factory=list)
 
     @property
     def saved_names(self) -> list[str]:
@@ -142,6 +160,8 @@ class Manifest:
         }
         if self.reason is not None:  # absent, not null: older manifests keep their signature
             data["reason"] = self.reason
+        if self.packages:  # absent when none, for the same reason
+            data["packages"] = [asdict(p) for p in self.packages]
         if signed and self.signature is not None:
             data["signature"] = dict(self.signature)
         return data
@@ -226,6 +246,8 @@ class Manifest:
         )
         history = r.get("history", list)
         _check(all(isinstance(h, str) for h in history), "manifest: history must hold strings")
+        packages = [_package(raw, i, blobs)
+                    for i, raw in enumerate(r.get("packages", list, optional=True) or [])]
         return cls(
             snapshot_id=snapshot_id,
             workspace=r.get("workspace", str),
@@ -246,7 +268,24 @@ class Manifest:
             reason=r.get("reason", str, optional=True),
             signature=signature,
             format_version=version,
+            packages=packages,
         )
+
+
+def _package(data: Any, index: int, blobs: dict[str, int]) -> PackageRecord:
+    """One entry of ``packages``: its blob listed, its file paths relative and plain."""
+    p = _Reader(data, f"package #{index}")
+    record = PackageRecord(
+        name=p.get("name", str), version=p.get("version", str), blob=p.get("blob", str),
+        files=p.get("files", list), location=p.get("location", str), python=p.get("python", str),
+        tags=p.get("tags", list, optional=True) or [],
+    )
+    _check(record.blob in blobs, f"manifest: package {record.name!r} names unlisted blob")
+    _check(all(isinstance(t, str) for t in record.tags), f"manifest: package {record.name!r} bad tags")
+    _check(all(isinstance(f, str) and f and not f.startswith("/") and not {"\\", "\0"} & set(f)
+               for f in record.files),
+           f"manifest: package {record.name!r} has a file path that is not relative")
+    return record
 
 
 def canonical_json(data: Any) -> bytes:

@@ -276,6 +276,10 @@ export function pauseSummary(status: IStatus, polled: ICheckpointResult[]): IMes
     const notebooks = status.paused!.kernels.map(k => k.notebook ?? k.kernel_id);
     lines.push(`Notebooks: ${notebooks.join(', ')}.`);
     const { release_backend: backend, gpus } = status.paused!;
+    const terminals = status.terminals ?? [];
+    if (terminals.length && backend !== 'none') {
+      lines.push(`Not carried: ${plural(terminals.length, 'terminal')} (${terminals.join(', ')}) end with the pod.`);
+    }
     lines.push(releaseDone(backend, gpus));
     lines.push(
       backend === 'none'
@@ -320,6 +324,7 @@ export function resumeSummary(status: IStatus, operation: IOperation): IMessage 
   for (const s of results.flatMap(r => r.not_restored)) {
     lines.push(`Not restored: ${s.name} (${s.type}): ${s.reason}`);
   }
+  lines.push(...results.flatMap(r => r.packages ?? []).map(p => `Package: ${p}`));
   lines.push(...results.flatMap(r => r.warnings).map(w => `Warning: ${w}`));
   return { title: 'Workspace resumed', lines };
 }

@@ -93,6 +93,9 @@ export async function askResume(
     row('Estimated restore', estimateText(offer)),
     verdict
   );
+  if (offer.packages.length) {
+    parts.push(row('Installs', offer.packages.join(', ')));
+  }
   const notes = [
     ...offer.reasons,
     ...Object.entries(offer.objectsAtRisk).map(([name, why]) => `${name} will not load: ${why}`),

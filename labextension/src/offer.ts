@@ -34,6 +34,8 @@ export interface IResumeOffer {
   objectsAtRisk: Record<string, string>;
   /** Snapshots of the record that could not be read (signature, missing), with the error. */
   problems: string[];
+  /** Packages installed in the paused sessions that the resume would install here. */
+  packages: string[];
   /** Saved objects that load here (saved minus at risk), when the server lists saved names. */
   compatibleObjects: string[] | null;
   canResume: boolean;
@@ -64,6 +66,7 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
   const verdicts: IVerdict[] = [];
   const problems: string[] = [];
   const saved: string[] = [];
+  const packages: string[] = [];
   let namesKnown = true;
   for (const kernel of record.kernels) {
     const row = byId.get(kernel.snapshot_id);
@@ -75,6 +78,7 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
       verdicts.push(row.verdict);
       namesKnown = namesKnown && Array.isArray(row.saved);
       saved.push(...(row.saved ?? []));
+      packages.push(...(row.packages ?? []));
     }
   }
   const verdict = worstVerdict(verdicts);
@@ -97,6 +101,7 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
     reasons: verdict?.reasons ?? [],
     objectsAtRisk: atRisk,
     problems,
+    packages: [...new Set(packages)],
     compatibleObjects: compatible,
     canResume: usable,
     // One `only` list serves every kernel: the server gives each kernel the names its

@@ -30,6 +30,7 @@ export const PHASE_WORDS: Record<Phase, string> = {
   verifying: 'verifying',
   releasing: 'releasing',
   starting: 'starting the kernels',
+  installing: 'installing packages',
   reading: 'reading',
   restoring: 'restoring',
   unpickling: 'unpickling',
@@ -54,6 +55,7 @@ const CHECKPOINT_BANDS: Partial<Record<Phase, [number, number]>> = {
 };
 const RESUME_BANDS: Partial<Record<Phase, [number, number]>> = {
   starting: [0, 0.05],
+  installing: [0.05, 0.05],
   reading: [0.05, 0.9],
   restoring: [0.9, 1],
   unpickling: [0.9, 1],

@@ -31,6 +31,7 @@ export type Phase =
   | 'verifying'
   | 'releasing'
   | 'starting'
+  | 'installing'
   | 'reading'
   | 'restoring'
   | 'unpickling'
@@ -77,6 +78,8 @@ export interface IResumeResult {
   verdict: IVerdict | Record<string, never>;
   bytes_read: number;
   seconds: number;
+  /** One line per package installed in the session it put back (or could not). */
+  packages?: string[];
 }
 
 /** A queued pause waits for a running cell (`operation.waiting_for`). */
@@ -133,6 +136,8 @@ export interface ISnapshotRow {
   /** Why the snapshot was taken, where the server lists it: "user" (pause button, %pause),
    * "idle", "shutdown", "checkpoint" (%checkpoint); absent for older snapshots. */
   reason?: string | null;
+  /** Packages installed in its session that a resume here would install ("name version"). */
+  packages?: string[];
 }
 
 export interface IPausedKernel {
@@ -179,6 +184,8 @@ export interface IStatus {
   last_error: ILastError | null;
   /** Expected seconds to resume the paused record, learned from this workspace's resumes. */
   resume_estimate_seconds?: number | null;
+  /** The server's open terminals: no snapshot holds them (absent from older servers). */
+  terminals?: string[];
 }
 
 /** PUT settings: what the lab's settings tell the server. */

@@ -284,6 +284,14 @@ test('pause summary lists what was saved, what was not and why, and the release'
   assert.ok(message.lines.includes('Notebooks: work/train.ipynb, eval.ipynb.'));
 });
 
+test('pause summary names the open terminals a release ends', () => {
+  const released = { paused: { ...RECORD, release_backend: 'jupyterhub' }, kernels: [], terminals: ['1', '3'] };
+  const message = pauseSummary(status('paused', released), [checkpoint()]);
+  assert.ok(message.lines.includes('Not carried: 2 terminals (1, 3) end with the pod.'), message.lines.join('\n'));
+  const kept = pauseSummary(status('paused', { ...released, paused: RECORD }), [checkpoint()]);
+  assert.ok(!kept.lines.some(l => /terminal/.test(l)), 'backend none: the server and its terminals stay');
+});
+
 test('pause summary passes on the warnings of the checkpoints it saw', () => {
   const warning = '3.0 GiB of GPU memory copied by torch through host memory as large: no driver';
   const message = pauseSummary(status('running'), [checkpoint({ warnings: [warning] })]);
@@ -326,10 +334,12 @@ test('resume offer: when, size, estimate, the worst verdict with every reason', 
         reasons: ['opt: module apex is not importable'],
         objects_at_risk: { opt: 'module apex is not importable' }
       },
-      saved: ['model', 'opt', 'x']
+      saved: ['model', 'opt', 'x'],
+      packages: ['tinypkg 1.0']
     })
   ];
   const offer = resumeOffer(status('paused', { paused: RECORD }), rows)!;
+  assert.deepEqual(offer.packages, ['tinypkg 1.0']);
   assert.equal(offer.pausedAt, '2026-11-30T10:15:00Z');
   assert.deepEqual(offer.notebooks, ['work/train.ipynb', 'eval.ipynb']);
   assert.equal(offer.bytes, 1000 * MIB);

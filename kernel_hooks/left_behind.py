@@ -1,0 +1,97 @@
+"""What a snapshot cannot carry, named at checkpoint time: the kernel's child processes, the
+threads the session started, the files it has open for writing outside the persistent volume.
+
+Call order: ``remember_threads()`` when the extension loads (the threads running then are the
+kernel's own and IPython's); ``left_behind()`` at each checkpoint returns one ``Skipped`` per
+thing that stays on this pod, which the checkpoint report, ``%checkpoint`` and the lab's pause
+message list beside the objects that were not saved. It inspects, never stops anything, and
+what cannot be inspected (a process gone meanwhile, no permission) is left out.
+
+Child processes: when the kernel leads its own session (jupyter_client starts kernels with
+``start_new_session``), every process of that session (``os.system("nohup script &")`` is
+re-parented away from the kernel when its shell exits, but keeps the session; a child that
+starts a session of its own is not seen); otherwise ``psutil``'s tree of the kernel's children.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import threading
+
+import psutil
+
+from .packages import persistent_dirs
+from .results import Skipped
+
+#: Threads of jupyter-gkeresume itself and of the store's filesystem (fsspec's event loop).
+OWN_THREADS = ("gkeresume", "fsspecIO")
+#: Thread classes of the kernel's own machinery that may start after the extension loads
+#: (ipykernel's ParentPollerUnix starts when the kernel app starts, after its extensions).
+KERNEL_MODULES = ("ipykernel.", "IPython.")
+SHOWN_CHARS = 120
+
+_kernel_threads: set[int] = set()
+
+
+def remember_threads() -> None:
+    """Record the threads running now as the kernel's own (idempotent)."""
+    if not _kernel_threads:
+        _kernel_threads.update(t.ident for t in threading.enumerate() if t.ident is not None)
+
+
+def left_behind() -> list[Skipped]:
+    """Everything of the session that a snapshot does not carry (see the module docstring).
+    Without the extension loaded (the API used in a plain process) the threads running at the
+    first call are the baseline."""
+    remember_threads()
+    return [*_processes(), *_threads(), *_open_files()]
+
+
+def _processes() -> list[Skipped]:
+    me = psutil.Process()
+    found: dict[int, psutil.Process] = {}
+    if os.getsid(0) == me.pid:  # one getsid call per process: about 1 ms for 150
+        for pid in psutil.pids():
+            try:
+                if pid != me.pid and os.getsid(pid) == me.pid:
+                    found[pid] = psutil.Process(pid)
+            except (OSError, psutil.Error):  # gone meanwhile, or another user's
+                continue
+    else:  # reads every process's parent: tens of ms on a busy machine
+        found = {p.pid: p for p in me.children(recursive=True)}
+    out = []
+    for pid, process in sorted(found.items()):
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            command = " ".join(process.cmdline()) or process.name()
+        except psutil.Error:
+            continue
+        out.append(Skipped(f"process {pid}", "child process",
+                           f"{textwrap.shorten(command, SHOWN_CHARS)}: it keeps running on this "
+                           "pod only and does not come back after a resume (start it again)"))
+    return out
+
+
+def _threads() -> list[Skipped]:
+    return [Skipped(f"thread {t.name}", "thread",
+                    "a thread started in the session does not come back: its work stops with "
+                    "this kernel (start it again after resume)")
+            for t in threading.enumerate()
+            if t.ident not in _kernel_threads and t.is_alive() and not t.name.startswith(OWN_THREADS)
+            and not type(t).__module__.startswith(KERNEL_MODULES)]
+
+
+def _open_files() -> list[Skipped]:
+    kept = [os.path.join(os.path.abspath(d), "") for d in persistent_dirs() if d]
+    try:
+        files = psutil.Process().open_files()
+    except psutil.Error:
+        return []
+    return [Skipped(f"file {f.path}", "open file",
+                    "open for writing outside the home volume: it stays on this pod, the next "
+                    "one will not have it (write it under the home directory)")
+            for f in files
+            if f.fd > 2  # stdout and stderr redirected by whoever started the server
+            and getattr(f, "mode", "r") != "r" and not any(f.path.startswith(k) for k in kept)]

@@ -1,0 +1,319 @@
+"""Packages installed in the session: found at checkpoint, stored as blobs, put back at resume.
+
+Call order:
+
+1. ``remember_environment(store)`` when the extension loads: the distributions installed now are
+   this environment's baseline, kept in memory and, the first time this environment (its
+   ``sys.prefix`` and image) is seen, in the store's record ``environment-<key>``; a later
+   kernel of the same environment reads it back, so a package installed before a kernel restart still counts
+   as installed in the session. ``store=None`` (no store configured yet) keeps it in memory
+   until the first checkpoint.
+2. ``capture_packages(store, write_blob)`` in ``take_checkpoint``: every distribution whose (name,
+   version, location) is not in the baseline and whose location is not on the persistent volume
+   (home, ``GKERESUME_ROOT_DIR``) becomes one blob, entry ``i`` the bytes of file ``i`` of its
+   RECORD, written by the snapshot's ``BlobWriter`` (content-addressed, deduplicated); it returns
+   the ``PackageRecord`` list for the manifest (which the signature covers) and, by name, what
+   could not be stored.
+3. ``install_packages(store, records, ...)`` in ``take_resume`` after the compatibility check and
+   before anything is unpickled: each package not installed here at that version is read (its
+   digest verified before any byte is written), the other version's files removed, its files
+   written (dist-info last), one report line per package.
+
+``GKERESUME_PACKAGES=0`` (the server's ``c.GkeResume.carry_packages = False``) turns 2 and 3 off.
+The scan is one ``os.scandir`` per ``sys.path`` directory (name and version come from the
+dist-info directory's name); only changed distributions are opened (their unchanged blobs are
+claimed, not written again: ``BlobWriter.write_views``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import mmap
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import NamedTuple
+
+from jupyter_gkeresume.errors import GkeResumeError
+from jupyter_gkeresume.snapshot import SnapshotStore
+from jupyter_gkeresume.snapshot.blobfile import read_verified
+from jupyter_gkeresume.snapshot.compat import (
+    package_problem,
+    packages_to_install,
+    top_level_names,
+)
+from jupyter_gkeresume.snapshot.fingerprint import ENV_FACTS
+from jupyter_gkeresume.snapshot.format import PackageRecord
+from jupyter_gkeresume.units import human_bytes
+
+from .notebooks import ROOT_DIR_ENV
+from .results import Progress
+
+ENABLED_ENV = "GKERESUME_PACKAGES"
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+_DIST_DIR = re.compile(r"\A(?P<name>[^-]+)-(?P<version>[^-]+?)(-py\d[\d.]*)?\.(dist|egg)-info\Z")
+
+
+class PackageError(GkeResumeError):
+    """A package of the session cannot be stored, or put back into this environment."""
+
+
+class Installed(NamedTuple):
+    """One installed distribution, as the baseline compares them."""
+
+    name: str  # normalized (PEP 503)
+    version: str
+    location: str
+
+
+@dataclass
+class Captured:
+    """What ``capture_packages`` stored, and what it could not (distribution -> why)."""
+
+    records: list[PackageRecord]
+    sizes: dict[str, int]  # blob -> bytes, for the manifest's blobs
+    not_stored: dict[str, str]
+    new_bytes: int = 0  # of blobs written now (the others were in the store)
+
+
+_baseline: set[Installed] | None = None
+_persisted = False
+
+
+def enabled() -> bool:
+    return os.environ.get(ENABLED_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def scan(paths: Iterable[str]) -> set[Installed]:
+    """The distributions in ``paths`` (directories of ``sys.path``), from their metadata
+    directories' names alone."""
+    found = set()
+    for location in dict.fromkeys(p for p in paths if p):  # not "" (the working directory)
+        try:
+            entries = list(os.scandir(location))
+        except OSError:
+            continue
+        for entry in entries:
+            match = _DIST_DIR.match(entry.name)
+            if match:
+                found.add(Installed(normalize(match["name"]), match["version"],
+                                    os.path.abspath(location)))
+    return found
+
+
+def session_packages(baseline: set[Installed], now: set[Installed],
+                     persistent: Iterable[str]) -> list[Installed]:
+    """The distributions installed or changed since ``baseline``, minus those that live under a
+    ``persistent`` directory (they come back with the volume)."""
+    roots = [os.path.join(os.path.abspath(r), "") for r in persistent if r]
+    return sorted(d for d in now - baseline
+                  if not any(os.path.join(d.location, "").startswith(r) for r in roots))
+
+
+def persistent_dirs() -> list[str]:
+    return [str(Path.home()), os.environ.get(ROOT_DIR_ENV, "")]
+
+
+def environment_record() -> str:
+    """This environment's baseline record name: by ``sys.prefix`` and the image (where the
+    environment tells it), so a pod of a newer image does not take its packages for the
+    session's."""
+    image = next((os.environ[n] for n in ENV_FACTS["image"] if os.environ.get(n)), "")
+    return "environment-" + hashlib.sha256(f"{sys.prefix}\0{image}".encode()).hexdigest()[:16]
+
+
+def remember_environment(store: SnapshotStore | None) -> set[Installed]:
+    """This environment's baseline (see the module docstring); never raises for a store that
+    cannot be read or written (the in-memory baseline stands, persisted at the next call)."""
+    global _baseline, _persisted
+    if _baseline is None:
+        _baseline = scan(sys.path)
+    if store is not None and not _persisted:
+        try:
+            raw = store.read_record(environment_record())
+            if raw is None:
+                store.write_record(environment_record(), json.dumps(sorted(_baseline)).encode())
+            else:
+                _baseline = {Installed(*map(str, d)) for d in json.loads(raw)}
+            _persisted = True
+        except (GkeResumeError, ValueError, TypeError):
+            pass  # unreadable or unwritable: the in-memory baseline stands
+    return _baseline
+
+
+def capture_packages(store: SnapshotStore,
+                     write_blob: Callable[[list[tuple[str, object]]], tuple[str, int, bool]],
+                     ) -> Captured:
+    """Store the session's packages (see the module docstring); ``write_blob`` is
+    ``BlobWriter.write_views``."""
+    out = Captured([], {}, {})
+    if not enabled():
+        return out
+    baseline = remember_environment(store)
+    for dist in session_packages(baseline, scan(sys.path), persistent_dirs()):
+        try:
+            record, size, new = _store_one(dist, write_blob)
+        except (OSError, PackageError) as exc:
+            out.not_stored[f"{dist.name} {dist.version}"] = str(exc)
+            continue
+        out.records.append(record)
+        out.sizes[record.blob] = size
+        out.new_bytes += size if new else 0
+    return out
+
+
+def _store_one(dist: Installed,
+               write_blob: Callable[[list[tuple[str, object]]], tuple[str, int, bool]],
+               ) -> tuple[PackageRecord, int, bool]:
+    """One distribution's files as one blob (mapped, not read into memory first; ``write_blob``
+    skips content the store has)."""
+    found = _distribution(dist)
+    files = [f for f in found.files or [] if "__pycache__" not in f.parts
+             and os.path.isfile(found.locate_file(f))]
+    with ExitStack() as stack:
+        contents = [_mapped(stack, found.locate_file(f)) for f in files]
+        digest, size, new = write_blob([("uint8", c) for c in contents])
+    return PackageRecord(found.metadata["Name"], dist.version, digest, [str(f) for f in files],
+                         dist.location, PYTHON, _wheel_tags(found)), size, new
+
+
+def _mapped(stack: ExitStack, path: os.PathLike) -> object:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return stack.enter_context(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def _distribution(dist: Installed) -> metadata.Distribution:
+    for found in metadata.distributions(path=[dist.location]):
+        if normalize(found.metadata["Name"] or "") == dist.name and found.version == dist.version:
+            if found.files is None:
+                raise PackageError("it lists no files (no RECORD): reinstall it with pip")
+            return found
+    raise PackageError("its metadata cannot be read")
+
+
+def _wheel_tags(found: metadata.Distribution) -> list[str]:
+    wheel = found.read_text("WHEEL") or ""
+    return [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+
+
+def install_packages(store: SnapshotStore, records: list[PackageRecord], sizes: dict[str, int],
+                     progress: Callable[[Progress], None] | None = None) -> list[str]:
+    """Put back the packages of ``records`` that are not installed here at their version (see
+    the module docstring); ``sizes``: the manifest's blob sizes. Returns one line per package.
+    A package built for another Python or platform is not installed (its line says so; the
+    compatibility verdict named it before), nor one whose blob or files fail: its line says why,
+    and the objects that import it are then not restored."""
+    if not enabled() or not records:
+        return []
+    started = time.monotonic()
+    missing = packages_to_install(records)
+    lines = [f"{r.name} {r.version}: already installed" for r in records if r not in missing]
+    total = sum(sizes.get(r.blob, 0) for r in missing)
+    done = 0
+    for record in missing:
+        problem = package_problem(record)
+        if problem is not None:
+            lines.append(f"{record.name} {record.version}: not installed: {problem}")
+            continue
+        try:
+            lines.append(_install_one(store, record))
+        except (GkeResumeError, OSError) as exc:  # the others still go in; its objects fail
+            lines.append(f"{record.name} {record.version}: not installed: {exc}")
+        done += sizes.get(record.blob, 0)
+        if progress is not None:
+            progress(Progress("installing", done, total, time.monotonic() - started))
+    importlib.invalidate_caches()
+    return lines
+
+
+def _install_one(store: SnapshotStore, record: PackageRecord) -> str:
+    """Read and verify the record's blob, remove another version from the destination, write
+    the files (metadata last); returns the report line."""
+    destination = _destination(record)
+    contents: list[bytearray] = []
+
+    def entry(index: int, nbytes: int) -> memoryview:
+        contents.append(bytearray(nbytes))
+        return memoryview(contents[-1])
+
+    with store.open_blob(record.blob) as (f, size):
+        read_verified(f, record.blob, size, entry)
+    if len(contents) != len(record.files):
+        raise PackageError(f"{record.name} {record.version}: its blob holds {len(contents)} "
+                                  f"files, the manifest lists {len(record.files)}")
+    targets = [_target(destination, record, relative) for relative in record.files]
+    replaced = _remove_other_versions(record, destination)
+    order = sorted(range(len(targets)), key=lambda i: ".dist-info/" in record.files[i])
+    for i in order:
+        _write(targets[i], contents[i])
+    imported = sorted({n for n in top_level_names(record.files) if n in sys.modules})
+    line = (f"{record.name} {record.version}: installed into {destination} "
+            f"({human_bytes(sum(map(len, contents)))}"
+            + (f", replacing {', '.join(replaced)}" if replaced else "") + ")")
+    if imported:
+        line += f"; restart the kernel to use it: {', '.join(imported)} was imported before"
+    return line
+
+
+def _destination(record: PackageRecord) -> str:
+    """Its original location when that is on ``sys.path`` here and writable, else this
+    environment's site-packages."""
+    here = {os.path.abspath(p) for p in sys.path if p}
+    if record.location in here and os.access(record.location, os.W_OK):
+        return record.location
+    paths = sysconfig.get_paths()
+    pure = all(t.endswith("-none-any") for t in record.tags) and record.tags
+    return paths["purelib" if pure else "platlib"]
+
+
+def _target(destination: str, record: PackageRecord, relative: str) -> str:
+    """Where a file goes: inside ``destination`` or this environment's prefix, nowhere else."""
+    target = os.path.normpath(os.path.join(destination, relative))
+    if not any(target.startswith(os.path.join(root, "")) for root in (destination, sys.prefix)):
+        raise PackageError(f"{record.name} {record.version}: file {relative!r} would land "
+                                  f"outside {destination} and {sys.prefix}")
+    return target
+
+
+def _remove_other_versions(record: PackageRecord, destination: str) -> list[str]:
+    """Uninstall (as pip does: its RECORD's files) another version in ``destination``."""
+    removed = []
+    for other in metadata.distributions(path=[destination]):
+        if normalize(other.metadata["Name"] or "") != normalize(record.name):
+            continue
+        removed.append(other.version)  # read before its metadata goes
+        files = other.files or []
+        for f in files:
+            path = other.locate_file(f)
+            if os.path.isfile(path):
+                os.unlink(path)
+        for metadata_dir in {f.parts[0] for f in files if f.parts[0].endswith(".dist-info")}:
+            shutil.rmtree(other.locate_file(metadata_dir), ignore_errors=True)
+    return removed
+
+
+def _write(target: str, data: bytearray) -> None:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    temporary = f"{target}.gkeresume-{os.getpid()}"
+    with open(temporary, "wb") as f:
+        f.write(data)
+    if os.path.basename(os.path.dirname(target)) == "bin":
+        os.chmod(temporary, 0o755)
+    os.replace(temporary, target)
+

@@ -1,0 +1,255 @@
+"""Packages installed in the session come back on a fresh pod (issue 21 item 1).
+
+Unit tests of the baseline and the diff (``kernel_hooks.packages``), of the manifest field
+(``snapshot.format``) and of the compatibility verdict for a package that cannot be installed
+here; then ONE end-to-end test: a wheel built here (no network) is ``%pip install``-ed into a
+throwaway environment in which a kernel runs, an object of it is checkpointed, and a kernel of a
+second fresh environment without the package resumes: the package is installed before the
+graph is unpickled and the object comes back.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from jupyter_gkeresume.errors import ManifestError
+from jupyter_gkeresume.snapshot import Manifest, SnapshotStore, check_compatible
+from jupyter_gkeresume.snapshot.compat import package_problem
+from jupyter_gkeresume.snapshot.format import PackageRecord
+from kernel_hooks import packages
+from kernel_hooks.packages import Installed, scan, session_packages
+
+SITE = sysconfig.get_paths()["purelib"]
+
+
+def test_scan_reads_name_and_version_from_the_metadata_directories(tmp_path):
+    for entry in ("Foo_Bar-1.0.dist-info", "old-2.1-py3.12.egg-info", "plain", "x.dist-info"):
+        (tmp_path / entry).mkdir()
+    (tmp_path / "mod.py").write_text("")
+    found = scan([str(tmp_path), str(tmp_path / "missing")])
+    assert found == {Installed("foo-bar", "1.0", str(tmp_path)), Installed("old", "2.1", str(tmp_path))}
+
+
+def test_session_packages_are_new_or_changed_and_not_on_the_persistent_volume(tmp_path):
+    env, home = str(tmp_path / "env"), str(tmp_path / "home")
+    baseline = {Installed("torch", "2.13.0", env), Installed("numpy", "2.1", env)}
+    now = {Installed("torch", "2.13.0", env), Installed("numpy", "2.2", env),
+           Installed("tiny", "1.0", env), Installed("mine", "0.1", home + "/.local/lib")}
+    assert session_packages(baseline, now, [home, ""]) == [
+        Installed("numpy", "2.2", env), Installed("tiny", "1.0", env)]
+    assert session_packages(now, now, []) == []
+
+
+def test_the_baseline_is_persisted_beside_the_store_and_outlives_the_kernel(tmp_path, monkeypatch):
+    """A kernel restarted after a %pip install must still count the package as the session's:
+    the first kernel of an environment stores the baseline, later ones read it."""
+    site = tmp_path / "site"
+    (site / "torch-2.13.0.dist-info").mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setattr(packages, "_baseline", None)
+    monkeypatch.setattr(packages, "_persisted", False)
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    first = packages.remember_environment(store)
+    assert first == {Installed("torch", "2.13.0", str(site))}
+    assert json.loads(store.read_record(packages.environment_record())) == [
+        ["torch", "2.13.0", str(site)]]
+
+    (site / "tiny-1.0.dist-info").mkdir()  # installed, then the kernel restarts
+    monkeypatch.setattr(packages, "_baseline", None)
+    monkeypatch.setattr(packages, "_persisted", False)
+    assert packages.remember_environment(store) == first
+    assert session_packages(first, scan(sys.path), []) == [Installed("tiny", "1.0", str(site))]
+
+
+def test_capture_stores_a_new_distribution_by_its_record_and_can_be_turned_off(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "tiny" / "__pycache__").mkdir(parents=True)
+    (site / "tiny" / "__init__.py").write_text("X = 1\n")
+    (site / "tiny" / "__pycache__" / "__init__.cpython.pyc").write_bytes(b"compiled")
+    meta = site / "tiny-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: Tiny\nVersion: 1.0\n")
+    (meta / "WHEEL").write_text("Wheel-Version: 1.0\nTag: py3-none-any\n")
+    (meta / "RECORD").write_text("tiny/__init__.py,,\ntiny/__pycache__/__init__.cpython.pyc,,\n"
+                                 "tiny-1.0.dist-info/METADATA,,\ntiny-1.0.dist-info/WHEEL,,\n"
+                                 "tiny-1.0.dist-info/RECORD,,\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setattr(packages, "_baseline", set())
+    monkeypatch.setattr(packages, "_persisted", True)
+    written = []
+
+    def write_blob(entries):
+        written.append([bytes(memoryview(b)) for _, b in entries])
+        return "b3-" + "2" * 64, 100, True
+
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    captured = packages.capture_packages(store, write_blob)
+    [stored] = captured.records
+    assert (stored.name, stored.version, stored.location, stored.tags) == (
+        "Tiny", "1.0", str(site), ["py3-none-any"])
+    assert stored.files == ["tiny/__init__.py", "tiny-1.0.dist-info/METADATA",
+                            "tiny-1.0.dist-info/WHEEL", "tiny-1.0.dist-info/RECORD"]
+    assert written[0][0] == b"X = 1\n"  # entry i holds file i; no bytecode
+    assert captured.sizes == {stored.blob: 100} and captured.new_bytes == 100
+
+    monkeypatch.setenv(packages.ENABLED_ENV, "0")  # c.GkeResume.carry_packages = False
+    assert packages.capture_packages(store, write_blob).records == []
+
+
+def record(**fields) -> PackageRecord:
+    values = {"name": "tiny", "version": "1.0", "blob": "b3-" + "0" * 64,
+              "files": ["tiny/__init__.py", "tiny-1.0.dist-info/RECORD"], "location": SITE,
+              "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+              "tags": ["py3-none-any"], **fields}
+    return PackageRecord(**values)
+
+
+def test_manifest_lists_packages_and_keeps_older_manifests_as_they_were(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    manifest = make_snapshot(local_store, signing_key)
+    assert "packages" not in manifest.to_dict()  # an older manifest's signed bytes stay the same
+    blob = manifest.graph_blob
+    with_package = dataclasses.replace(manifest, packages=[record(blob=blob)])
+    assert Manifest.from_json(with_package.to_json()).packages == [record(blob=blob)]
+    for bad in (record(blob=blob, files=["/etc/passwd"]), record(blob="b3-" + "1" * 64)):
+        with pytest.raises(ManifestError, match="package 'tiny'"):
+            Manifest.from_json(dataclasses.replace(manifest, packages=[bad]).to_json())
+
+
+def test_a_package_built_for_another_python_makes_its_users_partial(local_store, signing_key):
+    from fixtures_lifecycle import make_snapshot
+
+    manifest = make_snapshot(local_store, signing_key, modules={"x0": ["tiny.core"]})
+    assert package_problem(record()) is None
+    foreign = record(tags=["cp27-cp27mu-manylinux1_x86_64"])
+    assert "built for cp27-cp27mu-manylinux1_x86_64" in package_problem(foreign)
+    assert "Python 2.7 without wheel tags" in package_problem(record(tags=[], python="2.7"))
+    verdict = check_compatible(dataclasses.replace(
+        manifest, packages=[dataclasses.replace(foreign, blob=manifest.graph_blob)]), {})
+    assert verdict.level == "partial"
+    assert "package tiny 1.0 cannot be installed here" in verdict.objects_at_risk["x0"]
+    installable = dataclasses.replace(record(), blob=manifest.graph_blob)
+    verdict = check_compatible(dataclasses.replace(manifest, packages=[installable]), {})
+    assert "x0" not in verdict.objects_at_risk  # the resume installs what it imports first
+
+
+def test_install_replaces_another_version_and_refuses_paths_outside(tmp_path, monkeypatch):
+    from fixtures_lifecycle import put_blob
+
+    site = tmp_path / "site"
+    (site / "tiny").mkdir(parents=True)
+    (site / "tiny" / "__init__.py").write_text("VERSION = '0.9'\n")
+    (site / "tiny" / "gone.py").write_text("")
+    old = site / "tiny-0.9.dist-info"
+    old.mkdir()
+    (old / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny\nVersion: 0.9\n")
+    (old / "RECORD").write_text("tiny/__init__.py,,\ntiny/gone.py,,\ntiny-0.9.dist-info/METADATA,,\n"
+                                "tiny-0.9.dist-info/RECORD,,\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    files = {"tiny/__init__.py": b"VERSION = '1.0'\n",
+             "tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n"}
+    blob, size = put_blob(store, *files.values())
+    new = record(blob=blob, files=list(files), location=str(site))
+    escaping = record(name="evil", blob=blob, files=["../../../../../../tmp/evil.py", "x"],
+                      location=str(site))
+
+    lines = packages.install_packages(store, [new, escaping], {blob: size})
+    assert lines[0].startswith(f"tiny 1.0: installed into {site} (")
+    assert lines[0].endswith(", replacing 0.9)")
+    assert "evil 1.0: not installed" in lines[1] and "would land outside" in lines[1]
+    assert (site / "tiny" / "__init__.py").read_text() == "VERSION = '1.0'\n"
+    assert not (site / "tiny" / "gone.py").exists() and not old.exists()
+    assert sorted(p.name for p in site.iterdir()) == ["tiny", "tiny-1.0.dist-info"]
+
+
+# -- end to end ---------------------------------------------------------------------------------
+
+TINY = '''
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return (self.x, self.y) == (other.x, other.y)
+'''
+
+
+def build_wheel(directory: Path) -> Path:
+    """A pure-Python wheel of ``tinypkg`` 1.0, written by hand (PEP 427 layout)."""
+    files = {
+        "tinypkg/__init__.py": TINY.encode(),
+        "tinypkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+                                       b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    lines = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{name},sha256={digest},{len(data)}")
+    files["tinypkg-1.0.dist-info/RECORD"] = "\n".join([*lines, "tinypkg-1.0.dist-info/RECORD,,"]).encode()
+    wheel = directory / "tinypkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return wheel
+
+
+def throwaway_environment(where: Path, kernels: Path) -> Path:
+    """A fresh venv that sees this test environment's packages, editable installs included (a
+    .pth file adding its site directory: a venv made off another venv with
+    --system-site-packages would see the base interpreter's instead), and a kernelspec that runs
+    its interpreter."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    python = where / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "test-environment.pth").write_text(f"import site; site.addsitedir({SITE!r})\n")
+    spec = kernels / where.name
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": where.name, "language": "python"}))
+    return where
+
+
+def test_a_package_installed_in_the_session_comes_back_in_a_fresh_environment(
+        tmp_path, monkeypatch, start_kernel):
+    kernels = tmp_path / "jupyter" / "kernels"
+    monkeypatch.setenv("JUPYTER_PATH", str(kernels.parent))
+    first = throwaway_environment(tmp_path / "env-a", kernels)
+    second = throwaway_environment(tmp_path / "env-b", kernels)
+    wheel = build_wheel(tmp_path)
+
+    kernel = start_kernel(kernel_name="env-a")
+    kernel.run("%load_ext kernel_hooks")
+    kernel.run(f"%pip install --no-index --no-deps --quiet {wheel}")
+    kernel.run("import tinypkg\np = tinypkg.Point(3, 4)")
+    report = kernel.run("%checkpoint")
+    assert "not saved" not in report
+
+    fresh = start_kernel(kernel_name="env-b")
+    fresh.run("%load_ext kernel_hooks")
+    with pytest.raises(AssertionError, match="No module named 'tinypkg'"):
+        fresh.run("import tinypkg")
+    listed = fresh.run("%snapshots")
+    assert "a resume here installs: tinypkg 1.0" in listed
+    resumed = fresh.run("%resume --any")
+    assert f"package: tinypkg 1.0: installed into {second}" in resumed
+    assert "not restored" not in resumed
+    back = fresh.run_json("import json, tinypkg\n"
+                          "print(json.dumps([p == tinypkg.Point(3, 4), tinypkg.__file__]))")
+    assert back[0] is True and back[1].startswith(str(second))
+    assert not Path(back[1]).is_relative_to(first)
+    assert "a resume here installs" not in fresh.run("%snapshots")  # it is installed now
