@@ -3,7 +3,12 @@ HTTP server that stands in for a Kubernetes API server (none can run on these ma
 container runtime, no kube-apiserver package). It keeps the API's semantics for the two custom
 resources involved: bearer-token authentication (401), RBAC refusals (403 Status), missing
 objects (404 Status), JSON merge patch only (RFC 7386, 415 otherwise), resourceVersion
-preconditions and conflicts (409 Status), and complete objects in every answer.
+preconditions and conflicts (409 Status), and complete objects in every answer. It also answers
+``SelfSubjectAccessReview`` as kubernetes/kubernetes
+``pkg/registry/authorization/selfsubjectaccessreview/rest.go`` does: any authenticated caller may
+create one (201, nothing stored), exactly one of ``resourceAttributes`` / ``nonResourceAttributes``
+(422 Invalid otherwise), the review echoed with ``status.allowed`` (and ``reason`` when allowed)
+from the same rules that decide the PATCH.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from jupyter_gkeresume.errors import ReleaseError
 from jupyter_gkeresume.release import KubeflowRelease, autodetect
 
 TOKEN = "sa-token-123"
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 PATH_RE = re.compile(r"^/apis/kubeflow\.org/(v1beta1|v1)/namespaces/([^/]+)/(workspaces|notebooks)"
                      r"/([^/?]+)$")
 
@@ -62,6 +68,9 @@ class FakeKubeApi:
             def do_PATCH(self):
                 api.handle(self, "PATCH")
 
+            def do_POST(self):
+                api.handle(self, "POST")
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
@@ -85,6 +94,8 @@ class FakeKubeApi:
         self.requests.append((method, req.path, req.headers.get("Content-Type", "")))
         if req.headers.get("Authorization") != f"Bearer {TOKEN}":
             return self.status(req, 401, "Unauthorized", "Unauthorized")
+        if method == "POST" and req.path.split("?")[0] == SSAR_PATH:
+            return self.access_review(req, json.loads(body))
         match = PATH_RE.match(req.path.split("?")[0])
         if not match:
             return self.status(req, 404, "NotFound", "the server could not find the resource")
@@ -113,6 +124,26 @@ class FakeKubeApi:
                 obj["metadata"]["generation"] += 1
             self.objects[key] = obj
         self.send(req, 200, obj)
+
+    def access_review(self, req, review: dict) -> None:
+        spec = review.get("spec") or {}
+        attributes = spec.get("resourceAttributes")
+        if (attributes is None) == (spec.get("nonResourceAttributes") is None):
+            return self.status(req, 422, "Invalid", 'SelfSubjectAccessReview.authorization.k8s.io '
+                               '"" is invalid: spec.resourceAttributes: Invalid value: '
+                               '"null": exactly one of nonResourceAttributes or '
+                               'resourceAttributes must be specified')
+        allowed = (attributes is not None and attributes.get("group") == "kubeflow.org"
+                   and attributes.get("verb") == "patch"
+                   and attributes.get("resource") not in self.forbidden)
+        status = {"allowed": allowed}
+        if allowed:
+            status["reason"] = ('RBAC: allowed by RoleBinding "namespaceAdmin/'
+                                f'{attributes.get("namespace")}" of ClusterRole "kubeflow-edit"')
+        self.send(req, 201, {"apiVersion": "authorization.k8s.io/v1",
+                             "kind": "SelfSubjectAccessReview",
+                             "metadata": {"creationTimestamp": None}, "spec": spec,
+                             "status": status})
 
     def status(self, req, code, reason, message):
         self.send(req, code, {"kind": "Status", "apiVersion": "v1", "metadata": {},
