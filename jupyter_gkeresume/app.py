@@ -41,11 +41,12 @@ class GkeResume(LoggingConfigurable):
     ).tag(config=True)
     workspace_id = Unicode(
         "", help="The workspace id snapshots are stored under. Empty: $GKERESUME_WORKSPACE, the "
-        "JupyterHub user (and server name), the Kubeflow notebook, else local-{user}."
+        "JupyterHub user (and server name), the Kubeflow Notebook or Workspace, else local-{user}."
     ).tag(config=True)
     release_backend = Union(
         [Enum(["auto", *BACKENDS]), Type(klass=ReleaseBackend)], default_value="auto",
-        help="How a pause gives the pod back: auto (detect), none, jupyterhub, kubeflow, or a "
+        help="How a pause gives the pod back: auto (detect: platform.py), none, jupyterhub, "
+        "kubeflow-notebook (Notebooks v1), kubeflow-workspace (Notebooks v2), or a "
         "ReleaseBackend subclass (class or import string).",
     ).tag(config=True)
     idle_timeout = Float(

@@ -83,7 +83,8 @@ def test_rbac_grants_exactly_what_the_release_backend_patches():
         "rbac.authorization.kubeflow.org/aggregate-to-kubeflow-edit": "true"}
     [rule] = role["rules"]
     assert rule["apiGroups"] == [kubeflow.GROUP] and rule["verbs"] == ["patch"]
-    assert sorted(rule["resources"]) == sorted([kubeflow.WORKSPACE[1], kubeflow.NOTEBOOK[1]])
+    assert sorted(rule["resources"]) == sorted([kubeflow.KubeflowWorkspaceRelease.plural,
+                                                kubeflow.KubeflowNotebookRelease.plural])
     assert kubeflow.RBAC_ADVICE.endswith("deploy/kubeflow-rbac.yaml")
     assert (ROOT / "deploy" / "kubeflow-rbac.yaml").is_file()
 
