@@ -205,6 +205,41 @@ def test_a_token_without_delete_scope_gets_the_admin_advice(hub, monkeypatch):
     assert code == 201, token
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
     backend = JupyterHubRelease(api_url=f"{hub.url}/hub/api", user="alice")
-    with pytest.raises(ReleaseError, match="server_token_scopes"):
+    with pytest.raises(ReleaseError, match="server_token_scopes") as refused:
         asyncio.run(backend.release())
+    assert "requires any of [delete:servers]" in str(refused.value)  # the Hub's own words
     assert hub.server_state() == "stopped"
+
+
+def test_an_expired_token_is_reported_as_the_hub_says_not_as_missing_scopes(hub, monkeypatch):
+    """The Hub answers 403 for a token it does not accept as well as for missing scopes
+    (jupyterhub ``scopes.py`` ``needs_scope``: "Missing or invalid credentials." when nobody is
+    authenticated, "Action is not authorized with current scopes; requires any of [...]"
+    otherwise)."""
+    import asyncio
+
+    from jupyter_gkeresume.errors import ReleaseError
+    from jupyter_gkeresume.release import JupyterHubRelease
+
+    code, token = hub.call("POST", "hub/api/users/alice/tokens",
+                           {"scopes": ["delete:servers!user=alice"], "expires_in": 1})
+    assert code == 201, token
+
+    def expired() -> bool:
+        request = urllib.request.Request(f"{hub.url}/hub/api/user",
+                                         headers={"Authorization": f"token {token['token']}"})
+        try:
+            urllib.request.urlopen(request, timeout=30).close()
+        except urllib.error.HTTPError as exc:
+            return exc.code == 403
+        return False
+
+    hub.wait(expired, "the token expired")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
+    backend = JupyterHubRelease(api_url=f"{hub.url}/hub/api", user="alice")
+    with pytest.raises(ReleaseError) as refused:
+        asyncio.run(backend.release())
+    message = str(refused.value)
+    assert "403" in message and "server_token_scopes" not in message, message
+    assert "credentials" in message.lower() or "expired" in message.lower(), message
+
