@@ -40,7 +40,7 @@ from .snapshot.gc import DEFAULT_GRACE_SECONDS, apply_retention, collect_garbage
 from .snapshot.manifests import read_manifest, scan_manifests
 from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import SigningKey
-from .snapshot.store import _transport_errors, describe
+from .snapshot.store import _transport_errors, describe, store_failure
 from .snapshot.verify import verify_snapshot
 from .units import human_bytes
 from .workspace import WORKSPACE_RE
@@ -344,7 +344,7 @@ def check_reachable(store: SnapshotStore, timeout: float) -> None:
         raise StoreError(f"{store} did not answer within {timeout:g} s: unreachable, or no "
                          "network (if it is only slow: --CommandApp.store_timeout=SECONDS)") from None
     except (OSError, ValueError, *_transport_errors()) as exc:
-        raise StoreError(f"{store}: {describe(exc)}") from None
+        raise store_failure(str(store), exc) from None
 
 
 COMMON_ALIASES = {
