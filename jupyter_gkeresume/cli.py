@@ -88,7 +88,7 @@ class Context:
         if self._key is None:
             if self.args.key_file and not os.path.isfile(self.args.key_file):
                 raise InvalidInputError(f"--key-file {self.args.key_file} does not exist")
-            self._key = load_signing_key(self.args.key_file)
+            self._key = load_signing_key(self.args.key_file, workspace=self.store.workspace)
         return self._key
 
     def emit(self, data: Any, human: Callable[[], None]) -> None:
