@@ -100,7 +100,7 @@ def test_poddefault_brings_store_and_a_per_namespace_key():
     [mount] = spec["volumeMounts"]
     assert volume["secret"]["secretName"] == "gkeresume-signing-key"  # a Secret in each namespace
     assert volume["secret"]["defaultMode"] == 0o440 and mount["readOnly"] is True
-    assert os.path.dirname(env["GKERESUME_SIGNING_KEY_FILE"]) == mount["mountPath"]
+    assert os.path.dirname(env["GKERESUME_NAMESPACE_KEY_FILE"]) == mount["mountPath"]
     # what the webhook merges into a pod is valid pod spec
     validate_builtin({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"}, "spec": {
         "volumes": spec["volumes"],
