@@ -1,4 +1,5 @@
-"""``jupyter gkeresume``: list, inspect, verify and clean up a workspace's snapshots.
+"""``jupyter gkeresume``: list, inspect, verify and clean up a workspace's snapshots; ``doctor``
+says what the product will do in this pod and proves each part (``doctor.py``).
 
 A Jupyter application with one subcommand per command (like ``jupyter labextension``). It reads
 ``c.GkeResume.*`` from the server's own config files (``jupyter_server_config.py``/``.json``/
@@ -28,7 +29,7 @@ from fsspec.exceptions import FSTimeoutError
 from jupyter_core.application import JupyterApp
 from traitlets import Bool, Float, Integer, Unicode, default
 
-from . import __version__, advisor
+from . import __version__, advisor, doctor
 from .app import GkeResume
 from .errors import GkeResumeError, InvalidInputError, ManifestError, StoreError
 from .paused_record import PausedRecords
@@ -523,14 +524,48 @@ class AdviseApp(CommandApp):
         return {"thresholds": thresholds(self.thresholds), "gpus": self.gpus, "plot": self.plot}
 
 
-COMMANDS = (ListApp, ShowApp, VerifyApp, GcApp, RmApp, UsageApp, AdviseApp)
+class DoctorApp(CommandApp):
+    """Runs ``doctor.run_checks`` with this pod's configuration: ``c.GkeResume.*``, the release
+    backend's ``c.<Backend>.*`` and ``c.ServerApp.base_url`` from the server's config files
+    (the image's ``jupyter_server_config.py`` included), then the command line."""
+
+    name = "doctor"
+    description = "what the product will do in this pod, each part proven (exit 1 if any fails)"
+    aliases = {**COMMON_ALIASES, "podinfo-dir": "DoctorApp.podinfo_dir"}
+    podinfo_dir = Unicode("/etc/podinfo", help="where the downward API volume is mounted (its "
+                          "annotations file shows sidecars)").tag(config=True)
+
+    def start(self) -> int:
+        self.arguments()  # none allowed
+        settings = GkeResume(parent=self)
+        server = self.config.get("ServerApp", {})
+        checks = doctor.run_checks(doctor.DoctorInputs(
+            workspace_id=settings.workspace_id, store_url=settings.store_url,
+            backend=settings.backend_class()(parent=self),
+            release_backend_setting=settings.release_backend
+            if isinstance(settings.release_backend, str) else "configured",
+            base_url=server.get("base_url"),
+            shutdown_budget=settings.shutdown_checkpoint_timeout,
+            idle_timeout=settings.idle_timeout, idle_pause_busy=settings.idle_pause_busy,
+            key_file=self.key_file, podinfo_dir=self.podinfo_dir,
+        ))
+        if self.json:
+            json.dump(doctor.to_json(checks), sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            for check in checks:
+                print(f"{'ok' if check.ok else 'FAIL':<4}  {check.name:<11}  {check.detail}")
+        return 0 if all(check.ok for check in checks) else 1
+
+
+COMMANDS = (ListApp, ShowApp, VerifyApp, GcApp, RmApp, UsageApp, AdviseApp, DoctorApp)
 
 
 class GkeResumeCLI(JupyterApp):
     """``jupyter gkeresume COMMAND``: the commands as subcommands, like ``jupyter labextension``."""
 
     name = "jupyter-gkeresume"
-    description = "List, inspect, verify and clean up snapshots."
+    description = "List, inspect, verify and clean up snapshots; check this pod (doctor)."
     version = __version__
     aliases = {name: COMMON_ALIASES[name] for name in ("log-level", "config")}
     flags = {"debug": COMMON_FLAGS["debug"]}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -271,6 +272,15 @@ class SnapshotStore:
                 self.backend.create(path, data)
             else:
                 self.backend.put(path, data)
+
+    def probe_write(self) -> None:
+        """Prove that this workspace's folder takes the commit's kind of write (create-only):
+        a test object ``records/probe-{random}.json`` is created, then removed (the doctor)."""
+        path = f"{self.root}/records/probe-{uuid.uuid4().hex}.json"
+        with self._errors("write a create-only test object"):
+            self.backend.create(path, b'{"probe": true}')
+        with self._errors("remove the test object"):
+            self.backend.delete(path)
 
     def list_records(self, prefix: str) -> dict[str, float | None]:
         """Names (without ``.json``) of the records starting with ``prefix``, with their
