@@ -156,6 +156,9 @@ def _release(inputs: DoctorInputs, platform: Platform) -> Check:
         allowed, evidence = asyncio.run(backend.may_release())
     except GkeResumeError as exc:
         return Check("release", False, f"backend {backend.name} ({how}): {exc}")
+    except NotImplementedError:  # a site's own ReleaseBackend subclass
+        return Check("release", False, f"backend {backend.name} ({how}): cannot say whether "
+                                       "this pod may release itself (no may_release)")
     if backend.name == "none" and platform.name != "local" and how != "configured":
         allowed = False  # detected a platform, yet nothing to release it with
         evidence += (f"; on {platform.name} a pause then keeps the pod and its GPU "

@@ -129,3 +129,24 @@ def test_a_local_pod_and_the_human_output(monkeypatch, tmp_path, capsys):
     assert code == 0, out
     assert "ok    release      backend none (auto: platform local)" in out
     assert "pause with release after 600 s" in out
+
+
+@pytest.fixture
+def jp_server_config(tmp_path):
+    from fixtures_server import server_config
+
+    return server_config(str(tmp_path / "store"))
+
+
+async def test_the_lab_can_ask_the_server_for_the_same_checks(api, monkeypatch):
+    """GET /gkeresume/api/doctor: the server's own configuration (workspace from its config,
+    its store, its backend: the fixture's RecordingRelease, which cannot say whether it may
+    release, so that check fails and says so)."""
+    monkeypatch.delenv("NB_PREFIX", raising=False)
+    code, body = await api.call("GET", "gkeresume/api/doctor")
+    assert code == 200, body
+    checks = {c["name"]: c for c in body["checks"]}
+    assert checks["workspace"]["detail"].startswith("server-ws (from c.GkeResume.workspace_id")
+    assert checks["store"]["ok"] and "writable" in checks["store"]["detail"]
+    assert not checks["release"]["ok"] and "no may_release" in checks["release"]["detail"]
+    assert checks["base_url"]["ok"]
