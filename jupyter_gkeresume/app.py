@@ -18,6 +18,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Float, Integer, Type, Unicode, Union
 from traitlets.config import LoggingConfigurable
 
+from .doctor import DoctorInputs
 from .errors import GkeResumeError
 from .events import ActivitySampler
 from .handlers import handlers
@@ -41,11 +42,12 @@ class GkeResume(LoggingConfigurable):
     ).tag(config=True)
     workspace_id = Unicode(
         "", help="The workspace id snapshots are stored under. Empty: $GKERESUME_WORKSPACE, the "
-        "JupyterHub user (and server name), the Kubeflow notebook, else local-{user}."
+        "JupyterHub user (and server name), the Kubeflow Notebook or Workspace, else local-{user}."
     ).tag(config=True)
     release_backend = Union(
         [Enum(["auto", *BACKENDS]), Type(klass=ReleaseBackend)], default_value="auto",
-        help="How a pause gives the pod back: auto (detect), none, jupyterhub, kubeflow, or a "
+        help="How a pause gives the pod back: auto (detect: platform.py), none, jupyterhub, "
+        "kubeflow-notebook (Notebooks v1), kubeflow-workspace (Notebooks v2), or a "
         "ReleaseBackend subclass (class or import string).",
     ).tag(config=True)
     idle_timeout = Float(
@@ -121,6 +123,7 @@ class GkeResumeApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         config = GkeResume(parent=self)
+        configured_workspace = config.workspace_id  # the doctor says where the id came from
         config.store_url = config.resolved_store_url()
         config.workspace_id = config.resolved_workspace_id()
         backend = config.backend_class()(parent=self)
@@ -134,6 +137,14 @@ class GkeResumeApp(ExtensionApp):
         self.activity_sampler: ActivitySampler | None = None
         self.key_check: asyncio.Task | None = None
         self.settings["gkeresume_orchestrator"] = self.orchestrator
+        self.settings["gkeresume_doctor"] = DoctorInputs(  # GET /gkeresume/api/doctor
+            workspace_id=configured_workspace, store_url=config.store_url, backend=backend,
+            release_backend_setting=config.release_backend
+            if isinstance(config.release_backend, str) else "configured",
+            base_url=self.serverapp.base_url,
+            shutdown_budget=config.shutdown_checkpoint_timeout,
+            idle_timeout=config.idle_timeout, idle_pause_busy=config.idle_pause_busy,
+        )
         # the kernels resolve the same store and workspace as this server (%checkpoint, %resume)
         guard_kernel_starts(self.serverapp.kernel_manager, self.orchestrator.refuse_kernel_start,
                             {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read

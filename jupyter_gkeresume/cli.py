@@ -1,4 +1,5 @@
-"""``jupyter gkeresume``: list, inspect, verify and clean up a workspace's snapshots.
+"""``jupyter gkeresume``: list, inspect, verify and clean up a workspace's snapshots; ``doctor``
+says what the product will do in this pod and proves each part (``doctor.py``).
 
 A Jupyter application with one subcommand per command (like ``jupyter labextension``). It reads
 ``c.GkeResume.*`` from the server's own config files (``jupyter_server_config.py``/``.json``/
@@ -28,7 +29,7 @@ from fsspec.exceptions import FSTimeoutError
 from jupyter_core.application import JupyterApp
 from traitlets import Bool, Float, Integer, Unicode, default
 
-from . import __version__, advisor
+from . import __version__, advisor, doctor
 from .app import GkeResume
 from .errors import GkeResumeError, InvalidInputError, ManifestError, StoreError
 from .paused_record import PausedRecords
@@ -40,7 +41,7 @@ from .snapshot.gc import DEFAULT_GRACE_SECONDS, apply_retention, collect_garbage
 from .snapshot.manifests import read_manifest, scan_manifests
 from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import SigningKey
-from .snapshot.store import _transport_errors, describe
+from .snapshot.store import _transport_errors, describe, store_failure
 from .snapshot.verify import verify_snapshot
 from .units import human_bytes
 from .workspace import WORKSPACE_RE
@@ -88,7 +89,7 @@ class Context:
         if self._key is None:
             if self.args.key_file and not os.path.isfile(self.args.key_file):
                 raise InvalidInputError(f"--key-file {self.args.key_file} does not exist")
-            self._key = load_signing_key(self.args.key_file)
+            self._key = load_signing_key(self.args.key_file, workspace=self.store.workspace)
         return self._key
 
     def emit(self, data: Any, human: Callable[[], None]) -> None:
@@ -344,7 +345,7 @@ def check_reachable(store: SnapshotStore, timeout: float) -> None:
         raise StoreError(f"{store} did not answer within {timeout:g} s: unreachable, or no "
                          "network (if it is only slow: --CommandApp.store_timeout=SECONDS)") from None
     except (OSError, ValueError, *_transport_errors()) as exc:
-        raise StoreError(f"{store}: {describe(exc)}") from None
+        raise store_failure(str(store), exc) from None
 
 
 COMMON_ALIASES = {
@@ -523,14 +524,48 @@ class AdviseApp(CommandApp):
         return {"thresholds": thresholds(self.thresholds), "gpus": self.gpus, "plot": self.plot}
 
 
-COMMANDS = (ListApp, ShowApp, VerifyApp, GcApp, RmApp, UsageApp, AdviseApp)
+class DoctorApp(CommandApp):
+    """Runs ``doctor.run_checks`` with this pod's configuration: ``c.GkeResume.*``, the release
+    backend's ``c.<Backend>.*`` and ``c.ServerApp.base_url`` from the server's config files
+    (the image's ``jupyter_server_config.py`` included), then the command line."""
+
+    name = "doctor"
+    description = "what the product will do in this pod, each part proven (exit 1 if any fails)"
+    aliases = {**COMMON_ALIASES, "podinfo-dir": "DoctorApp.podinfo_dir"}
+    podinfo_dir = Unicode("/etc/podinfo", help="where the downward API volume is mounted (its "
+                          "annotations file shows sidecars)").tag(config=True)
+
+    def start(self) -> int:
+        self.arguments()  # none allowed
+        settings = GkeResume(parent=self)
+        server = self.config.get("ServerApp", {})
+        checks = doctor.run_checks(doctor.DoctorInputs(
+            workspace_id=settings.workspace_id, store_url=settings.store_url,
+            backend=settings.backend_class()(parent=self),
+            release_backend_setting=settings.release_backend
+            if isinstance(settings.release_backend, str) else "configured",
+            base_url=server.get("base_url"),
+            shutdown_budget=settings.shutdown_checkpoint_timeout,
+            idle_timeout=settings.idle_timeout, idle_pause_busy=settings.idle_pause_busy,
+            key_file=self.key_file, podinfo_dir=self.podinfo_dir,
+        ))
+        if self.json:
+            json.dump(doctor.to_json(checks), sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            for check in checks:
+                print(f"{'ok' if check.ok else 'FAIL':<4}  {check.name:<11}  {check.detail}")
+        return 0 if all(check.ok for check in checks) else 1
+
+
+COMMANDS = (ListApp, ShowApp, VerifyApp, GcApp, RmApp, UsageApp, AdviseApp, DoctorApp)
 
 
 class GkeResumeCLI(JupyterApp):
     """``jupyter gkeresume COMMAND``: the commands as subcommands, like ``jupyter labextension``."""
 
     name = "jupyter-gkeresume"
-    description = "List, inspect, verify and clean up snapshots."
+    description = "List, inspect, verify and clean up snapshots; check this pod (doctor)."
     version = __version__
     aliases = {name: COMMON_ALIASES[name] for name in ("log-level", "config")}
     flags = {"debug": COMMON_FLAGS["debug"]}

@@ -59,6 +59,11 @@ class StoreError(GkeResumeError):
     """The snapshot store failed (permission, network, quota) after any retries."""
 
 
+class NoCredentialsError(StoreError):
+    """The object store refused this pod as unauthenticated (401): it has no credentials, e.g.
+    gcsfs fell back to anonymous access because the metadata server could not be reached."""
+
+
 class CommitConflictError(StoreError):
     """Another writer created the same object first (create-only precondition): a snapshot id
     already committed, a lease record already taken."""

@@ -10,6 +10,7 @@ the client as ``{"message": ...}`` (APIHandler.write_error), never as a tracebac
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,6 +20,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import ensure_async
 from tornado import web
 
+from . import doctor
 from .errors import (
     CommitConflictError,
     ConflictError,
@@ -210,6 +212,17 @@ class SettingsHandler(GkeResumeHandler):
         self.finish(json.dumps(await self._run(lambda: self.orchestrator.update_settings(body))))
 
 
+class DoctorHandler(GkeResumeHandler):
+    """``doctor.run_checks`` with this server's own configuration, in a worker thread (it waits
+    on the store, the Hub or the Kubernetes API); always 200, the checks say what failed."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        checks = await asyncio.to_thread(doctor.run_checks, self.settings["gkeresume_doctor"])
+        self.finish(json.dumps(doctor.to_json(checks)))
+
+
 def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHandler]]]:
     """URL patterns (relative to the server's base URL). The snapshot id segment takes any
     characters so that a malformed id reaches validation and gets a 400, not a bare 404."""
@@ -222,4 +235,5 @@ def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHa
         (f"{prefix}/snapshots/(.+)", SnapshotHandler),
         (f"{prefix}/paused", PausedHandler),
         (f"{prefix}/settings", SettingsHandler),
+        (f"{prefix}/doctor", DoctorHandler),
     ]

@@ -99,7 +99,7 @@ class Orchestrator:
     @property
     def key(self) -> SigningKey:
         if self._key is None:
-            self._key = load_signing_key()
+            self._key = load_signing_key(workspace=self.store.workspace)
         return self._key
 
     @property

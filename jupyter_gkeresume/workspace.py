@@ -1,13 +1,16 @@
 """Where snapshots live and under which workspace id: stable across a freshly scheduled pod.
 
 Resolution order for the workspace id: an explicit value (trait ``GkeResume.workspace_id`` or the
-caller), ``GKERESUME_WORKSPACE``, JupyterHub (``JUPYTERHUB_USER`` + ``JUPYTERHUB_SERVER_NAME``),
-Kubeflow (``NB_PREFIX`` = ``/notebook/{namespace}/{name}``), else ``local-{login name}``. None of
-these depend on the pod name, so a new pod of the same server finds the same snapshots.
+caller), ``GKERESUME_WORKSPACE``, else the identity ``platform.detect`` reads from the pod's
+environment: JupyterHub (``JUPYTERHUB_USER`` + ``JUPYTERHUB_SERVER_NAME``), Kubeflow Notebooks v1
+(``NB_PREFIX`` = ``/notebook/{namespace}/{name}``: ``kf-...``), Kubeflow Notebooks v2 (``NB_PREFIX``
+= ``/workspace/connect/{namespace}/{name}/{port}/``: ``kfws-...``), else ``local-{login name}``.
+None of these depend on the pod name, so a new pod of the same server finds the same snapshots.
 
 Derived ids are an injective function of the identity (``workspace_id_for``), so two users never
 share a workspace: when every part of the identity is made of ``[a-z0-9]`` only, the id is the
-readable ``{kind}-{part}[-{part}]`` (``hub-alice``, ``hub-alice-gpu1``, ``kf-team-trainer``): the
+readable ``{kind}-{part}[-{part}]`` (``hub-alice``, ``hub-alice-gpu1``, ``kf-team-trainer``,
+``kfws-team-trainer``): the
 parts hold no ``-``, so splitting at ``-`` gives the identity back. Anything else (capitals, ``-``,
 ``@``, ``.``, non-ASCII, empty or long parts) becomes ``{readable slug}.{digest}``: the first 32 hex
 digits of sha256 over the exact identity; only these ids hold a ``.``, so the two forms never meet.
@@ -20,7 +23,6 @@ directory, hence the data dir, is the user's persistent volume).
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import os
@@ -29,6 +31,7 @@ import re
 from jupyter_core.paths import jupyter_data_dir
 
 from .errors import InvalidInputError
+from .platform import detect
 
 WORKSPACE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 PLAIN_PART_RE = re.compile(r"[a-z0-9]+")
@@ -44,7 +47,7 @@ def validate_workspace_id(value: object) -> str:
 
 
 def workspace_id_for(kind: str, *parts: str) -> str:
-    """The id of the identity ``(kind, *parts)`` (``kind``: ``hub``, ``kf`` or ``local``);
+    """The id of the identity ``(kind, *parts)`` (``kind``: ``hub``, ``kf``, ``kfws`` or ``local``);
     trailing empty parts are absent ones (JupyterHub's default server has the name ``""``)."""
     parts_list = list(parts)
     while parts_list and not parts_list[-1]:
@@ -59,19 +62,21 @@ def workspace_id_for(kind: str, *parts: str) -> str:
     return f"{prefix}.{digest}"
 
 
-def resolve_workspace_id(explicit: str | None = None, env: dict[str, str] | None = None) -> str:
-    """The workspace id by the documented resolution order."""
+def resolve_workspace(explicit: str | None = None,
+                      env: dict[str, str] | None = None) -> tuple[str, str]:
+    """The workspace id by the documented resolution order, and where it came from."""
     env = os.environ if env is None else env
     if explicit:
-        return validate_workspace_id(explicit)
+        return validate_workspace_id(explicit), "c.GkeResume.workspace_id (or the caller)"
     if env.get("GKERESUME_WORKSPACE"):
-        return validate_workspace_id(env["GKERESUME_WORKSPACE"])
-    if env.get("JUPYTERHUB_USER"):
-        return workspace_id_for("hub", env["JUPYTERHUB_USER"], env.get("JUPYTERHUB_SERVER_NAME", ""))
-    parts = [p for p in env.get("NB_PREFIX", "").split("/") if p]
-    if len(parts) >= 3 and parts[0] == "notebook":
-        return workspace_id_for("kf", parts[1], parts[2])
-    return workspace_id_for("local", getpass.getuser())
+        return validate_workspace_id(env["GKERESUME_WORKSPACE"]), "$GKERESUME_WORKSPACE"
+    platform = detect(env)
+    return workspace_id_for(*platform.identity), platform.source
+
+
+def resolve_workspace_id(explicit: str | None = None, env: dict[str, str] | None = None) -> str:
+    """The workspace id by the documented resolution order."""
+    return resolve_workspace(explicit, env)[0]
 
 
 def default_store_url() -> str:

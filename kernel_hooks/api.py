@@ -66,10 +66,11 @@ def checkpoint(
     if name is not None:
         validate_snapshot_name(name)
     namespace, shell = _target(namespace)
+    snapshots = open_store(store, workspace)
     return take_checkpoint(
         namespace,
-        open_store(store, workspace),
-        load_signing_key(),
+        snapshots,
+        load_signing_key(workspace=snapshots.workspace),
         name=name,
         notebook=this_notebook(notebook),
         hidden=shell.user_ns_hidden if shell else None,
@@ -107,7 +108,8 @@ def resume(
         raise InvalidInputError("trust accepts one snapshot named by its id, not "
                                 f"{reference or 'the default'!r}: pass the id to trust")
     namespace, shell = _target(namespace)
-    snapshots, key = open_store(store, workspace), load_signing_key()
+    snapshots = open_store(store, workspace)
+    key = load_signing_key(workspace=snapshots.workspace)
     if reference is None or reference.strip() == "latest":
         reference = newest_snapshot(snapshots, key, None if any_notebook else this_notebook(notebook))
     return take_resume(namespace, snapshots, key, reference=reference, only=only, trust=trust,
@@ -178,4 +180,6 @@ def _bound_to(namespace: dict[str, Any], value: Any, scratch: dict[str, Any]) ->
 
 def list_snapshots(*, store: str | None = None, workspace: str | None = None) -> list[SnapshotSummary]:
     """Committed snapshots of the workspace, newest first, each with its verdict here."""
-    return catalog_list(open_store(store, workspace), load_signing_key(), environment_fingerprint())
+    snapshots = open_store(store, workspace)
+    return catalog_list(snapshots, load_signing_key(workspace=snapshots.workspace),
+                        environment_fingerprint())

@@ -149,10 +149,16 @@ class Rbac:
 
     def allows(self, namespace: str, account: str, verb: str, group: str, plural: str) -> bool:
         """Whether ``system:serviceaccount:{namespace}:{account}`` may ``verb`` ``plural``."""
-        return any(
-            ns == namespace and sa == account
-            and any(_matches(rule, verb, group, plural) for rule in self.cluster_roles.get(role, ()))
-            for ns, sa, role in self.bindings)
+        return self.allowing_role(namespace, account, verb, group, plural) is not None
+
+    def allowing_role(self, namespace: str, account: str, verb: str, group: str,
+                      plural: str) -> str | None:
+        """The first bound ClusterRole that lets the account ``verb`` ``plural``, or None."""
+        for ns, sa, role in sorted(self.bindings):
+            if ns == namespace and sa == account and any(
+                    _matches(rule, verb, group, plural) for rule in self.cluster_roles.get(role, ())):
+                return role
+        return None
 
 
 def _matches(rule: dict, verb: str, group: str, plural: str) -> bool:

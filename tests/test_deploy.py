@@ -89,7 +89,8 @@ def test_rbac_grants_exactly_what_the_release_backend_patches():
         "rbac.authorization.kubeflow.org/aggregate-to-kubeflow-edit": "true"}
     [rule] = role["rules"]
     assert rule["apiGroups"] == [kubeflow.GROUP] and rule["verbs"] == ["patch"]
-    assert sorted(rule["resources"]) == sorted([kubeflow.WORKSPACE[1], kubeflow.NOTEBOOK[1]])
+    assert sorted(rule["resources"]) == sorted([kubeflow.KubeflowWorkspaceRelease.plural,
+                                                kubeflow.KubeflowNotebookRelease.plural])
     assert kubeflow.RBAC_ADVICE.endswith("deploy/kubeflow-rbac.yaml")
     assert (ROOT / "deploy" / "kubeflow-rbac.yaml").is_file()
 
@@ -105,7 +106,7 @@ def test_poddefault_brings_store_and_a_per_namespace_key():
     [mount] = spec["volumeMounts"]
     assert volume["secret"]["secretName"] == "gkeresume-signing-key"  # a Secret in each namespace
     assert volume["secret"]["defaultMode"] == 0o440 and mount["readOnly"] is True
-    assert os.path.dirname(env["GKERESUME_SIGNING_KEY_FILE"]) == mount["mountPath"]
+    assert os.path.dirname(env["GKERESUME_NAMESPACE_KEY_FILE"]) == mount["mountPath"]
     # what the webhook merges into a pod is valid pod spec
     validate_builtin({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"}, "spec": {
         "volumes": spec["volumes"],
@@ -198,15 +199,16 @@ def test_v2_pods_fit_their_30_s_and_may_release_themselves():
     there, ``kubeflow-edit`` does not reach them. The WorkspaceKind has no grace-period field
     and the controller sets none (workspacekind_types.go), so pods get Kubernetes' default
     30 s: the shutdown budget plus about 10 s of server stop must fit in it."""
+    workspaces, notebooks = kubeflow.KubeflowWorkspaceRelease.plural, kubeflow.KubeflowNotebookRelease.plural
     kind = by_kind("WorkspaceKind")
     rbac = Rbac()
     rbac.add_cluster_role(by_kind("ClusterRole"))
     account = rbac.add_workspace("team-a", "train-1", kind)
     assert account == "ws-train-1"
-    assert rbac.allows("team-a", account, "patch", kubeflow.GROUP, kubeflow.WORKSPACE[1])
-    assert not rbac.allows("team-b", account, "patch", kubeflow.GROUP, kubeflow.WORKSPACE[1])
+    assert rbac.allows("team-a", account, "patch", kubeflow.GROUP, workspaces)
+    assert not rbac.allows("team-b", account, "patch", kubeflow.GROUP, workspaces)
     rbac.add_profile("team-a")  # default-editor reaches it through kubeflow-edit (v1)
-    assert rbac.allows("team-a", "default-editor", "patch", kubeflow.GROUP, kubeflow.NOTEBOOK[1])
+    assert rbac.allows("team-a", "default-editor", "patch", kubeflow.GROUP, notebooks)
     env = {e["name"]: e["value"] for e in kind["spec"]["podTemplate"]["extraEnv"]}
     assert float(env["GKERESUME_SHUTDOWN_BUDGET"]) + 10 <= 30
     assert "grace" not in json.dumps(kind["spec"]).lower()

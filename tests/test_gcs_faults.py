@@ -122,3 +122,25 @@ def test_server_gone_for_good_is_a_bounded_clean_failure(gcs_faulty):
     gcs_faulty.emulator.start()
     assert not store.has_blob(digest)
     assert store.read_manifest_bytes(SID) == b'{"earlier": 1}'
+
+
+# What GCS answers a request without credentials (gcsfs fell back to anonymous access because
+# the metadata server was blocked): 401, not 403 (gcsfs ``retry.validate_response`` raises it as
+# ``HttpError`` with ``code`` 401, and ``is_retriable`` retries a 401 only for "Invalid
+# Credentials", an expired token).
+ANONYMOUS_401 = ("Anonymous caller does not have storage.objects.create access to the Google "
+                 "Cloud Storage object. Permission 'storage.objects.create' denied on resource "
+                 "(or it may not exist).")
+
+
+def test_no_credentials_is_said_with_the_fix_not_a_401_from_deep_inside(gcs_faulty):
+    from jupyter_gkeresume.errors import NoCredentialsError
+
+    store = store_on(gcs_faulty)
+    gcs_faulty.proxy.inject("status", count=10, status=401, message=ANONYMOUS_401)
+    with pytest.raises(NoCredentialsError) as failed:
+        store.write_record("settings", b"{}")
+    message = str(failed.value)
+    assert message.startswith("no credentials: write record failed in"), message
+    assert "egressAllowRules.cloudMetadataServer" in message and "Workload Identity" in message
+    assert "Anonymous caller" in message  # GCS's own words stay, for whoever knows them

@@ -205,6 +205,75 @@ def test_a_token_without_delete_scope_gets_the_admin_advice(hub, monkeypatch):
     assert code == 201, token
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
     backend = JupyterHubRelease(api_url=f"{hub.url}/hub/api", user="alice")
-    with pytest.raises(ReleaseError, match="server_token_scopes"):
+    with pytest.raises(ReleaseError, match="server_token_scopes") as refused:
         asyncio.run(backend.release())
+    assert "requires any of [delete:servers]" in str(refused.value)  # the Hub's own words
+    assert hub.server_state() == "stopped"
+
+
+def test_an_expired_token_is_reported_as_the_hub_says_not_as_missing_scopes(hub, monkeypatch):
+    """The Hub answers 403 for a token it does not accept as well as for missing scopes
+    (jupyterhub ``scopes.py`` ``needs_scope``: "Missing or invalid credentials." when nobody is
+    authenticated, "Action is not authorized with current scopes; requires any of [...]"
+    otherwise)."""
+    import asyncio
+
+    from jupyter_gkeresume.errors import ReleaseError
+    from jupyter_gkeresume.release import JupyterHubRelease
+
+    code, token = hub.call("POST", "hub/api/users/alice/tokens",
+                           {"scopes": ["delete:servers!user=alice"], "expires_in": 1})
+    assert code == 201, token
+
+    def expired() -> bool:
+        request = urllib.request.Request(f"{hub.url}/hub/api/user",
+                                         headers={"Authorization": f"token {token['token']}"})
+        try:
+            urllib.request.urlopen(request, timeout=30).close()
+        except urllib.error.HTTPError as exc:
+            return exc.code == 403
+        return False
+
+    hub.wait(expired, "the token expired")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
+    backend = JupyterHubRelease(api_url=f"{hub.url}/hub/api", user="alice")
+    with pytest.raises(ReleaseError) as refused:
+        asyncio.run(backend.release())
+    message = str(refused.value)
+    assert "403" in message and "server_token_scopes" not in message, message
+    assert "credentials" in message.lower() or "expired" in message.lower(), message
+
+
+def test_doctor_reads_the_hub_tokens_scopes(hub, monkeypatch, tmp_path, capsys):
+    """``release`` asks the Hub which scopes this token has (``GET /hub/api/user``, whose model
+    lists the requesting token's expanded scopes: jupyterhub ``apihandlers/users.py``
+    ``SelfAPIHandler``: ``model["scopes"]``), and stops nothing."""
+    from jupyter_gkeresume.cli import main
+
+    for name in ("NB_PREFIX", "KUBERNETES_SERVICE_HOST", "GKERESUME_WORKSPACE",
+                 "GKERESUME_SIGNING_KEY_FILE", "GKERESUME_NAMESPACE_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    monkeypatch.setenv("JUPYTERHUB_API_URL", f"{hub.url}/hub/api")
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "k" * 32)
+
+    def release_check(scopes: list[str]) -> tuple[int, dict]:
+        code, token = hub.call("POST", "hub/api/users/alice/tokens", {"scopes": scopes})
+        assert code == 201, token
+        monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
+        code = main(["doctor", "--json", f"--store={tmp_path / 'store'}",
+                     f"--podinfo-dir={tmp_path}"])
+        checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+        assert checks["workspace"]["detail"].startswith("hub-alice (from $JUPYTERHUB_USER")
+        assert checks["base_url"]["ok"], checks["base_url"]
+        return code, checks["release"]
+
+    code, release = release_check(["delete:servers!user=alice", "read:users:name!user=alice"])
+    assert code == 0 and release["ok"], release
+    assert "backend jupyterhub" in release["detail"]
+    assert "delete:servers!user=alice" in release["detail"]
+    code, release = release_check(["read:users:name!user=alice"])
+    assert code == 1 and not release["ok"] and "server_token_scopes" in release["detail"]
     assert hub.server_state() == "stopped"

@@ -5,7 +5,21 @@ resources involved: bearer-token authentication (401), RBAC evaluated for the se
 the token belongs to with the rules deploy/ ships (403 Status, ``tests/kube_rules.py``), missing
 objects (404 Status), JSON merge patch only (RFC 7386, 415 otherwise), the served schema of each
 kind, strictly (422 Invalid, unknown fields included), resourceVersion preconditions and
-conflicts (409 Status), and complete objects in every answer.
+conflicts (409 Status), and complete objects in every answer. It also answers
+``SelfSubjectAccessReview`` as kubernetes/kubernetes
+``pkg/registry/authorization/selfsubjectaccessreview/rest.go`` does: any authenticated caller may
+create one (201, nothing stored), exactly one of ``resourceAttributes`` / ``nonResourceAttributes``
+(422 Invalid otherwise), the review echoed with ``status.allowed`` (and ``reason`` when allowed)
+from the same RBAC rules that decide the PATCH.
+
+Which resource a pod patches comes from its ``NB_PREFIX`` alone (``platform.detect``), checked
+against upstream kubeflow/notebooks: ``notebooks-v1``
+``components/notebook-controller/controllers/notebook_controller.go`` sets
+``NB_PREFIX=/notebook/{ns}/{name}`` and ``culling_controller.go`` stops a Notebook by the
+``kubeflow-resource-stopped`` annotation; ``notebooks-v2``
+``workspaces/controller/internal/controller/workspace_controller.go`` routes
+``/workspace/connect/{ns}/{name}/{port}/`` and scales the pod down on ``spec.paused``
+(``workspaces/controller/api/v1beta1/workspace_types.go``).
 """
 
 from __future__ import annotations
@@ -25,10 +39,19 @@ from fixtures_server import server_config
 from kube_rules import KUBEFLOW_NOTEBOOKS_EDIT, Invalid, Rbac, check_object, served_schema
 
 from jupyter_gkeresume.errors import ReleaseError
-from jupyter_gkeresume.release import KubeflowRelease, autodetect
+from jupyter_gkeresume.release import (
+    KubeflowNotebookRelease,
+    KubeflowRelease,
+    KubeflowWorkspaceRelease,
+    NoRelease,
+    autodetect,
+)
 
 TOKEN = "sa-token-123"  # the pod's token: service account team-a/default-editor (Kubeflow v1)
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+V1_PREFIX = "/notebook/team-a/train-1"
+V2_PREFIX = "/workspace/connect/team-a/train-1/jupyterlab/"
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 PATH_RE = re.compile(r"^/apis/kubeflow\.org/(v1beta1|v1)/namespaces/([^/]+)/(workspaces|notebooks)"
                      r"/([^/?]+)$")
 
@@ -83,6 +106,9 @@ class FakeKubeApi:
             def do_PATCH(self):
                 api.handle(self, "PATCH")
 
+            def do_POST(self):
+                api.handle(self, "POST")
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
@@ -111,6 +137,8 @@ class FakeKubeApi:
         scheme, _, token = (req.headers.get("Authorization") or "").partition(" ")
         if scheme != "Bearer" or token not in self.tokens:
             return self.status(req, 401, "Unauthorized", "Unauthorized")
+        if method == "POST" and req.path.split("?")[0] == SSAR_PATH:
+            return self.access_review(req, json.loads(body), *self.tokens[token])
         match = PATH_RE.match(req.path.split("?")[0])
         if not match:
             return self.status(req, 404, "NotFound", "the server could not find the resource")
@@ -148,6 +176,27 @@ class FakeKubeApi:
             self.objects[key] = obj
         self.send(req, 200, obj)
 
+    def access_review(self, req, review: dict, account_ns: str, account: str) -> None:
+        spec = review.get("spec") or {}
+        attributes = spec.get("resourceAttributes")
+        if (attributes is None) == (spec.get("nonResourceAttributes") is None):
+            return self.status(req, 422, "Invalid", 'SelfSubjectAccessReview.authorization.k8s.io '
+                               '"" is invalid: spec.resourceAttributes: Invalid value: '
+                               '"null": exactly one of nonResourceAttributes or '
+                               'resourceAttributes must be specified')
+        namespace = (attributes or {}).get("namespace")
+        role = attributes and account_ns == namespace and self.rbac.allowing_role(
+            namespace, account, attributes.get("verb"), attributes.get("group"),
+            attributes.get("resource"))
+        status = {"allowed": bool(role)}
+        if role:
+            status["reason"] = (f'RBAC: allowed by RoleBinding "{role}/{namespace}" of '
+                                f'ClusterRole "{role}"')
+        self.send(req, 201, {"apiVersion": "authorization.k8s.io/v1",
+                             "kind": "SelfSubjectAccessReview",
+                             "metadata": {"creationTimestamp": None}, "spec": spec,
+                             "status": status})
+
     def status(self, req, code, reason, message):
         self.send(req, code, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                               "status": "Failure", "message": message, "reason": reason,
@@ -174,7 +223,8 @@ class FakeKubeApi:
 @pytest.fixture
 def kube(monkeypatch):
     monkeypatch.setenv("GKERESUME_KUBE_TOKEN", TOKEN)
-    monkeypatch.setenv("NB_PREFIX", "/notebook/team-a/train-1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("NB_PREFIX", V2_PREFIX)
     with FakeKubeApi() as api:
         yield api
 
@@ -189,10 +239,11 @@ NOTEBOOK = example_spec("notebook-v1.yaml")
 
 
 def backend(kube, **traits) -> KubeflowRelease:
-    return KubeflowRelease(api_host=kube.url, **traits)
+    """The backend the pod's prefix calls for, against the stand-in."""
+    return autodetect()(api_host=kube.url, **traits)
 
 
-def test_workspace_v1beta1_is_paused(kube):
+def test_a_v2_workspace_is_paused(kube):
     kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
     kube.add("v1", "team-a", "notebooks", "train-1", NOTEBOOK)
     asyncio.run(backend(kube).release())
@@ -203,14 +254,26 @@ def test_workspace_v1beta1_is_paused(kube):
     assert [(m, ct) for m, _, ct in kube.requests] == [("PATCH", "application/merge-patch+json")]
 
 
-def test_notebook_v1_gets_the_stopped_annotation_when_there_is_no_workspace(kube):
+def test_a_v1_notebook_gets_the_stopped_annotation(kube, monkeypatch):
+    monkeypatch.setenv("NB_PREFIX", V1_PREFIX)
     kube.add("v1", "team-a", "notebooks", "train-1", NOTEBOOK)
     asyncio.run(backend(kube).release())
     nb = kube.get("v1", "team-a", "notebooks", "train-1")
     stamp = nb["metadata"]["annotations"]["kubeflow-resource-stopped"]
     assert datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")  # RFC 3339, UTC
     assert nb["spec"] == NOTEBOOK  # a merge patch leaves the rest alone
-    assert [p.split("/")[3] for _, p, _ in kube.requests] == ["v1beta1", "v1"]
+    assert [p.split("/")[3] for _, p, _ in kube.requests] == ["v1"]  # no Workspace tried
+
+
+def test_a_v1_pod_on_a_cluster_that_forbids_workspaces_still_releases(kube, monkeypatch):
+    """A v1-only cluster answers 403 (not 404) for a kind nobody may patch: the v1 pod must not
+    ask about Workspaces at all."""
+    monkeypatch.setenv("NB_PREFIX", V1_PREFIX)
+    kube.add("v1", "team-a", "notebooks", "train-1", NOTEBOOK)
+    kube.rbac = shipped_rbac(with_deploy=False)  # Kubeflow's own roles: Notebooks, no Workspaces
+    asyncio.run(backend(kube).release())
+    assert "kubeflow-resource-stopped" in kube.get(
+        "v1", "team-a", "notebooks", "train-1")["metadata"]["annotations"]
 
 
 def test_forbidden_names_the_rbac_role(kube):
@@ -230,7 +293,7 @@ def test_a_v2_pod_releases_as_its_own_service_account(kube):
     kind = yaml.safe_load((DEPLOY / "kubeflow" / "workspacekind-v1beta1.yaml").read_text())
     kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
     kube.tokens = {TOKEN: ("team-a", "ws-train-1")}
-    release = backend(kube, kind="workspace", namespace="team-a", resource_name="train-1")
+    release = backend(kube)
     with pytest.raises(ReleaseError, match=r"deploy/kubeflow-rbac\.yaml"):
         asyncio.run(release.release())
     assert "ws-train-1" in json.dumps(kube.responses[-1])
@@ -272,30 +335,44 @@ def test_a_conflict_is_retried(kube):
 
 
 def test_nothing_to_patch_and_bad_credentials_are_clear_errors(kube, monkeypatch):
-    with pytest.raises(ReleaseError, match="no Workspace or Notebook team-a/train-1"):
-        asyncio.run(backend(kube).release())
+    kube.add("v1", "team-a", "notebooks", "train-1", NOTEBOOK)
     with pytest.raises(ReleaseError, match="no Workspace team-a/train-1"):
-        asyncio.run(backend(kube, kind="workspace").release())
-    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
+        asyncio.run(backend(kube).release())
+    monkeypatch.setenv("NB_PREFIX", V1_PREFIX)
     monkeypatch.setenv("GKERESUME_KUBE_TOKEN", "stolen")
     with pytest.raises(ReleaseError, match="401"):
         asyncio.run(backend(kube).release())
     monkeypatch.delenv("NB_PREFIX")
     with pytest.raises(ReleaseError, match="namespace or name unknown"):
-        asyncio.run(KubeflowRelease(api_host=kube.url, namespace="").release())
+        asyncio.run(KubeflowNotebookRelease(api_host=kube.url, namespace="").release())
 
 
-def test_autodetect_and_names_from_the_pod_environment():
-    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "NB_PREFIX": "/notebook/team-a/train-1"}
-    assert autodetect(env) is KubeflowRelease
-    assert autodetect({"JUPYTERHUB_API_URL": "http://hub/api", "JUPYTERHUB_API_TOKEN": "t",
-                       **env}).name == "jupyterhub"
-    assert autodetect({}).name == "none"
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"NB_PREFIX": V1_PREFIX}, KubeflowNotebookRelease),
+    ({"NB_PREFIX": V1_PREFIX + "/"}, KubeflowNotebookRelease),
+    ({"NB_PREFIX": V2_PREFIX}, KubeflowWorkspaceRelease),
+    ({"NB_PREFIX": V2_PREFIX.rstrip("/")}, KubeflowWorkspaceRelease),
+    ({"NB_PREFIX": "/workspace/connect/team-a/train-1/"}, NoRelease),  # no port: not v2's shape
+    ({"NB_PREFIX": "/elsewhere/team-a/train-1"}, NoRelease),
+    ({}, NoRelease),
+])
+def test_the_backend_follows_the_prefix_shape_inside_kubernetes(env, expected):
+    assert autodetect({"KUBERNETES_SERVICE_HOST": "10.0.0.1", **env}) is expected
+    assert autodetect(env) is NoRelease  # outside a pod: never patch anything
+
+
+def test_the_hub_wins_and_names_come_from_the_prefix(monkeypatch):
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "NB_PREFIX": V2_PREFIX}
+    assert autodetect({"JUPYTERHUB_USER": "alice", "JUPYTERHUB_API_URL": "http://hub/api",
+                       "JUPYTERHUB_API_TOKEN": "t", **env}).name == "jupyterhub"
+    monkeypatch.setenv("NB_PREFIX", V2_PREFIX)
+    release = KubeflowWorkspaceRelease()
+    assert (release.namespace, release.resource_name) == ("team-a", "train-1")
 
 
 @pytest.fixture
 def jp_server_config(tmp_path, kube):
-    config = server_config(str(tmp_path / "store"), release_backend="kubeflow")
+    config = server_config(str(tmp_path / "store"), release_backend="auto")
     config["KubeflowRelease"] = {"api_host": kube.url}
     return config
 
@@ -306,7 +383,7 @@ async def test_pause_through_the_server_pauses_the_workspace(api, kube):
     await api.run_cell(kid, "k = 'kubeflow'")
     status = await api.pause()
     assert status["state"] == "paused", status
-    assert status["release_backend"] == "kubeflow"
+    assert status["release_backend"] == "kubeflow-workspace"
     assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is True
 
 
@@ -324,10 +401,27 @@ def black_hole():
 
 
 def test_a_black_holed_api_server_is_a_clear_error_not_a_hang(kube, black_hole):
-    release = KubeflowRelease(api_host=black_hole, request_timeout=0.5)
+    release = backend(kube, request_timeout=0.5)
+    release.api_host = black_hole
 
     async def bounded():  # a safety net so that a regression fails instead of hanging the suite
         return await asyncio.wait_for(release.release(), 120)
 
     with pytest.raises(ReleaseError, match=r"did not answer within 0\.5 s.*request_timeout"):
         asyncio.run(bounded())
+
+
+@pytest.mark.parametrize("prefix", [V1_PREFIX, V2_PREFIX])
+def test_may_release_asks_the_api_server_and_changes_nothing(kube, monkeypatch, prefix):
+    monkeypatch.setenv("NB_PREFIX", prefix)
+    kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
+    kube.add("v1", "team-a", "notebooks", "train-1", NOTEBOOK)
+    release = backend(kube)
+    allowed, evidence = asyncio.run(release.may_release())
+    assert allowed and 'ClusterRole "kubeflow-edit"' in evidence, evidence
+    assert f"{release.kind} team-a/train-1" in evidence
+    kube.tokens = {TOKEN: ("team-a", "nobody")}  # an account no role is bound to
+    allowed, evidence = asyncio.run(release.may_release())
+    assert not allowed and "deploy/kubeflow-rbac.yaml" in evidence, evidence
+    assert [m for m, _, _ in kube.requests] == ["POST", "POST"]
+    assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is False

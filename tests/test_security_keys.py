@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fixtures_lifecycle import make_snapshot
 
-from jupyter_gkeresume.snapshot import SnapshotStore, load_signing_key
+from jupyter_gkeresume.errors import InvalidInputError
+from jupyter_gkeresume.snapshot import SnapshotStore, load_signing_key, signing
 from jupyter_gkeresume.snapshot.signing import SigningKey, key_warnings
 
 
@@ -62,3 +64,39 @@ def test_unreadable_or_garbage_peers_are_skipped(tmp_path):
     (tmp_path / "store" / "not-a-workspace..x").mkdir()
     (tmp_path / "store" / "stray-file").write_text(json.dumps({"signature": 1}))
     assert key_warnings(alice, key) == []
+
+
+def test_workspaces_of_one_namespace_get_their_own_keys_from_its_secret(tmp_path, monkeypatch):
+    """Kubeflow: one Secret per profile namespace (deploy/kubeflow/poddefault.yaml), mounted in
+    every notebook of the namespace. Each workspace derives its own key from it, so two notebooks
+    of one namespace never sign with one key and the shared-key warning stays for real sharing."""
+    secret = tmp_path / "namespace-secret"
+    secret.write_text("0123456789abcdef" * 4 + "\n")
+    monkeypatch.delenv("GKERESUME_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("GKERESUME_SIGNING_KEY_FILE", raising=False)
+    monkeypatch.setenv("GKERESUME_NAMESPACE_KEY_FILE", str(secret))
+    one, two = stores(tmp_path, "kf-team-one", "kfws-team-two")
+    key_one = load_signing_key(workspace=one.workspace)
+    key_two = load_signing_key(workspace=two.workspace)
+    assert key_one.key_id != key_two.key_id and len(key_one.secret) >= 32
+    assert key_one == load_signing_key(workspace="kf-team-one")  # stable across pods
+    assert secret.read_bytes().strip() not in (key_one.secret, key_two.secret)
+    make_snapshot(one, key_one)
+    make_snapshot(two, key_two)
+    assert key_warnings(one, key_one) == [] and key_warnings(two, key_two) == []
+    assert "namespace secret" in key_one.origin and "kf-team-one" in key_one.origin
+    with pytest.raises(InvalidInputError, match="workspace id is needed"):
+        load_signing_key()
+
+
+def test_the_derivation_is_rfc_5869_hkdf_sha256():
+    """RFC 5869 appendix A.1 and A.3 (SHA-256, with and without salt and info)."""
+    okm = signing.hkdf_sha256(bytes([0x0B] * 22), salt=bytes(range(13)),
+                              info=bytes(range(0xF0, 0xFA)), length=42)
+    assert okm.hex() == ("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf"
+                         "34007208d5b887185865")
+    okm = signing.hkdf_sha256(bytes([0x0B] * 22), salt=b"", info=b"", length=42)
+    assert okm.hex() == ("8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d"
+                         "9d201395faa4b61a96c8")
+    assert signing.derive_workspace_key(b"s" * 32, "kf-team-one") == signing.hkdf_sha256(
+        b"s" * 32, salt=signing.HKDF_SALT, info=b"kf-team-one", length=32)

@@ -22,6 +22,13 @@ def kubeflow(namespace, name):
     return {"NB_PREFIX": f"/notebook/{namespace}/{name}"}
 
 
+def workspace_v2(namespace, name, port="jupyterlab"):
+    """Kubeflow Notebooks v2's prefix (kubeflow/notebooks ``notebooks-v2``
+    ``workspaces/controller/internal/controller/workspace_controller.go``:
+    ``workspaceConnectPathTemplate = "/workspace/connect/%s/%s/%s/"``)."""
+    return {"NB_PREFIX": f"/workspace/connect/{namespace}/{name}/{port}/"}
+
+
 COLLIDED = [
     (hub("日本"), hub("中文")),
     (hub("bob", "x"), hub("bob-x")),
@@ -31,6 +38,9 @@ COLLIDED = [
     (hub("x" * 200 + "1"), hub("x" * 200 + "2")),
     (kubeflow("team-a", "nb"), kubeflow("team", "a-nb")),
     (hub("team-a", "nb"), kubeflow("team-a", "nb")),
+    (workspace_v2("team", "one"), workspace_v2("team", "two")),  # were both local-{login}
+    (workspace_v2("team-a", "nb"), workspace_v2("team", "a-nb")),
+    (workspace_v2("team", "nb"), kubeflow("team", "nb")),  # a Workspace is not a Notebook
 ]
 
 
@@ -45,6 +55,9 @@ def test_plain_names_keep_their_readable_id_and_ids_are_stable():
     assert resolve_workspace_id(env=hub("alice")) == "hub-alice"
     assert resolve_workspace_id(env=hub("alice", "gpu1")) == "hub-alice-gpu1"
     assert resolve_workspace_id(env=kubeflow("team", "trainer")) == "kf-team-trainer"
+    assert resolve_workspace_id(env=workspace_v2("team", "trainer")) == "kfws-team-trainer"
+    # the port is how the Workspace is reached, not which one it is
+    assert resolve_workspace_id(env=workspace_v2("team", "trainer", "vscode")) == "kfws-team-trainer"
     # anything else: a readable prefix, then '.', then a digest of the exact identity
     wid = resolve_workspace_id(env=hub("ana@example.org", "gpu"))
     assert wid.startswith("hub-ana-example-org-gpu.") and len(wid.split(".")[-1]) == 32

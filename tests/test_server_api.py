@@ -116,7 +116,7 @@ async def test_requests_without_a_valid_token_are_refused(api):
     bad = {"Authorization": "token not-the-token"}
     for method, path in [("GET", "status"), ("POST", "pause"), ("POST", "resume"),
                          ("GET", "snapshots"), ("DELETE", "snapshots/20261130T101500Z-a1b2c3"),
-                         ("DELETE", "paused")]:
+                         ("DELETE", "paused"), ("GET", "doctor")]:
         code, _ = await api.call(method, f"gkeresume/api/{path}", {}, headers=bad)
         assert code == 403, (method, path, code)
 

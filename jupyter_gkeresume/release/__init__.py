@@ -5,34 +5,33 @@ of that pause is committed, read back and verified and the paused record is writ
 paused kernels down afterwards (``none`` relies on that alone). A backend raises ``ReleaseError``
 with a message a user can act on; the orchestrator then keeps the kernels running.
 
-``autodetect(env)`` picks ``jupyterhub`` when the Hub's API variables are set (the single-user
-server always gets them), ``kubeflow`` inside a Kubernetes pod started by the Kubeflow notebook
-controller (``KUBERNETES_SERVICE_HOST`` and ``NB_PREFIX``), else ``none``.
+``autodetect(env)`` is the backend ``platform.detect`` names: ``jupyterhub`` when the Hub's API
+variables are set (the single-user server always gets them), ``kubeflow-notebook`` or
+``kubeflow-workspace`` inside a Kubernetes pod by the shape of its ``NB_PREFIX`` (Notebooks v1 or
+v2), else ``none``.
+
+``may_release()`` (the doctor's check) says whether this pod's credentials may release it, and
+how that was found out, without releasing anything.
 """
 
 from __future__ import annotations
 
-import os
-
+from ..platform import detect
 from .base import ReleaseBackend
 from .jupyterhub import JupyterHubRelease
-from .kubeflow import KubeflowRelease
+from .kubeflow import KubeflowNotebookRelease, KubeflowRelease, KubeflowWorkspaceRelease
 from .none import NoRelease
 
 BACKENDS: dict[str, type[ReleaseBackend]] = {
-    "none": NoRelease, "jupyterhub": JupyterHubRelease, "kubeflow": KubeflowRelease,
+    cls.name: cls for cls in (NoRelease, JupyterHubRelease, KubeflowNotebookRelease,
+                              KubeflowWorkspaceRelease)
 }
 
 
 def autodetect(env: dict[str, str] | None = None) -> type[ReleaseBackend]:
     """The backend class this environment calls for."""
-    env = os.environ if env is None else env
-    if env.get("JUPYTERHUB_API_URL") and env.get("JUPYTERHUB_API_TOKEN"):
-        return JupyterHubRelease
-    if env.get("KUBERNETES_SERVICE_HOST") and env.get("NB_PREFIX", "").startswith("/notebook/"):
-        return KubeflowRelease
-    return NoRelease
+    return BACKENDS[detect(env).backend]
 
 
-__all__ = ["BACKENDS", "JupyterHubRelease", "KubeflowRelease", "NoRelease", "ReleaseBackend",
-           "autodetect"]
+__all__ = ["BACKENDS", "JupyterHubRelease", "KubeflowNotebookRelease", "KubeflowRelease",
+           "KubeflowWorkspaceRelease", "NoRelease", "ReleaseBackend", "autodetect"]

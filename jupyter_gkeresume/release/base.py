@@ -21,3 +21,9 @@ class ReleaseBackend(LoggingConfigurable):
         May not return for backends that stop this very server (the process is terminated).
         """
         raise NotImplementedError
+
+    async def may_release(self) -> tuple[bool, str]:
+        """Whether ``release`` would be allowed, and the evidence, found without releasing
+        anything; raise ``ReleaseError`` when that cannot be found out (no credentials, no
+        answer)."""
+        raise NotImplementedError

@@ -12,7 +12,10 @@ The server's token may do this only when the Hub admin grants it (``jupyterhub_c
         "delete:servers!server",
     ]
 
-Without ``delete:servers!server`` the Hub answers 403 and the pause fails with that advice.
+Without ``delete:servers!server`` the Hub answers 403 and the pause fails with that advice; any
+other refusal (an expired or revoked token is a 403 too) is shown with the Hub's own message.
+``may_release`` reads the token's scopes from ``GET {JUPYTERHUB_API_URL}/user`` (JupyterHub 2+
+lists the requesting token's expanded scopes there) without stopping anything.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from ..errors import ReleaseError
 from .base import ReleaseBackend
 
 SCOPES_ADVICE = (
-    "the Hub refused to let this server stop itself: the Hub admin must add "
-    '"delete:servers!server" to c.Spawner.server_token_scopes (see docs/server.md)'
+    'the Hub admin must add "delete:servers!server" to c.Spawner.server_token_scopes '
+    "(see docs/server.md)"
 )
 
 
@@ -66,30 +69,44 @@ class JupyterHubRelease(ReleaseBackend):
         return f"{base}/server"
 
     async def release(self) -> None:
+        url = self.server_url()
+        self.log.info("gkeresume: asking the Hub to stop this server: DELETE %s", url)
+        response = await self._fetch(url, "DELETE", "stop this server")
+        self.log.info("gkeresume: the Hub answered %s: server stopping", response.code)
+
+    async def may_release(self) -> tuple[bool, str]:
+        response = await self._fetch(f"{self.api_url.rstrip('/')}/user", "GET",
+                                     "say who this token is")
+        scopes = json.loads(response.body).get("scopes", [])
+        needed = {"delete:servers", f"delete:servers!user={self.user}",
+                  f"delete:servers!server={self.user}/{self.server_name}"}
+        if needed & set(scopes):
+            return True, f"the server's Hub token has {sorted(needed & set(scopes))[0]}"
+        return False, f"the server's Hub token lacks delete:servers for this server: {SCOPES_ADVICE}"
+
+    async def _fetch(self, url: str, method: str, what: str):
+        """One authenticated Hub API call; every failure is a ``ReleaseError`` saying why."""
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
         if not token:
             raise ReleaseError("jupyterhub release: JUPYTERHUB_API_TOKEN is not set")
-        url = self.server_url()
         request = HTTPRequest(
-            url, method="DELETE", headers={"Authorization": f"token {token}"},
+            url, method=method, headers={"Authorization": f"token {token}"},
             connect_timeout=self.request_timeout, request_timeout=self.request_timeout,
         )
-        self.log.info("gkeresume: asking the Hub to stop this server: DELETE %s", url)
         try:
-            response = await AsyncHTTPClient().fetch(request)
+            return await AsyncHTTPClient().fetch(request)
         except HTTPClientError as exc:
             if isinstance(exc, HTTPTimeoutError):
                 raise ReleaseError(
                     f"the Hub at {self.api_url} did not answer within {self.request_timeout:g} s "
                     "(c.JupyterHubRelease.request_timeout)"
                 ) from None
-            if exc.code == 403:
-                raise ReleaseError(SCOPES_ADVICE) from None
-            raise ReleaseError(f"the Hub refused to stop this server: {exc.code} "
-                               f"{_hub_message(exc)}") from None
+            message = _hub_message(exc)
+            advice = f": {SCOPES_ADVICE}" if exc.code == 403 and "scope" in message else ""
+            raise ReleaseError(f"the Hub refused to {what}: {exc.code} {message}{advice}"
+                               ) from None
         except OSError as exc:
             raise ReleaseError(f"cannot reach the Hub at {self.api_url}: {exc}") from None
-        self.log.info("gkeresume: the Hub answered %s: server stopping", response.code)
 
 
 def _hub_message(exc: HTTPClientError) -> str:

@@ -13,3 +13,6 @@ class NoRelease(ReleaseBackend):
 
     async def release(self) -> None:
         self.log.info("gkeresume: release backend 'none': only the kernels stop")
+
+    async def may_release(self) -> tuple[bool, str]:
+        return True, "nothing beyond the kernels is released: the server keeps running"

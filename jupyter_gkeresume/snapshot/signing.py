@@ -2,16 +2,21 @@
 
 Pickles run code when loaded, so a manifest (and through its digests, every blob) is trusted only
 when its signature verifies with this workspace's key. The key comes from ``GKERESUME_SIGNING_KEY``
-(for a Kubernetes secret mounted as an env var) or ``GKERESUME_SIGNING_KEY_FILE``, else from
-``{jupyter data dir}/gkeresume/signing.key``, created on first use with mode 0600. A key file
-named explicitly (argument or ``GKERESUME_SIGNING_KEY_FILE``, e.g. a mounted secret) must exist:
-silently creating another key there would make every earlier snapshot look foreign.
+(for a Kubernetes secret mounted as an env var) or ``GKERESUME_SIGNING_KEY_FILE``, else is derived
+for the workspace from the namespace secret in ``GKERESUME_NAMESPACE_KEY_FILE`` (Kubeflow: one
+Secret per profile namespace), else from ``{jupyter data dir}/gkeresume/signing.key``, created on
+first use with mode 0600. A key file named explicitly (argument or ``GKERESUME_SIGNING_KEY_FILE``,
+``GKERESUME_NAMESPACE_KEY_FILE``, e.g. a mounted secret) must exist: silently creating another key
+there would make every earlier snapshot look foreign.
 
-Keys are per workspace, never shared and never derived from a shared secret (docs/security.md):
-whoever holds a workspace's key can make its kernel unpickle anything. ``key_warnings`` (the
-server calls it once at startup) says so in the log when this key also signs another workspace's
-snapshots, and loudly when a missing default key file was just replaced by a new key while this
-workspace has earlier snapshots (they will be refused).
+Keys are per workspace, never shared (docs/security.md): whoever holds a workspace's key can make
+its kernel unpickle anything. A namespace secret is never used as a key itself: each workspace's
+key is HKDF-SHA256 (RFC 5869) of it with the workspace id as ``info`` (``derive_workspace_key``),
+so the workspaces of a namespace have distinct keys and key ids; whoever can read the Secret (the
+namespace's contributors, the trust unit on Kubeflow) can still derive every one of them.
+``key_warnings`` (the server calls it once at startup) says so in the log when this key also signs
+another workspace's snapshots, and loudly when a missing default key file was just replaced by a
+new key while this workspace has earlier snapshots (they will be refused).
 
 Trust: ``verify`` refuses unsigned, foreign-key and tampered manifests with a reason. A caller that
 lets the user trust one snapshot explicitly skips ``verify`` for that one snapshot only; blob
@@ -38,6 +43,8 @@ if TYPE_CHECKING:
     from .store import SnapshotStore
 
 ALGORITHM = "HMAC-SHA256"
+HKDF_SALT = b"jupyter-gkeresume workspace key v1"
+DERIVED_KEY_BYTES = 32
 MAX_PEERS = 32  # other workspaces whose newest manifest key_warnings reads: a bounded startup cost
 NEWEST_READ = 3  # own newest manifests read to find the key that signed them
 
@@ -63,8 +70,25 @@ def default_key_path() -> str:
     return os.path.join(jupyter_data_dir(), "gkeresume", "signing.key")
 
 
-def load_signing_key(path: str | None = None) -> SigningKey:
+def hkdf_sha256(ikm: bytes, *, salt: bytes, info: bytes, length: int) -> bytes:
+    """HKDF with SHA-256 (RFC 5869): extract, then expand to ``length`` bytes."""
+    prk = hmac.new(salt, ikm, hashlib.sha256).digest()
+    okm, block = b"", b""
+    for counter in range(1, -(-length // 32) + 1):
+        block = hmac.new(prk, block + info + bytes([counter]), hashlib.sha256).digest()
+        okm += block
+    return okm[:length]
+
+
+def derive_workspace_key(namespace_secret: bytes, workspace: str) -> bytes:
+    """A namespace secret's key for one workspace id: distinct workspaces, independent keys."""
+    return hkdf_sha256(namespace_secret, salt=HKDF_SALT, info=workspace.encode(),
+                       length=DERIVED_KEY_BYTES)
+
+
+def load_signing_key(path: str | None = None, *, workspace: str | None = None) -> SigningKey:
     """The workspace key by the documented order; creates the key file (0600) if none exists.
+    ``workspace`` (the store's workspace id) is needed only to derive from a namespace secret.
 
     The file appears atomically (written under a temporary name, then linked), so a concurrent
     reader never sees it empty and two creators agree on the one that was linked first.
@@ -72,6 +96,9 @@ def load_signing_key(path: str | None = None) -> SigningKey:
     if os.environ.get("GKERESUME_SIGNING_KEY"):
         return SigningKey(os.environ["GKERESUME_SIGNING_KEY"].encode(), "$GKERESUME_SIGNING_KEY")
     from_env = os.environ.get("GKERESUME_SIGNING_KEY_FILE")
+    namespace_file = os.environ.get("GKERESUME_NAMESPACE_KEY_FILE")
+    if not (path or from_env) and namespace_file:
+        return _derived_key(namespace_file, workspace)
     path = path or from_env or default_key_path()
     try:
         with open(path, "rb") as f:
@@ -86,6 +113,22 @@ def load_signing_key(path: str | None = None) -> SigningKey:
     if not secret:
         raise InvalidInputError(f"signing key file {path} is empty")
     return SigningKey(secret, path)
+
+
+def _derived_key(namespace_file: str, workspace: str | None) -> SigningKey:
+    if workspace is None:
+        raise InvalidInputError("GKERESUME_NAMESPACE_KEY_FILE is set: the workspace id is needed "
+                                "to derive this workspace's key")
+    try:
+        with open(namespace_file, "rb") as f:
+            secret = f.read().strip()
+    except FileNotFoundError:
+        raise InvalidInputError(f"GKERESUME_NAMESPACE_KEY_FILE names {namespace_file}, which does "
+                                "not exist") from None
+    if not secret:
+        raise InvalidInputError(f"namespace key file {namespace_file} is empty")
+    return SigningKey(derive_workspace_key(secret, workspace),
+                      f"derived for {workspace} from the namespace secret {namespace_file}")
 
 
 def _create_key_file(path: str) -> tuple[bytes, bool]:

@@ -14,15 +14,17 @@ create-only, read it back, remove it on failure) is ``writer.SnapshotWriter``; t
 offers its steps. Reads of manifests go through ``manifests`` (signature checked there).
 
 Errors: a missing object is ``NotFoundInStore``, a create-only write that finds its object is
-``CommitConflictError``, everything else ``StoreError`` with a message that names the store
-without credentials. Every method is safe to call from many threads at once; ``concurrency``
-is how many the callers should use (``GKERESUME_CONCURRENCY``).
+``CommitConflictError``, a 401 (the pod has no credentials: gcsfs fell back to anonymous access)
+``NoCredentialsError`` with the fix, everything else ``StoreError`` with a message that names the
+store without credentials (``store_failure``). Every method is safe to call from many threads at
+once; ``concurrency`` is how many the callers should use (``GKERESUME_CONCURRENCY``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +33,14 @@ from typing import Any, BinaryIO, TypeVar
 import fsspec
 
 from ..credentials import mask
-from ..errors import CommitConflictError, GkeResumeError, InvalidInputError, NotFoundInStore, StoreError
+from ..errors import (
+    CommitConflictError,
+    GkeResumeError,
+    InvalidInputError,
+    NoCredentialsError,
+    NotFoundInStore,
+    StoreError,
+)
 from .backends import LocalBackend, Sent, open_backend
 from .digests import Digest, hex_part, is_digest
 from .format import SNAPSHOT_ID_RE, validate_snapshot_id
@@ -44,6 +53,15 @@ DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
 MAX_CONCURRENCY = 256
 DEFAULT_RETRIES = 3
+NO_CREDENTIALS_ADVICE = (
+    "On GKE the pod's Google credentials come from the metadata server (169.254.169.254) through "
+    "Workload Identity: bind the pod's Kubernetes service account to a principal that may use "
+    "the bucket (deploy/gcs), and let the pod reach the metadata server (Zero to JupyterHub: "
+    "singleuser.cloudMetadata.blockWithIptables: false and, with Dataplane V2 or on Autopilot, "
+    "singleuser.networkPolicy.egressAllowRules.cloudMetadataServer: true; Kubeflow: no "
+    "NetworkPolicy blocking it). Elsewhere: GOOGLE_APPLICATION_CREDENTIALS. "
+    "`jupyter gkeresume doctor` checks it."
+)
 
 
 @dataclass(frozen=True)
@@ -257,6 +275,15 @@ class SnapshotStore:
             else:
                 self.backend.put(path, data)
 
+    def probe_write(self) -> None:
+        """Prove that this workspace's folder takes the commit's kind of write (create-only):
+        a test object ``records/probe-{random}.json`` is created, then removed (the doctor)."""
+        path = f"{self.root}/records/probe-{uuid.uuid4().hex}.json"
+        with self._errors("write a create-only test object"):
+            self.backend.create(path, b'{"probe": true}')
+        with self._errors("remove the test object"):
+            self.backend.delete(path)
+
     def list_records(self, prefix: str) -> dict[str, float | None]:
         """Names (without ``.json``) of the records starting with ``prefix``, with their
         modification times (for gc of lease chains)."""
@@ -295,7 +322,17 @@ class SnapshotStore:
         except FileExistsError:
             raise CommitConflictError(f"{action}: already exists in {self}") from None
         except (OSError, RuntimeError, ValueError, TimeoutError, *_transport_errors()) as exc:
-            raise StoreError(f"{action} failed in {self}: {describe(exc)}") from None
+            raise store_failure(f"{action} failed in {self}", exc) from None
+
+
+def store_failure(what: str, exc: BaseException) -> StoreError:
+    """The store's error for a client's failure ``exc`` while doing ``what``: an answer 401
+    (unauthenticated; gcsfs raises ``HttpError`` with ``code``) means the pod has no credentials
+    and gets the fix; anything else is a ``StoreError`` with ``describe(exc)``."""
+    if getattr(exc, "code", None) == 401:
+        return NoCredentialsError(f"no credentials: {what}: the store answered 401 "
+                                  f"Unauthorized ({describe(exc)}). {NO_CREDENTIALS_ADVICE}")
+    return StoreError(f"{what}: {describe(exc)}")
 
 
 def resolve_concurrency(explicit: int | None = None, *, local: bool,

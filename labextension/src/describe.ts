@@ -76,7 +76,7 @@ export function releaseAction(backend: string, gpus: number | null): string {
   if (backend === 'jupyterhub') {
     return `stopping this server through JupyterHub${freeing}`;
   }
-  if (backend === 'kubeflow') {
+  if (backend.startsWith('kubeflow')) {
     return `releasing the pod through Kubeflow${freeing}`;
   }
   if (backend === 'none') {
@@ -91,7 +91,7 @@ export function releaseDone(backend: string, gpus: number): string {
   if (backend === 'jupyterhub') {
     return `The kernels were stopped and this server was stopped through JupyterHub${freed}.`;
   }
-  if (backend === 'kubeflow') {
+  if (backend.startsWith('kubeflow')) {
     return `The kernels were stopped and the pod was released through Kubeflow${freed}.`;
   }
   if (backend === 'none') {
