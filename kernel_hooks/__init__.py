@@ -6,16 +6,19 @@ the environment load it at start, through ``etc/ipython/ipython_kernel_config.js
 """
 
 from .api import checkpoint, list_snapshots, replay, resume
+from .interpreter_state import register_state
 from .registry import on_resume, register
 
 __all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "register",
-           "replay", "resume"]
+           "register_state", "replay", "resume"]
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register the magics and remember the session's starting sys.path and environment."""
-    from . import session_state
+    """Register the magics and remember the session's starting sys.path, environment, warnings
+    filters, loggers and extensions."""
+    from . import interpreter_state, session_state
     from .magics import ResumeMagics
 
     session_state.remember_baseline()
+    interpreter_state.remember_baseline(ipython)
     ipython.register_magics(ResumeMagics)
