@@ -73,7 +73,7 @@ def _extensions() -> Any:
         return None
     state: dict[str, Any] = {"loaded": loaded}
     magics = shell.magics_manager.registry.get("AutoreloadMagics")
-    if "autoreload" in loaded and magics is not None:
+    if magics is not None:  # loaded as IPython.extensions.autoreload
         reloader = magics._reloader
         mode = (0 if not reloader.enabled else 1 if not reloader.check_all
                 else 3 if reloader.autoload_obj else 2)
@@ -92,7 +92,7 @@ def _restore_extensions(state: dict[str, Any]) -> str | None:
                 failed.append(f"{name} (no load function)")
         except ImportError as exc:
             failed.append(f"{name} ({exc})")
-    if "autoreload" in state and "autoreload" in shell.extension_manager.loaded:
+    if "autoreload" in state and "AutoreloadMagics" in shell.magics_manager.registry:
         mode, modules, skipped = state["autoreload"]
         shell.run_line_magic("autoreload", str(mode))
         for module in modules:

@@ -188,13 +188,14 @@ print(json.dumps({
               torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(),
               torch.is_anomaly_enabled()],
-    "autoreload": ['autoreload' in get_ipython().extension_manager.loaded,
+    "autoreload": [sorted(get_ipython().extension_manager.loaded),
                    _reloader.enabled, _reloader.check_all],
     "greedy": get_ipython().Completer.greedy,
     "code": [bad.__code__.co_filename, inspect.getsource(bad), inspect.getsource(Careful.warn)],
     "raised": _raised(), "warned": _warned(),
     "outputs": [_, __, _{forty_two}, Out[{forty_two}]],
 }))
+del _figure, _raised, _warned, _errors, _handlers, _reloader
 """
 
 
