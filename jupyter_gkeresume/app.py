@@ -22,7 +22,7 @@ from .errors import GkeResumeError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
-from .kernels import guard_kernel_starts
+from .kernels import HashSeeds, guard_kernel_starts, seed_session_kernels
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
 from .snapshot.gc import DEFAULT_GRACE_SECONDS
@@ -135,6 +135,7 @@ class GkeResumeApp(ExtensionApp):
                              # notebook paths relative to the root, as the lab shows them
                              "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir)},
                             self.orchestrator.gateway.watch_cells)
+        seed_session_kernels(self.serverapp.session_manager, HashSeeds(config.workspace_id))
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 
