@@ -202,8 +202,9 @@ del _figure, _raised, _warned, _errors, _handlers, _reloader
 def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     """Every built-in entry holds after resume as it did before the checkpoint (the figure's
     size, axes and pixels, the current figure and axes; tracebacks, warnings and getsource show
-    the cell's file and lines, IPython names it ``Cell In[N]``)."""
-    a = start_kernel()
+    the cell's file and lines, IPython names it ``Cell In[N]``); a kernel whose hash seed is not
+    the snapshot's says so in one line."""
+    a = start_kernel({"PYTHONHASHSEED": "1234"})  # as the server starts it (HashSeeds)
     a.run(f"LOG_PATH = {str(tmp_path / 'gke.log')!r}")
     counts = {}
     for cell in SESSION:
@@ -219,9 +220,10 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert "interpreter state" not in out, out
     a.kill()
 
-    b = start_kernel()
+    b = start_kernel({"PYTHONHASHSEED": "99"})  # not started by the server: another seed
     out = b.run("%resume")
     assert "not restored" not in out, out
+    assert "string hash seed: this kernel's is 99, the snapshot's 1234" in out
     after = b.run_json(observe)
     assert after == before, json.dumps({k: (before[k], after[k]) for k in before
                                         if before[k] != after[k]})
