@@ -114,6 +114,11 @@ def _restore_matplotlib_figures(figures: list[tuple[Any, Any]]) -> str | None:
     for num, figure in figures:
         plt.close(num)  # a figure of this kernel under the same number gives way
         Gcf._set_new_active_manager(backend.new_figure_manager_given_figure(num, figure))
+    # The inline backend shows and closes, when the cell ends, the figures drawn in it:
+    # Figure.__setstate__ asked for a draw the session never made (those figures were open).
+    show = getattr(backend, "show", None)
+    if getattr(show, "_draw_called", False):
+        show._draw_called, show._to_draw = False, []
     return None
 
 
