@@ -168,15 +168,16 @@ def _pandas_options() -> Any:
     pandas = sys.modules.get("pandas")
     if pandas is None:
         return None
-    registered = pandas._config.config._registered_options
     changed = {}
-    for key, option in registered.items():
-        try:
-            value = pandas.get_option(key)
-        except Exception:  # a deprecated or removed option
-            continue
-        if _differs(value, option.defval):
-            changed[key] = value
+    with warnings.catch_warnings():  # reading a deprecated option warns: not the user's doing
+        warnings.simplefilter("ignore")
+        for key, option in pandas._config.config._registered_options.items():
+            try:
+                value = pandas.get_option(key)
+            except Exception:  # a removed option
+                continue
+            if _differs(value, option.defval):
+                changed[key] = value
     return changed or None
 
 
