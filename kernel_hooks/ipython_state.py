@@ -4,7 +4,9 @@ changes, and the output history (``Out``, ``_N``, ``_``, ``__``, ``___``).
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it;
 without an IPython shell every capture is ``None``. ``remember_baseline(shell)`` (when the
-extension loads) records the extensions a fresh kernel has loaded.
+extension loads) records the extensions a fresh kernel has loaded. Text taken from cells (their
+source, ``%config`` lines, string outputs) is scrubbed of credentials as the input history is
+(``session_state.without_credentials``).
 
 The source of notebook code: notebook functions and classes keep the file names ipykernel gave
 their cells (``graph`` pickles code with its ``co_filename``); this entry carries those cells'
@@ -18,6 +20,8 @@ import linecache
 import re
 import sys
 from typing import Any
+
+from .session_state import without_credentials
 
 _baseline: dict[str, Any] = {}
 
@@ -47,7 +51,7 @@ def _cell_sources() -> Any:
     shell = _shell()
     if shell is None:
         return None
-    sources = {name: (number, linecache.cache[name][2])
+    sources = {name: (number, without_credentials(linecache.cache[name][2]))
                for name, number in shell.compile._filename_map.items() if name in linecache.cache}
     return sources or None
 
@@ -111,7 +115,7 @@ def _config_changes() -> Any:
         return None
     lines = [match for cell in shell.history_manager.input_hist_raw if "%config" in cell
              for match in _CONFIG_LINE.findall(cell)]
-    return lines or None
+    return without_credentials(lines) or None
 
 
 def _restore_config_changes(lines: list[str]) -> str | None:
@@ -130,8 +134,18 @@ def _outputs() -> Any:
     shell = _shell()
     if shell is None or not shell.history_manager.output_hist:
         return None
-    return {"out": dict(shell.history_manager.output_hist),
-            "unders": [shell.user_ns.get(name, "") for name in ("_", "__", "___")]}
+    out = shell.history_manager.output_hist
+    return {"out": dict(zip(out, _scrubbed(list(out.values())), strict=True)),
+            "unders": _scrubbed([shell.user_ns.get(name, "") for name in ("_", "__", "___")])}
+
+
+def _scrubbed(values: list[Any]) -> list[Any]:
+    """``values`` with credentials scrubbed out of its strings (the other values as they are)."""
+    texts = [i for i, value in enumerate(values) if isinstance(value, str)]
+    values = list(values)
+    for i, text in zip(texts, without_credentials([values[i] for i in texts]), strict=True):
+        values[i] = text
+    return values
 
 
 def _restore_outputs(state: dict[str, Any]) -> str | None:
