@@ -10,10 +10,11 @@ figures drawn with it).
 
 Call order: ``capture_all()`` at checkpoint gives one state per entry, each pickled as its own
 graph record (``record_name``) after the variables, so a figure a variable also names is one
-object; an entry whose capture raises is named in the checkpoint's report. ``restore_all(states,
-failures)`` at resume, after the variables are back, restores every captured entry or names it:
-nothing captured is dropped silently. The core session record (RNG states, cwd, ``sys.path``,
-environment, execution count: ``session_state``) predates this registry and stays its own record.
+object; an entry whose capture raises is named in the checkpoint's report, and travels as
+``NotCaptured`` to be named in the resume's. ``restore_all(states, failures)`` at resume, after
+the variables are back, restores every captured entry or names it: nothing is dropped silently.
+The core session record (RNG states, cwd, ``sys.path``, environment, execution count, hash seed:
+``session_state``) predates this registry and stays its own record.
 
 Invariant: capture is cheap when a library is not in use: entries look at ``sys.modules`` and
 never import a library that is not loaded.
@@ -37,6 +38,14 @@ class StateEntry:
     name: str
     capture: Callable[[], Any]
     restore: Callable[[Any], str | None]
+
+
+@dataclass(frozen=True)
+class NotCaptured:
+    """Travels in place of the state of an entry whose capture raised, so the resume names it
+    too."""
+
+    why: str
 
 
 entries: dict[str, StateEntry] = {}
@@ -75,14 +84,15 @@ def entry_name(record: str) -> str | None:
 
 
 def capture_all() -> tuple[dict[str, Any], dict[str, str]]:
-    """Every entry's state (entries with nothing to carry left out), and the entries whose
-    capture raised, with why."""
+    """Every entry's state (entries with nothing to carry left out; ``NotCaptured`` for those
+    whose capture raised), and the entries whose capture raised, with why."""
     states, failed = {}, {}
     for entry in list(entries.values()):
         try:
             state = entry.capture()
         except Exception as exc:  # a library's state must never sink the checkpoint
             failed[entry.name] = f"capture failed: {type(exc).__name__}: {exc}"
+            states[entry.name] = NotCaptured(failed[entry.name])
             continue
         if state is not None:
             states[entry.name] = state
@@ -99,6 +109,9 @@ def restore_all(states: dict[str, Any], failures: dict[str, str]) -> tuple[list[
     for name in dict.fromkeys(order):
         if name in failures:
             named.append(f"{name} not restored: {failures[name]}")
+            continue
+        if isinstance(states[name], NotCaptured):
+            named.append(f"{name} not restored: {states[name].why}")
             continue
         entry = entries.get(name)
         if entry is None:

@@ -31,8 +31,9 @@ def test_register_state_refuses_what_cannot_work(scratch_entries):
 
 
 def test_each_entry_is_restored_or_named(scratch_entries):
-    """Captured None is not carried; a capture that raises is named; at restore every state is
-    restored or named: by its own reason, a raise, a failed record, or a missing entry."""
+    """Captured None is not carried; a capture that raises is named at checkpoint and travels as
+    ``NotCaptured``; at restore every state is restored or named: its capture failed, by its own
+    reason, a raise, a failed record, or a missing entry."""
     scratch_entries.clear()
     box = {}
 
@@ -44,14 +45,16 @@ def test_each_entry_is_restored_or_named(scratch_entries):
     interpreter_state.register_state("kept", capture=lambda: {"k": 1}, restore=box.update)
     interpreter_state.register_state("partial", capture=lambda: 2, restore=lambda s: "half of it")
     states, failed = interpreter_state.capture_all()
-    assert states == {"kept": {"k": 1}, "partial": 2}
     assert failed == {"broken": "capture failed: RuntimeError: no state today"}
+    assert states == {"broken": interpreter_state.NotCaptured(failed["broken"]),
+                      "kept": {"k": 1}, "partial": 2}
 
     interpreter_state.register_state("raises", capture=lambda: 3, restore=lambda s: 1 / 0)
     restored, named = interpreter_state.restore_all(
         {**states, "raises": 3, "gone": 4}, {"lost": "record failed: ImportError: x"})
     assert restored == ["kept"] and box == {"k": 1}
     assert named == [
+        "broken not restored: capture failed: RuntimeError: no state today",
         "partial not restored: half of it",
         "raises not restored: ZeroDivisionError: division by zero",
         "gone not restored: no entry registered for it in this kernel (register_state before "
