@@ -23,7 +23,7 @@ from .errors import GkeResumeError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
-from .kernels import guard_kernel_starts
+from .kernels import HashSeeds, guard_kernel_starts, seed_session_kernels
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
 from .snapshot.gc import DEFAULT_GRACE_SECONDS
@@ -153,6 +153,7 @@ class GkeResumeApp(ExtensionApp):
                              "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir),
                              "GKERESUME_PACKAGES": "1" if config.carry_packages else "0"},
                             self.orchestrator.gateway.watch_cells)
+        seed_session_kernels(self.serverapp.session_manager, HashSeeds(config.workspace_id))
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 

@@ -7,7 +7,8 @@ checkpoint and restore (``kernel_protocol`` requests, ``CheckpointReply`` / ``Re
 hold a kernel (refuse its cells while a pause takes its cut) and lift the hold.
 ``guard_kernel_starts`` wraps jupyter_server's kernel starts: refused with a 409 while a pause is
 in flight, and otherwise started with the server's resolved store and workspace in their
-environment (one store for the Pause button and the magics).
+environment (one store for the Pause button and the magics). ``seed_session_kernels`` gives the
+kernels of notebook sessions their notebook's string hash seed (``HashSeeds``).
 
 Invariants: a kernel call that does not answer ``ok`` raises ``KernelCallError`` naming the
 kernel, its notebook and the action; a kernel that has gone (``KERNEL_GONE``) is not an error
@@ -17,6 +18,7 @@ where its absence is the point (listing, stopping).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import posixpath
 import time
@@ -194,3 +196,36 @@ def guard_kernel_starts(kernel_manager: Any, refusal: Callable[[], str | None],
         return kid
 
     kernel_manager.start_kernel = start_kernel
+
+
+class HashSeeds:
+    """``PYTHONHASHSEED`` for the kernels of notebook sessions, chosen once per notebook: a
+    function of the workspace and the notebook's path (as the sessions API and the lab name it,
+    as snapshots record it), so every kernel of a notebook, on every pod and after every
+    restart, has the same one, and a resume's kernel has the seed its snapshot was taken with
+    (the kernel checks: ``kernel_hooks.session_state``). Sets of strings then iterate in the
+    same order after a resume."""
+
+    def __init__(self, workspace: str):
+        self.workspace = workspace
+
+    def for_notebook(self, path: str) -> str:
+        key = f"{self.workspace}\n{posixpath.normpath(path).lstrip('/')}".encode()
+        return str(int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big"))
+
+
+def seed_session_kernels(session_manager: Any, seeds: HashSeeds) -> None:
+    """Add the notebook's seed to the environment of every session's kernel: jupyter_server's
+    ``SessionManager.start_kernel_for_session`` takes that environment from
+    ``get_kernel_env(path, name)``, ``path`` being the session's (``JPY_SESSION_NAME`` there
+    depends on the name the client gave, so it is not the key). A seed already in the server's
+    environment is the user's choice and stays."""
+    kernel_env = session_manager.get_kernel_env
+
+    def get_kernel_env(path: str | None, name: Any = None) -> dict[str, str]:
+        env = kernel_env(path, name)
+        if path and "PYTHONHASHSEED" not in env:
+            env = {**env, "PYTHONHASHSEED": seeds.for_notebook(path)}
+        return env
+
+    session_manager.get_kernel_env = get_kernel_env

@@ -6,22 +6,25 @@ the environment load it at start, through ``etc/ipython/ipython_kernel_config.js
 """
 
 from .api import checkpoint, list_snapshots, replay, resume
+from .interpreter_state import register_state
 from .registry import on_resume, register
 
 __all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "register",
-           "replay", "resume"]
+           "register_state", "replay", "resume"]
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register the magics and remember the session's starting sys.path, environment, installed
-    distributions (``packages.remember_environment``) and threads (``left_behind``)."""
+    """Register the magics and remember the session's starting sys.path, environment, warnings
+    filters, loggers and extensions (``interpreter_state``), installed distributions
+    (``packages.remember_environment``) and threads (``left_behind``)."""
     from jupyter_gkeresume.errors import GkeResumeError
 
-    from . import left_behind, packages, session_state
+    from . import interpreter_state, left_behind, packages, session_state
     from .api import open_store
     from .magics import ResumeMagics
 
     session_state.remember_baseline()
+    interpreter_state.remember_baseline(ipython)
     try:
         store = open_store()
     except (GkeResumeError, OSError, ValueError):  # no usable store yet: kept in memory until one

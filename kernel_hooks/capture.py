@@ -1,14 +1,15 @@
 """Checkpoint: the user namespace -> blobs + signed manifest, committed last and read back.
 
 Call order inside ``take_checkpoint``: synchronize devices; choose the names (minus IPython's own);
-pickle them as one graph (``graph.write_graph``) while storages are collected; put storage blobs
-in parallel, then the graph blob, then the packages installed in the session
-(``packages.capture_packages``), through one ``SnapshotWriter``; build the manifest and hand it
-to ``SnapshotWriter.commit`` (sign, create-only commit, read back and check, removed again if the
-check fails). What no snapshot carries (child processes, threads of the session, files open for
-writing outside the home volume: ``left_behind``) is reported with the skipped objects. The
-kernel side captures; the writer commits. Any exception leaves no visible
-snapshot and the namespace untouched (capture only reads it).
+capture the session record and the interpreter state (``interpreter_state``: one record per entry,
+after the variables); pickle them as one graph (``graph.write_graph``) while storages are
+collected; put storage blobs in parallel, then the graph blob, then the packages installed in the
+session (``packages.capture_packages``), through one ``SnapshotWriter``; build the manifest and
+hand it to ``SnapshotWriter.commit`` (sign, create-only commit, read back and check, removed again
+if the check fails). What no snapshot carries (child processes, threads of the session, files open
+for writing outside the home volume: ``left_behind``) is reported with the skipped objects. The
+kernel side captures; the writer commits. Any exception leaves no visible snapshot and the
+namespace untouched (capture only reads it).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 from jupyter_gkeresume.units import human_bytes
 
-from . import registry, session_state
+from . import interpreter_state, registry, session_state
 from .blobwriter import BlobWriter, plan_blobs
 from .cuda_engine import get_engine
 from .cuda_plan import cuda_index
@@ -129,20 +130,28 @@ def take_checkpoint(
     for env_name in secret_env:
         skipped.append(Skipped(f"${env_name}", "environment variable", "looks like a credential"))
     skipped.extend(left_behind())
-    items += [(SESSION_RECORD, session), (HOOKS_RECORD, list(registry.resume_hooks))]
+    states, state_failed = interpreter_state.capture_all()
+    items += [(SESSION_RECORD, session), (HOOKS_RECORD, list(registry.resume_hooks)),
+              *((interpreter_state.record_name(n), state) for n, state in states.items())]
 
     mark = time.monotonic()
     graph, records, collector, failed = write_graph(items, StorageCollector)
     timings["pickle"] = time.monotonic() - mark
     for var, reason in failed.items():
+        entry = interpreter_state.entry_name(var)
+        if entry is not None:
+            state_failed[entry] = reason
+            continue
         value = namespace.get(var)
         objects[var] = ObjectRecord(var, type_name(value), "skipped", reason)
         skipped.append(Skipped(var, type_name(value), reason))
+    for entry, reason in state_failed.items():
+        skipped.append(Skipped(entry, "interpreter state", reason))
     owned: dict[str, int] = {}
     for item in collector.items:
         owned[item.owner] = owned.get(item.owner, 0) + item.nbytes
     for rec in records:
-        if rec.name in (SESSION_RECORD, HOOKS_RECORD):
+        if rec.name in (SESSION_RECORD, HOOKS_RECORD) or interpreter_state.entry_name(rec.name):
             continue
         note = rec.note
         inside = "; ".join(note.uncaptured)

@@ -11,7 +11,8 @@ methods of notebook classes) pickle by value as cloudpickle does, except that th
 not written as a private dict: on restore they are bound to the namespace they come back into
 (``rebuild.notebook_function``), so redefining a global or a helper takes effect as it did before
 the pause. The values they referenced are kept and fill only the names that namespace lacks
-(``rebuild.Loading``).
+(``rebuild.Loading``). Their code keeps its file name (the cell's), where cloudpickle writes
+``<dynamic-code>``.
 
 ``read_graph`` loads the records back in order with one unpickler, with the cyclic garbage
 collector paused (a namespace of many small objects would otherwise trigger a collection every
@@ -84,6 +85,8 @@ class _GraphPickler(cloudpickle.Pickler):
             module = getattr(obj, "__module__", None)
             if isinstance(module, str) and module not in ("__main__", "builtins"):
                 self.note.modules.add(module.split(".", 1)[0])
+        if type(obj) is types.CodeType:
+            return _code_in_its_file(obj)
         return super().reducer_override(obj)
 
     def _dynamic_function_reduce(self, func: types.FunctionType) -> Any:
@@ -95,6 +98,17 @@ class _GraphPickler(cloudpickle.Pickler):
         _make, (code, _private_globals, name, defaults, closure), state, *_ = reduced
         return (rebuild.notebook_function, (code, name, defaults, closure), state, None, None,
                 rebuild.notebook_function_state)
+
+
+def _code_in_its_file(code: types.CodeType) -> Any:
+    """cloudpickle's code reduction with the code's own file name instead of its
+    ``<dynamic-code>``, so notebook code keeps its cell's file name (``ipython_state``)."""
+    make, args = cloudpickle.cloudpickle._code_reduce(code)
+    return make, (*args[:_FILENAME_AT], code.co_filename, *args[_FILENAME_AT + 1:])
+
+
+_FILENAME_AT = cloudpickle.cloudpickle._code_reduce(compile("", "<probe>", "exec"))[1].index(
+    "<dynamic-code>")
 
 
 @dataclass

@@ -72,6 +72,8 @@ def format_resume(r: ResumeResult) -> str:
              f"{len(r.restored)} objects back in {r.seconds:.2f} s"]
     if r.restored:
         lines.append("  restored: " + ", ".join(r.restored))
+    if r.state:
+        lines.append("  state restored: " + ", ".join(r.state))
     for s in r.not_restored:
         lines.append(f"  not restored: {s.name} [{s.type}]: {s.reason}")
     for line in r.packages:

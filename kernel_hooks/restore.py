@@ -8,7 +8,8 @@ stages, each once and in order: plan where every storage goes
 verified against its digest (``start``), unpickle the graph record by record with storages
 arriving through ``rebuild``, finish (``finish``: every read and device copy landed). Then find
 what a damaged blob or a failed record cost and, only then, assign the names in one step and
-apply the session state. A failure before that last step leaves the namespace as it was.
+apply the session state, then the interpreter state (``interpreter_state``). A failure before
+that last step leaves the namespace as it was.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from jupyter_gkeresume.snapshot import (
 )
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 
-from . import rebuild, session_state
+from . import interpreter_state, rebuild, session_state
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation, get_engine
 from .graph import read_graph
@@ -200,6 +201,7 @@ def _restore(
             _continue_numbering(shell, manifest, state, continuing_cell)
         else:
             result.warnings.append(f"session state not restored: {reasons.get(SESSION_RECORD)}")
+        _restore_interpreter_state(manifest, loaded, reasons, result)
     result.seconds = time.monotonic() - started
     if progress is not None:
         progress(Progress("done", loader.bytes_read, loader.bytes_read, result.seconds))
@@ -209,6 +211,20 @@ def _restore(
         except Exception as exc:  # a user hook must not undo a successful restore
             result.warnings.append(f"on_resume hook {getattr(hook, '__name__', hook)} failed: {exc}")
     return result
+
+
+def _restore_interpreter_state(manifest: Manifest, loaded: dict[str, Any],
+                               reasons: dict[str, str], result: ResumeResult) -> None:
+    """Every interpreter-state record restored (``result.state``) or named in a warning."""
+    states, failures = {}, {}
+    for record in manifest.records:
+        entry = interpreter_state.entry_name(record)
+        if entry is not None and record in reasons:
+            failures[entry] = reasons[record]
+        elif entry is not None:
+            states[entry] = loaded[record]
+    result.state, named = interpreter_state.restore_all(states, failures)
+    result.warnings.extend(named)
 
 
 class _AfterReads:

@@ -37,6 +37,8 @@ class CheckpointResult:
 
 @dataclass
 class ResumeResult:
+    """``state``: the interpreter-state entries restored (the others are in ``warnings``)."""
+
     snapshot_id: str
     restored: list[str] = field(default_factory=list)
     not_restored: list[Skipped] = field(default_factory=list)
@@ -45,6 +47,7 @@ class ResumeResult:
     bytes_read: int = 0
     seconds: float = 0.0
     packages: list[str] = field(default_factory=list)  # one line per package put back (or not)
+    state: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

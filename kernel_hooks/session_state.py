@@ -1,4 +1,5 @@
-"""Session state beside the objects: RNG states, cwd, sys.path additions, env changes, counts.
+"""Session state beside the objects: RNG states, cwd, sys.path additions, env changes, counts,
+and the string hash seed the kernel started with.
 
 ``remember_baseline()`` runs when the extension loads (at kernel start when auto-loaded): changes
 to ``sys.path`` and ``os.environ`` after it are "made in the session" and travel with snapshots.
@@ -24,6 +25,13 @@ def remember_baseline() -> None:
     if not _baseline:
         _baseline["sys_path"] = list(sys.path)
         _baseline["env"] = dict(os.environ)
+
+
+def hash_seed() -> str | None:
+    """This kernel's ``PYTHONHASHSEED`` as it started (None: random, not reproducible)."""
+    remember_baseline()
+    seed = _baseline["env"].get("PYTHONHASHSEED", "")
+    return seed if seed.isdigit() else None
 
 
 def rng_states() -> dict[str, Any]:
@@ -59,6 +67,7 @@ def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
         "env_set": env_set,
         "env_unset": [n for n in env_before if n not in os.environ],
         "execution_count": execution_count,
+        "hash_seed": hash_seed(),
     }
     return state, skipped
 
@@ -105,3 +114,8 @@ def restore(state: dict[str, Any], warnings: list[str]) -> None:
     os.environ.update(state.get("env_set", {}))
     for name in state.get("env_unset", []):
         os.environ.pop(name, None)
+    seed = state.get("hash_seed")
+    if seed is not None and seed != hash_seed():
+        warnings.append(f"string hash seed: this kernel's is {hash_seed() or 'random'}, the "
+                        f"snapshot's {seed}: sets of strings iterate in another order (Resume "
+                        "from the lab starts the kernel with the snapshot's seed)")

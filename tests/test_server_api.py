@@ -14,6 +14,7 @@ from fixtures_server import RecordingRelease, reply_to, server_config
 from prometheus_client import REGISTRY
 
 from jupyter_gkeresume.kernel_client import own_client
+from jupyter_gkeresume.kernels import HashSeeds
 
 
 @pytest.fixture
@@ -35,7 +36,8 @@ async def test_pause_then_resume_brings_the_variables_back(api, store_dir):
         "gkeresume_resume_seconds_count")
     kid = await api.new_session("work/train.ipynb")
     await api.run_cell(kid, "import numpy as np\nx = 41 + 1\narr = np.arange(10_000.0)\n"
-                            "alias = arr")
+                            "alias = arr\nWORDS = [f'word{i}' for i in range(40)]\n"
+                            "order = list(set(WORDS))")
     status = await api.status()
     assert status["state"] == "running" and status["paused"] is None
     assert [k["kernel_id"] for k in status["kernels"]] == [kid]
@@ -74,8 +76,23 @@ async def test_pause_then_resume_brings_the_variables_back(api, store_dir):
     assert "x" in kernel["result"]["restored"]
     out = await api.run_cell(kernel["kernel_id"], "print(x, arr.sum(), alias is arr)")
     assert out.split() == ["42", str(float(sum(range(10_000)))), "True"]
+    # the notebook's hash seed: a set of strings built after resume iterates as before
+    assert not any("hash seed" in w for w in kernel["result"]["warnings"]), kernel["result"]
+    out = await api.run_cell(kernel["kernel_id"], "print(list(set(WORDS)) == order)")
+    assert out.split() == ["True"]
     assert sample("gkeresume_pause_seconds_count", phase="total") == pauses + 1
     assert sample("gkeresume_resume_seconds_count") == resumes + 1
+
+
+def test_hash_seed_is_chosen_once_per_notebook():
+    """One seed per notebook path of the sessions API (jupyter_server/services/sessions/
+    sessionmanager.py: start_kernel_for_session takes the kernel's env from get_kernel_env(path,
+    name)); another notebook or workspace, another seed."""
+    seeds = HashSeeds("ws")
+    seed = seeds.for_notebook("work/a.ipynb")
+    assert seed == seeds.for_notebook("/work/./a.ipynb") and 0 <= int(seed) < 2**32
+    assert seed != seeds.for_notebook("work/b.ipynb")
+    assert seed != HashSeeds("other").for_notebook("work/a.ipynb")
 
 
 async def test_checkpoint_without_release_keeps_the_kernel(api, store_dir):

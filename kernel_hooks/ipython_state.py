@@ -1,0 +1,168 @@
+"""Built-in ``interpreter_state`` entries for IPython: the source of notebook code, the
+extensions loaded in the session (``autoreload`` with its mode and ``%aimport`` lists), ``%config``
+changes, and the output history (``Out``, ``_N``, ``_``, ``__``, ``___``).
+
+Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it;
+without an IPython shell every capture is ``None``. ``remember_baseline(shell)`` (when the
+extension loads) records the extensions a fresh kernel has loaded. Text taken from cells (their
+source, ``%config`` lines, string outputs) is scrubbed of credentials as the input history is
+(``session_state.without_credentials``).
+
+The source of notebook code: notebook functions and classes keep the file names ipykernel gave
+their cells (``graph`` pickles code with its ``co_filename``); this entry carries those cells'
+lines and execution counts, so ``linecache`` finds the lines (tracebacks, warnings,
+``inspect.getsource``) and IPython names them ``Cell In[N]`` as before.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+from typing import Any
+
+from .session_state import without_credentials
+
+_baseline: dict[str, Any] = {}
+
+#: ``%config Class.trait = value`` as typed, and as IPython stores it transformed.
+_CONFIG_LINE = re.compile(r"^[ \t]*%config[ \t]+(\w+\.\w+[ \t]*=.*)$", re.MULTILINE)
+
+
+def remember_baseline(shell: Any) -> None:
+    """Record the extensions loaded before the session's cells ran, this one included
+    (idempotent)."""
+    if "extensions" not in _baseline:
+        _baseline["extensions"] = {*shell.extension_manager.loaded, __package__}
+
+
+def _shell() -> Any:
+    if "IPython" not in sys.modules:
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+# -- source of notebook code -----------------------------------------------------------------
+
+def _cell_sources() -> Any:
+    """Every cell file IPython compiled (and the restored ones): its count and its lines."""
+    shell = _shell()
+    if shell is None:
+        return None
+    sources = {name: (number, without_credentials(linecache.cache[name][2]))
+               for name, number in shell.compile._filename_map.items() if name in linecache.cache}
+    return sources or None
+
+
+def _restore_cell_sources(sources: dict[str, tuple[int, list[str]]]) -> str | None:
+    shell = _shell()
+    for name, (number, lines) in sources.items():
+        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)  # mtime None: kept
+        if shell is not None:
+            shell.compile._filename_map[name] = number
+    return None
+
+
+# -- extensions ------------------------------------------------------------------------------
+
+def _extensions() -> Any:
+    shell = _shell()
+    if shell is None:
+        return None
+    remember_baseline(shell)
+    loaded = sorted(set(shell.extension_manager.loaded) - _baseline["extensions"])
+    if not loaded:
+        return None
+    state: dict[str, Any] = {"loaded": loaded}
+    magics = shell.magics_manager.registry.get("AutoreloadMagics")
+    if magics is not None:  # loaded as IPython.extensions.autoreload
+        reloader = magics._reloader
+        mode = (0 if not reloader.enabled else 1 if not reloader.check_all
+                else 3 if reloader.autoload_obj else 2)
+        state["autoreload"] = (mode, sorted(reloader.modules), sorted(reloader.skip_modules))
+    return state
+
+
+def _restore_extensions(state: dict[str, Any]) -> str | None:
+    shell = _shell()
+    if shell is None:
+        return "no IPython shell here"
+    failed = []
+    for name in state["loaded"]:
+        try:
+            if shell.extension_manager.load_extension(name) == "no load function":
+                failed.append(f"{name} (no load function)")
+        except ImportError as exc:
+            failed.append(f"{name} ({exc})")
+    if "autoreload" in state and "AutoreloadMagics" in shell.magics_manager.registry:
+        mode, modules, skipped = state["autoreload"]
+        shell.run_line_magic("autoreload", str(mode))
+        for module in modules:
+            shell.run_line_magic("aimport", module)
+        for module in skipped:
+            shell.run_line_magic("aimport", f"-{module}")
+    return f"not loaded: {', '.join(failed)}" if failed else None
+
+
+# -- %config ---------------------------------------------------------------------------------
+
+def _config_changes() -> Any:
+    """The ``%config Class.trait = value`` lines of the input history, in order."""
+    shell = _shell()
+    if shell is None:
+        return None
+    lines = [match for cell in shell.history_manager.input_hist_raw if "%config" in cell
+             for match in _CONFIG_LINE.findall(cell)]
+    return without_credentials(lines) or None
+
+
+def _restore_config_changes(lines: list[str]) -> str | None:
+    shell = _shell()
+    if shell is None:
+        return "no IPython shell here"
+    for line in lines:
+        shell.run_line_magic("config", line)
+    return None
+
+
+# -- output history --------------------------------------------------------------------------
+
+def _outputs() -> Any:
+    """``Out`` (the values ``_N`` name) and what ``_``, ``__``, ``___`` hold."""
+    shell = _shell()
+    if shell is None or not shell.history_manager.output_hist:
+        return None
+    out = shell.history_manager.output_hist
+    return {"out": dict(zip(out, _scrubbed(list(out.values())), strict=True)),
+            "unders": _scrubbed([shell.user_ns.get(name, "") for name in ("_", "__", "___")])}
+
+
+def _scrubbed(values: list[Any]) -> list[Any]:
+    """``values`` with credentials scrubbed out of its strings (the other values as they are)."""
+    texts = [i for i, value in enumerate(values) if isinstance(value, str)]
+    values = list(values)
+    for i, text in zip(texts, without_credentials([values[i] for i in texts]), strict=True):
+        values[i] = text
+    return values
+
+
+def _restore_outputs(state: dict[str, Any]) -> str | None:
+    shell = _shell()
+    if shell is None:
+        return "no IPython shell here"
+    shell.history_manager.output_hist.update(state["out"])
+    shell.user_ns.update({f"_{number}": value for number, value in state["out"].items()})
+    hook = shell.displayhook
+    hook._, hook.__, hook.___ = state["unders"]
+    shell.user_ns.update(zip(("_", "__", "___"), state["unders"], strict=True))
+    return None
+
+
+ENTRIES = (
+    ("source of notebook code", _cell_sources, _restore_cell_sources),
+    ("IPython extensions", _extensions, _restore_extensions),
+    ("IPython %config", _config_changes, _restore_config_changes),
+    ("IPython output history", _outputs, _restore_outputs),
+)

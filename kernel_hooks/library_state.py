@@ -1,0 +1,375 @@
+"""Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, rcParams, open
+figures), numpy (print options, ``seterr``), pandas options, torch global settings, ``warnings``
+filters and ``logging`` configuration.
+
+Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
+``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
+or nothing differs from what a fresh kernel has; ``restore(state)`` returns ``None`` or what it
+could not restore. ``remember_baseline()`` (when the extension loads) records the warnings
+filters and logging configuration a fresh kernel has, so only the session's changes travel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from typing import Any
+
+_baseline: dict[str, Any] = {}
+
+
+def remember_baseline() -> None:
+    """Record the warnings filters and the loggers' configuration as they are now (idempotent)."""
+    if not _baseline:
+        _baseline["warnings"] = list(warnings.filters)
+        _baseline["logging"] = {name: _logger_facts(logger) for name, logger in _loggers().items()}
+
+
+# -- matplotlib ------------------------------------------------------------------------------
+
+def _matplotlib_backend() -> Any:
+    """The pyplot backend and interactive mode (the ``%matplotlib`` choice), unless they are
+    what a kernel starts with (``MPLBACKEND``, interactive: ipykernel's inline backend)."""
+    if "matplotlib.pyplot" not in sys.modules:
+        return None
+    import matplotlib
+
+    backend = matplotlib.rcParams._get_backend_or_none()
+    interactive = matplotlib.is_interactive()
+    if interactive and (backend or "").lower() == os.environ.get("MPLBACKEND", "").lower():
+        return None  # what a fresh kernel chooses
+    return {"backend": backend, "interactive": interactive}
+
+
+def _restore_matplotlib_backend(state: dict[str, Any]) -> str | None:
+    import matplotlib
+
+    backend = state["backend"]
+    if backend and backend.lower() != (matplotlib.rcParams._get_backend_or_none() or "").lower():
+        shell = _shell()
+        if shell is None:
+            import matplotlib.pyplot as plt
+
+            plt.switch_backend(backend)
+        else:  # what %matplotlib does, less the GUI event loop
+            from IPython.core.pylabtools import activate_matplotlib
+            from matplotlib_inline.backend_inline import configure_inline_support
+
+            activate_matplotlib(backend)
+            configure_inline_support(shell, backend)
+    matplotlib.interactive(state["interactive"])
+    return None
+
+
+_NOT_RC = frozenset({"backend", "backend_fallback"})  # the backend entry owns these
+
+
+def _matplotlib_rc() -> Any:
+    if "matplotlib" not in sys.modules:
+        return None
+    import matplotlib
+
+    original = matplotlib.rcParamsOrig
+    changed = {key: value for key, value in matplotlib.rcParams.items()
+               if key not in _NOT_RC and _differs(value, original.get(key))}
+    return changed or None
+
+
+def _restore_matplotlib_rc(changed: dict[str, Any]) -> str | None:
+    import matplotlib
+
+    refused = []
+    for key, value in changed.items():
+        try:
+            matplotlib.rcParams[key] = value
+        except (KeyError, ValueError) as exc:
+            refused.append(f"{key} ({exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
+def _matplotlib_figures() -> Any:
+    """pyplot's open figures by number, in pyplot's order (the current one last)."""
+    if "matplotlib.pyplot" not in sys.modules:
+        return None
+    from matplotlib._pylab_helpers import Gcf
+
+    figures = [(manager.num, manager.canvas.figure) for manager in Gcf.figs.values()]
+    return figures or None
+
+
+def _restore_matplotlib_figures(figures: list[tuple[Any, Any]]) -> str | None:
+    """Each figure under its own number, with a manager of this kernel's backend, the last one
+    current (unpickling a figure pyplot managed registers it again under a new number: that
+    registration is replaced)."""
+    import matplotlib.pyplot as plt
+    from matplotlib._pylab_helpers import Gcf
+
+    for _num, figure in figures:
+        for num, manager in list(Gcf.figs.items()):
+            if manager.canvas.figure is figure:
+                del Gcf.figs[num]
+    backend = plt._get_backend_mod()  # as Figure.__setstate__ does
+    for num, figure in figures:
+        plt.close(num)  # a figure of this kernel under the same number gives way
+        Gcf._set_new_active_manager(backend.new_figure_manager_given_figure(num, figure))
+    # The inline backend shows and closes, when the cell ends, the figures drawn in it:
+    # Figure.__setstate__ asked for a draw the session never made (those figures were open).
+    show = getattr(backend, "show", None)
+    if getattr(show, "_draw_called", False):
+        show._draw_called, show._to_draw = False, []
+    return None
+
+
+def _differs(value: Any, other: Any) -> bool:
+    try:
+        return bool(value != other)
+    except (TypeError, ValueError):  # e.g. arrays: compared element-wise
+        return value is not other
+
+
+# -- numpy -----------------------------------------------------------------------------------
+
+_NUMPY_ERR_DEFAULT = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+
+
+def _numpy_options() -> Any:
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return None
+    state = {"print": numpy.get_printoptions(), "err": numpy.geterr()}
+    default = _numpy_print_defaults(numpy)
+    if not _differs(state["print"], default) and state["err"] == _NUMPY_ERR_DEFAULT:
+        return None
+    return state
+
+
+def _numpy_print_defaults(numpy: Any) -> dict[str, Any] | None:
+    """A fresh numpy's print options as ``get_printoptions`` spells them (None if unknown)."""
+    try:
+        from numpy._core.printoptions import default_format_options_dict as defaults
+    except ImportError:
+        return None
+    return {**defaults, "legacy": False}
+
+
+def _restore_numpy_options(state: dict[str, Any]) -> str | None:
+    import numpy
+
+    numpy.set_printoptions(**state["print"])
+    numpy.seterr(**state["err"])
+    return None
+
+
+# -- pandas ----------------------------------------------------------------------------------
+
+def _pandas_options() -> Any:
+    pandas = sys.modules.get("pandas")
+    if pandas is None:
+        return None
+    changed = {}
+    with warnings.catch_warnings():  # reading a deprecated option warns: not the user's doing
+        warnings.simplefilter("ignore")
+        for key, option in pandas._config.config._registered_options.items():
+            try:
+                value = pandas.get_option(key)
+            except Exception:  # a removed option
+                continue
+            if _differs(value, option.defval):
+                changed[key] = value
+    return changed or None
+
+
+def _restore_pandas_options(changed: dict[str, Any]) -> str | None:
+    import pandas
+
+    refused = []
+    for key, value in changed.items():
+        try:
+            pandas.set_option(key, value)
+        except Exception as exc:  # an option this pandas does not know
+            refused.append(f"{key} ({exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
+# -- torch -----------------------------------------------------------------------------------
+
+def _torch_settings_now(torch: Any) -> dict[str, Any]:
+    cudnn = torch.backends.cudnn
+    return {
+        "default_dtype": torch.get_default_dtype(),
+        "grad_enabled": torch.is_grad_enabled(),
+        "deterministic": (torch.are_deterministic_algorithms_enabled(),
+                          torch.is_deterministic_algorithms_warn_only_enabled()),
+        "cudnn": {"enabled": cudnn.enabled, "benchmark": cudnn.benchmark,
+                  "deterministic": cudnn.deterministic},
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "anomaly": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+        "num_threads": torch.get_num_threads(),
+    }
+
+
+def _torch_defaults(torch: Any) -> dict[str, Any]:
+    """What a fresh process has (threads: OMP_NUM_THREADS when set, else not known)."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    return {
+        "default_dtype": torch.float32, "grad_enabled": True, "deterministic": (False, False),
+        "cudnn": {"enabled": True, "benchmark": False, "deterministic": False},
+        "float32_matmul_precision": "highest", "anomaly": (False, True),
+        "num_threads": int(threads) if threads.isdigit() else None,
+    }
+
+
+def _torch_settings() -> Any:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    defaults = _torch_defaults(torch)
+    changed = {key: value for key, value in _torch_settings_now(torch).items()
+               if value != defaults[key]}
+    return changed or None
+
+
+def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
+    import torch
+
+    setters = {
+        "default_dtype": torch.set_default_dtype,
+        "grad_enabled": torch.set_grad_enabled,
+        "deterministic": lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
+        "cudnn": lambda v: [setattr(torch.backends.cudnn, k, flag) for k, flag in v.items()],
+        "float32_matmul_precision": torch.set_float32_matmul_precision,
+        "anomaly": lambda v: torch.autograd.set_detect_anomaly(v[0], check_nan=v[1]),
+        "num_threads": torch.set_num_threads,
+    }
+    refused = []
+    for key, value in changed.items():
+        try:
+            setters[key](value)
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            refused.append(f"{key} ({exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
+# -- warnings, logging -----------------------------------------------------------------------
+
+def _warning_filters() -> Any:
+    remember_baseline()
+    return list(warnings.filters) if warnings.filters != _baseline["warnings"] else None
+
+
+def _restore_warning_filters(filters: list[tuple]) -> str | None:
+    warnings.filters[:] = filters
+    warnings._filters_mutated()
+    return None
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    loggers = {"": logging.getLogger()}
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            loggers[name] = logger
+    return loggers
+
+
+def _logger_facts(logger: logging.Logger) -> tuple:
+    """level, propagate, disabled, and the handlers (ids) that matter (not NullHandlers)."""
+    return (logger.level, logger.propagate, logger.disabled,
+            [id(h) for h in logger.handlers if not isinstance(h, logging.NullHandler)])
+
+
+_FRESH_LOGGER = (logging.NOTSET, True, False, [])
+
+
+def _logging_config() -> Any:
+    """Per logger changed in the session (or since a library made it): level, propagate,
+    disabled, and the handlers it gained (stream and file handlers as recipes, the others by
+    type name only)."""
+    remember_baseline()
+    before = _baseline["logging"]
+    changed = {}
+    for name, logger in _loggers().items():
+        facts, old = _logger_facts(logger), before.get(name, _FRESH_LOGGER)
+        if facts == old:
+            continue
+        changed[name] = {
+            "level": logger.level, "propagate": logger.propagate, "disabled": logger.disabled,
+            "handlers": [_handler_recipe(h) for h in logger.handlers
+                         if id(h) in facts[3] and id(h) not in old[3]],
+        }
+    return changed or None
+
+
+def _handler_recipe(handler: logging.Handler) -> dict[str, Any]:
+    recipe: dict[str, Any] = {"type": type(handler).__name__, "level": handler.level}
+    formatter = handler.formatter
+    if formatter is not None:
+        style = next((s for s, (cls, _f) in logging._STYLES.items()
+                      if type(formatter._style) is cls), "%")
+        recipe["format"] = (formatter._style._fmt, formatter.datefmt, style)
+    if type(handler) is logging.FileHandler:
+        recipe["file"] = (handler.baseFilename, handler.encoding)
+    elif type(handler) is logging.StreamHandler:
+        stream = handler.stream
+        recipe["stream"] = ("stdout" if stream in (sys.stdout, sys.__stdout__) else
+                            "stderr" if stream in (sys.stderr, sys.__stderr__) else None)
+    return recipe
+
+
+def _rebuild_handler(recipe: dict[str, Any]) -> logging.Handler | None:
+    if "file" in recipe:
+        path, encoding = recipe["file"]
+        handler: logging.Handler = logging.FileHandler(path, mode="a", encoding=encoding)
+    elif recipe.get("stream"):
+        handler = logging.StreamHandler(getattr(sys, recipe["stream"]))
+    else:
+        return None
+    handler.setLevel(recipe["level"])
+    if "format" in recipe:
+        fmt, datefmt, style = recipe["format"]
+        handler.setFormatter(logging.Formatter(fmt, datefmt, style))
+    return handler
+
+
+def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
+    """Levels and flags set; each handler rebuilt unless the logger has one of the same recipe
+    already (a library that adds its handler at import did so again here)."""
+    lost = []
+    for name, config in changed.items():
+        logger = logging.getLogger(name or None)
+        logger.setLevel(config["level"])
+        logger.propagate, logger.disabled = config["propagate"], config["disabled"]
+        present = [_handler_recipe(h) for h in logger.handlers]
+        for recipe in config["handlers"]:
+            if recipe in present:
+                continue
+            try:
+                handler = _rebuild_handler(recipe)
+            except OSError as exc:
+                handler, recipe = None, {**recipe, "type": f"{recipe['type']} ({exc.strerror})"}
+            if handler is None:
+                lost.append(f"{recipe['type']} of logger {name or 'root'}")
+            else:
+                logger.addHandler(handler)
+    return f"handlers not rebuilt: {', '.join(lost)}" if lost else None
+
+
+def _shell() -> Any:
+    if "IPython" not in sys.modules:
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+ENTRIES = (
+    ("matplotlib backend", _matplotlib_backend, _restore_matplotlib_backend),
+    ("matplotlib rcParams", _matplotlib_rc, _restore_matplotlib_rc),
+    ("matplotlib figures", _matplotlib_figures, _restore_matplotlib_figures),
+    ("numpy print options and seterr", _numpy_options, _restore_numpy_options),
+    ("pandas options", _pandas_options, _restore_pandas_options),
+    ("torch settings", _torch_settings, _restore_torch_settings),
+    ("warnings filters", _warning_filters, _restore_warning_filters),
+    ("logging configuration", _logging_config, _restore_logging_config),
+)

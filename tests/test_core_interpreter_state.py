@@ -1,0 +1,234 @@
+"""Interpreter and library state beside the variables (``kernel_hooks.interpreter_state``):
+the registry's contract in-process, and one round trip in real kernels proving every built-in
+entry: kernel A sets each state over several cells and observes it, checkpoints and dies; kernel B
+resumes and observes the same."""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import warnings
+
+import pytest
+
+from jupyter_gkeresume.errors import InvalidInputError
+from kernel_hooks import interpreter_state, library_state
+
+
+@pytest.fixture
+def scratch_entries(monkeypatch):
+    """The registry with its built-in entries, restored after the test."""
+    monkeypatch.setattr(interpreter_state, "entries", dict(interpreter_state.entries))
+    return interpreter_state.entries
+
+
+def test_register_state_refuses_what_cannot_work(scratch_entries):
+    with pytest.raises(InvalidInputError, match="non-empty name"):
+        interpreter_state.register_state("", capture=dict, restore=print)
+    with pytest.raises(InvalidInputError, match="callable capture"):
+        interpreter_state.register_state("mine", capture=None, restore=print)
+
+
+def test_each_entry_is_restored_or_named(scratch_entries):
+    """Captured None is not carried; a capture that raises is named at checkpoint and travels as
+    ``NotCaptured``; at restore every state is restored or named: its capture failed, by its own
+    reason, a raise, a failed record, or a missing entry."""
+    scratch_entries.clear()
+    box = {}
+
+    def broken():
+        raise RuntimeError("no state today")
+
+    interpreter_state.register_state("absent", capture=lambda: None, restore=box.update)
+    interpreter_state.register_state("broken", capture=broken, restore=box.update)
+    interpreter_state.register_state("kept", capture=lambda: {"k": 1}, restore=box.update)
+    interpreter_state.register_state("partial", capture=lambda: 2, restore=lambda s: "half of it")
+    states, failed = interpreter_state.capture_all()
+    assert failed == {"broken": "capture failed: RuntimeError: no state today"}
+    assert states == {"broken": interpreter_state.NotCaptured(failed["broken"]),
+                      "kept": {"k": 1}, "partial": 2}
+
+    interpreter_state.register_state("raises", capture=lambda: 3, restore=lambda s: 1 / 0)
+    restored, named = interpreter_state.restore_all(
+        {**states, "raises": 3, "gone": 4}, {"lost": "record failed: ImportError: x"})
+    assert restored == ["kept"] and box == {"k": 1}
+    assert named == [
+        "broken not restored: capture failed: RuntimeError: no state today",
+        "partial not restored: half of it",
+        "raises not restored: ZeroDivisionError: division by zero",
+        "gone not restored: no entry registered for it in this kernel (register_state before "
+        "%resume)",
+        "lost not restored: record failed: ImportError: x",
+    ]
+
+
+def test_logging_handlers_are_rebuilt_once(tmp_path):
+    """A stream and a file handler come back with level and format; one already there (a library
+    adds its handler at import again) is not doubled; an other kind is named."""
+    logger = logging.getLogger("gkeresume.test.rebuild")
+    library_state.remember_baseline()
+    stream = logging.StreamHandler()
+    stream.setFormatter(logging.Formatter("{levelname}:{message}", style="{"))
+    file = logging.FileHandler(tmp_path / "log.txt")
+    file.setLevel(logging.WARNING)
+    socket = logging.handlers.SocketHandler("localhost", 1)
+    try:
+        for handler in (stream, file, socket):
+            logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        changed = library_state._logging_config()
+        assert changed is not None and "gkeresume.test.rebuild" in changed
+        logger.handlers.remove(file)
+        logger.handlers.remove(socket)
+        logger.setLevel(logging.NOTSET)
+        why = library_state._restore_logging_config(
+            {"gkeresume.test.rebuild": changed["gkeresume.test.rebuild"]})
+        kinds = [(type(h).__name__, h.level, h.formatter and h.formatter._fmt)
+                 for h in logger.handlers]
+        assert logger.level == logging.DEBUG
+        assert kinds == [("StreamHandler", 0, "{levelname}:{message}"),
+                         ("FileHandler", logging.WARNING, None)]
+        assert why == "handlers not rebuilt: SocketHandler of logger gkeresume.test.rebuild"
+    finally:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+            handler.close()
+        logger.setLevel(logging.NOTSET)
+
+
+def test_nothing_changed_captures_nothing():
+    """A session that changed nothing carries no library entry (cheap checkpoints)."""
+    library_state.remember_baseline()
+    with warnings.catch_warnings():
+        warnings.filters[:] = library_state._baseline["warnings"]
+        assert library_state._warning_filters() is None
+    assert library_state._numpy_options() is None
+
+
+SESSION = [
+    # matplotlib: a figure that no variable names, drawn over two cells; a second one; rc
+    "%matplotlib agg",
+    "import matplotlib.pyplot as plt\nplt.rcParams['lines.linewidth'] = 3.5\n"
+    "plt.figure(figsize=(14, 5))\nfor i in range(1, 5):\n    plt.subplot(2, 4, i)\n"
+    "    plt.plot([0, i, 2 * i])",
+    "for i in range(5, 9):\n    plt.subplot(2, 4, i)\n    plt.bar([1, 2], [i, 1])\n"
+    "plt.figure(7, figsize=(3, 2)); plt.plot([1, 0])\nplt.figure(1); plt.subplot(2, 4, 6)",
+    # warnings, logging
+    "import warnings, logging\nwarnings.filterwarnings('error', message='gke-test')\n"
+    "logging.basicConfig(level=logging.INFO, format='%(levelname)s|%(message)s')\n"
+    "logging.getLogger('gke.debug').setLevel(logging.DEBUG)\n"
+    "logging.getLogger('gke.file').addHandler(logging.FileHandler(LOG_PATH))",
+    # numpy, torch
+    "import numpy as np, torch\nnp.set_printoptions(precision=3)\n"
+    "np.seterr(divide='ignore', over='raise')\n"
+    "torch.set_default_dtype(torch.float64); torch.set_grad_enabled(False)\n"
+    "torch.set_num_threads(2); torch.use_deterministic_algorithms(True, warn_only=True)\n"
+    "torch.backends.cudnn.benchmark = True; torch.set_float32_matmul_precision('medium')\n"
+    "torch.autograd.set_detect_anomaly(True)",
+    # IPython
+    "%load_ext autoreload",
+    "%autoreload 2",
+    "%config IPCompleter.greedy = True",
+    # notebook code with a traceback and a warning
+    "import inspect, traceback\n\ndef bad(x):\n    y = x + 1\n    raise ValueError(f'bad {y}')\n"
+    "\nclass Careful:\n    def warn(self):\n        warnings.warn('careful now', UserWarning)\n"
+    "        return 1",
+    "40 + 2",
+    "'x' * 3",
+]
+
+OBSERVE = r"""
+import hashlib, json, inspect, traceback, warnings, logging, sys
+import numpy as np, torch, matplotlib, matplotlib.pyplot as plt
+from matplotlib._pylab_helpers import Gcf
+
+def _figure(num):
+    fig = Gcf.figs[num].canvas.figure
+    fig.canvas.draw()
+    return [list(fig.get_size_inches()), len(fig.axes),
+            hashlib.sha256(bytes(fig.canvas.buffer_rgba())).hexdigest()]
+
+def _raised():
+    try:
+        bad(1)
+    except ValueError:
+        frame = traceback.extract_tb(sys.exc_info()[2])[-1]
+        return [frame.filename, frame.lineno, frame.line,
+                get_ipython().compile.format_code_name(frame.filename)]
+
+def _warned():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        Careful().warn()
+    w = caught[0]
+    return [w.filename, w.lineno, __import__('linecache').getline(w.filename, w.lineno).strip()]
+
+def _errors():
+    try:
+        warnings.warn('gke-test')
+        return 'no error'
+    except UserWarning:
+        return 'error'
+
+def _handlers(name):
+    return [[type(h).__name__, getattr(h, 'stream', None) is sys.stderr,
+             h.formatter and h.formatter._fmt] for h in logging.getLogger(name).handlers]
+
+_reloader = get_ipython().magics_manager.registry['AutoreloadMagics']._reloader
+print(json.dumps({
+    "figures": plt.get_fignums(), "current": plt.gcf().number,
+    "current_axes": plt.gcf().axes.index(plt.gca()),
+    "figure_1": _figure(1), "figure_7": _figure(7),
+    "backend": matplotlib.get_backend(), "linewidth": plt.rcParams['lines.linewidth'],
+    "warning_is_error": _errors(),
+    "root": [logging.getLogger().level, _handlers('')],
+    "debug_level": logging.getLogger('gke.debug').level,
+    "file_handler": [type(h).__name__ for h in logging.getLogger('gke.file').handlers],
+    "numpy": [np.get_printoptions()['precision'], repr(np.array([1 / 3])), np.geterr()],
+    "torch": [str(torch.get_default_dtype()), torch.is_grad_enabled(), torch.get_num_threads(),
+              torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(),
+              torch.is_anomaly_enabled()],
+    "autoreload": [sorted(get_ipython().extension_manager.loaded),
+                   _reloader.enabled, _reloader.check_all],
+    "greedy": get_ipython().Completer.greedy,
+    "code": [bad.__code__.co_filename, inspect.getsource(bad), inspect.getsource(Careful.warn)],
+    "raised": _raised(), "warned": _warned(),
+    "outputs": [_, __, _{forty_two}, Out[{forty_two}]],
+}))
+del _figure, _raised, _warned, _errors, _handlers, _reloader
+"""
+
+
+def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
+    """Every built-in entry holds after resume as it did before the checkpoint (the figure's
+    size, axes and pixels, the current figure and axes; tracebacks, warnings and getsource show
+    the cell's file and lines, IPython names it ``Cell In[N]``); a kernel whose hash seed is not
+    the snapshot's says so in one line."""
+    a = start_kernel({"PYTHONHASHSEED": "1234"})  # as the server starts it (HashSeeds)
+    a.run(f"LOG_PATH = {str(tmp_path / 'gke.log')!r}")
+    counts = {}
+    for cell in SESSION:
+        a.run(cell)
+        counts[cell] = a.last_execution_count
+    observe = OBSERVE.replace("{forty_two}", str(counts["40 + 2"]))
+    before = a.run_json(observe)
+    assert before["figures"] == [1, 7] and before["current"] == 1 and before["current_axes"] == 5
+    assert before["figure_1"][:2] == [[14.0, 5.0], 8]
+    assert before["raised"][3] == ["Cell", f"In[{counts[SESSION[8]]}]"]
+    assert before["outputs"] == ["xxx", 42, 42, 42]
+    out = a.run("%checkpoint")
+    assert "interpreter state" not in out, out
+    a.kill()
+
+    b = start_kernel({"PYTHONHASHSEED": "99"})  # not started by the server: another seed
+    out = b.run("%resume")
+    assert "not restored" not in out, out
+    assert "string hash seed: this kernel's is 99, the snapshot's 1234" in out
+    after = b.run_json(observe)
+    assert after == before, json.dumps({k: (before[k], after[k]) for k in before
+                                        if before[k] != after[k]})
+    b.run("logging.getLogger('gke.file').warning('after resume')")
+    assert (tmp_path / "gke.log").read_text().strip().endswith("after resume")
