@@ -3,8 +3,9 @@
 Call order (``restore._restore``), one way: ``resume_plan.make_plan`` (stage 1) decides where
 every storage goes; ``StorageLoader(store, manifest, plan, ...)`` allocates (stage 2: device
 memory for the storages the plan streams to a GPU, host buffers for the rest); ``start()`` starts
-reading every blob in parallel, each verified against its digest (stage 3; each reader first
-faults in its host buffers in one call, ``memory.populate``, not page by page as it copies); the
+reading every blob in parallel (in ``read_order``), each verified against its digest (stage 3;
+each reader first faults in its host buffers in one call, ``memory.populate``, not page by page
+as it copies); the
 graph is unpickled under ``rebuild.loading`` and asks for storages by key (stage 4); ``finish()``
 (or ``abort()``) waits for every read and device copy (stage 5); only then do ``damaged`` and
 ``not_fitted`` say everything. The loader never plans: an allocation that fails after all (the
@@ -78,18 +79,20 @@ class StorageLoader:
         self._uploads: Uploader | None = None
         if self._on_device:
             self._uploads = self._cleanup.enter_context(engine.uploads())
+        self._concurrency = concurrency
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="gkeresume-read")
         self._futures: dict[str, Future] = {}
         self._synchronized: set[tuple[Future, int]] = set()  # (blob read, GPU) whose copies landed
 
     # -- call order ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start reading every storage blob, largest first. Equal content is stored once, so one
-        blob entry may hold several distinct storages: all are filled from it."""
+        """Start reading every storage blob, in ``read_order``. Equal content is stored once, so
+        one blob entry may hold several distinct storages: all are filled from it."""
         by_blob: dict[str, dict[int, list[str]]] = {}
         for key, ref in self.manifest.storages.items():
             by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
-        for digest, entries in sorted(by_blob.items(), key=lambda kv: -self.manifest.blobs[kv[0]]):
+        for digest in read_order(self.manifest, self._concurrency):
+            entries = by_blob[digest]
             future = self._pool.submit(self._read_blob, digest, entries)
             for keys in entries.values():
                 for key in keys:
@@ -311,6 +314,21 @@ class StorageLoader:
             raise InvalidInputError(f"graph names storage {key} that the manifest lacks here")
         self._futures[key].result()
         return self._buffers[key]
+
+
+def read_order(manifest: Manifest, concurrency: int) -> list[str]:
+    """The storage blobs in the order to read them: first those big enough to bound the read
+    time (each at least the total over ``concurrency``), largest first, then the rest in the
+    order the unpickler asks for their storages (``s0, s1, ...``, the order they were pickled),
+    so that unpickling, which waits for each storage's blob, keeps up with the reads."""
+    first_need: dict[str, int] = {}
+    for key, ref in manifest.storages.items():
+        index = int(key[1:]) if key[1:].isdigit() else len(manifest.storages)
+        first_need[ref.blob] = min(index, first_need.get(ref.blob, index))
+    total = sum(manifest.blobs[d] for d in first_need)
+    big = {d for d in first_need if manifest.blobs[d] * concurrency >= total}
+    return sorted(first_need, key=lambda d: (0, -manifest.blobs[d]) if d in big
+                  else (1, first_need[d]))
 
 
 def _allocate(kind: str, nbytes: int) -> Any:

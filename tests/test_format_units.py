@@ -12,12 +12,13 @@ from fixtures_lifecycle import make_snapshot
 from safetensors.numpy import load_file
 
 from jupyter_gkeresume.errors import CommitConflictError, IntegrityError, InvalidInputError, ManifestError
-from jupyter_gkeresume.snapshot import Manifest
+from jupyter_gkeresume.snapshot import Manifest, StorageRef
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
 from jupyter_gkeresume.snapshot.format import validate_snapshot_id, validate_snapshot_name
 from jupyter_gkeresume.snapshot.signing import verify
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
+from kernel_hooks.loader import read_order
 
 
 def make_blob(arrays: list[np.ndarray]) -> tuple[bytes, str]:
@@ -210,3 +211,15 @@ def test_blob_crc32c_is_signed_optional_and_checked(local_store, signing_key):
                           ({m.graph_blob: "x"}, "wrong type")):
         with pytest.raises(ManifestError, match=fragment):
             Manifest.from_dict({**m.to_dict(), "blob_crc32c": bad})
+
+
+def test_blobs_are_read_big_ones_first_then_in_the_order_the_unpickler_needs_them():
+    """A resume reads the blobs that bound the read time first, then the others in pickling
+    order (``s0, s1, ...``: the unpickler waits for each storage's verified blob)."""
+    sizes = {"big": 900, "s2-blob": 10, "s0-blob": 30, "s1-blob": 20, "other-big": 1000}
+    storages = {f"s{i}": StorageRef(blob, 0, 1, "uint8", "cpu", "numpy", "x") for i, blob in
+                enumerate(["s0-blob", "s1-blob", "s2-blob", "big", "other-big", "s0-blob"])}
+    storages = dict(sorted(storages.items()))  # as a manifest parses: keys sorted as text
+    manifest = Manifest("20261201T000000Z-000001", "ws", "", "s0-blob", [], storages, sizes)
+    assert read_order(manifest, 4) == ["other-big", "big", "s0-blob", "s1-blob", "s2-blob"]
+    assert read_order(manifest, 1) == ["s0-blob", "s1-blob", "s2-blob", "big", "other-big"]
