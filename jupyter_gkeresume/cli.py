@@ -11,7 +11,9 @@ Exit codes: 0 success, 1 a verification or operation failed, 2 bad usage or inpu
 store that does not answer fails within ``c.CommandApp.store_timeout`` seconds, in one line.
 
 Commands needing the signing key (``list``, ``show``, ``verify``, ``rm`` by name) load it like the
-kernel does (``GKERESUME_SIGNING_KEY``, ``GKERESUME_SIGNING_KEY_FILE``, or ``--key-file``).
+kernel does (``GKERESUME_SIGNING_KEY``, ``GKERESUME_SIGNING_KEY_FILE``); ``--key-file OLD``
+verifies with that key instead, an earlier key of this workspace after a key change, and is
+refused unless it signed a snapshot of this workspace here (``signing.key_of_workspace``).
 Nothing here unpickles: inspecting or verifying an untrusted snapshot is safe.
 """
 
@@ -40,7 +42,7 @@ from .snapshot.cost import format_cost, monthly_cost, resolve_price
 from .snapshot.gc import DEFAULT_GRACE_SECONDS, apply_retention, collect_garbage, retention_plan
 from .snapshot.manifests import read_manifest, scan_manifests
 from .snapshot.retention import RetentionPolicy
-from .snapshot.signing import SigningKey
+from .snapshot.signing import SigningKey, key_of_workspace
 from .snapshot.store import _transport_errors, describe, store_failure
 from .snapshot.verify import verify_snapshot
 from .units import human_bytes
@@ -87,9 +89,12 @@ class Context:
     @property
     def key(self) -> SigningKey:
         if self._key is None:
-            if self.args.key_file and not os.path.isfile(self.args.key_file):
+            if not self.args.key_file:
+                self._key = load_signing_key(workspace=self.store.workspace)
+            elif not os.path.isfile(self.args.key_file):
                 raise InvalidInputError(f"--key-file {self.args.key_file} does not exist")
-            self._key = load_signing_key(self.args.key_file, workspace=self.store.workspace)
+            else:
+                self._key = key_of_workspace(self.args.key_file, self.store.workspace)
         return self._key
 
     def emit(self, data: Any, human: Callable[[], None]) -> None:
@@ -175,7 +180,7 @@ def cmd_verify(ctx: Context) -> int:
     reports = []
     for snapshot_id in ids:
         reports.append(verify_snapshot(
-            ctx.store, snapshot_id, ctx.key, trust=ctx.args.trust,
+            ctx.store, snapshot_id, ctx.key,
             progress=lambda done, total, i=snapshot_id: ctx.progress.update(i[-6:], done, total),
         ))
         ctx.progress.close()
@@ -313,15 +318,25 @@ def list_workspaces(store: SnapshotStore) -> list[str]:
 
 def gc_every_workspace(ctx: Context) -> int:
     """``gc --all-workspaces``: ``cmd_gc`` for each workspace of the store, one after another;
-    with ``--json`` one document ``{workspace: report}``."""
+    with ``--json`` one document ``{workspace: report}``. A workspace whose gc fails (say, a
+    manifest that cannot be parsed) is reported (``{"error": ...}`` in JSON, a line on stderr)
+    and the next one still runs; the exit code is then 1."""
     results: dict[str, Any] | None = {} if ctx.args.json else None
+    failed = False
     for workspace in list_workspaces(ctx.store):
         if results is None:
             print(f"workspace {workspace}:")
-        cmd_gc(Context(ctx.args, SnapshotStore(ctx.store.url, workspace), results))
+        try:
+            cmd_gc(Context(ctx.args, SnapshotStore(ctx.store.url, workspace), results))
+        except GkeResumeError as exc:
+            failed = True
+            ctx.progress.close()
+            print(f"jupyter gkeresume: error: {workspace}: {exc}", file=sys.stderr)
+            if results is not None:
+                results[workspace] = {"error": str(exc)}
     if results is not None:
         ctx.emit(results, lambda: None)
-    return 0
+    return 1 if failed else 0
 
 
 # -- the Jupyter application -------------------------------------------------------------------
@@ -377,7 +392,9 @@ class CommandApp(JupyterApp):
     positional = ""  # name of the positional arguments in ``ctx.args`` ("" = none allowed)
     nargs = "*"  # "1": exactly one, "+": at least one, "*": any number
 
-    key_file = Unicode(None, allow_none=True, help="signing key file").tag(config=True)
+    key_file = Unicode(None, allow_none=True,
+                       help="verify with the key in this file, an earlier key of this workspace "
+                            "(refused unless it signed a snapshot of it here)").tag(config=True)
     json = Bool(False, help="print one JSON document for scripts").tag(config=True)
     progress = Bool(None, allow_none=True, help="progress bars (None: on a terminal)"
                     ).tag(config=True)
@@ -446,13 +463,10 @@ class VerifyApp(CommandApp):
     description = "check signatures and every blob digest (exit 1 if bad)"
     positional = "references"
     flags = {**COMMON_FLAGS,
-             "all": ({"VerifyApp": {"all": True}}, "verify every snapshot"),
-             "trust": ({"VerifyApp": {"trust": True}},
-                       "trust these snapshots explicitly: a bad signature is not a failure")}
+             "all": ({"VerifyApp": {"all": True}}, "verify every snapshot")}
     all = Bool(False, help="verify every snapshot").tag(config=True)
-    trust = Bool(False, help="a bad signature is not a failure").tag(config=True)
 
-    own_options = ("all", "trust")
+    own_options = ("all",)
 
 
 class GcApp(CommandApp):

@@ -40,8 +40,9 @@ class IntegrityError(GkeResumeError):
 
 class SnapshotRefusedError(IntegrityError):
     """A snapshot with this reference exists but does not verify (unsigned, another key,
-    tampered, copied from elsewhere): ``reason`` says why; it is never used without explicit
-    trust in its id. For ``latest``: no snapshot verifies, and the newest was refused."""
+    tampered, copied from elsewhere): ``reason`` says why; it is never used (one signed with an
+    earlier key of the workspace verifies with that key, named explicitly). For ``latest``: no
+    snapshot verifies, and the newest was refused."""
 
     def __init__(self, reference: str, snapshot_id: str, reason: str):
         self.reference = reference

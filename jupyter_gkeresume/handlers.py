@@ -3,9 +3,12 @@
 Every verb is ``@web.authenticated`` (403 without a user: these are API handlers) and
 ``@authorized`` on the resource ``gkeresume``; pause, resume and cancel also need
 ``OPERATION_PERMISSIONS`` (they run code in kernels, stop and start kernels and sessions).
-Bodies are parsed strictly by ``_body`` (larger than ``MAX_BODY_BYTES``, too deeply nested,
-unknown fields and wrong types are 400s); domain errors map onto statuses in ``_http_error`` and reach
-the client as ``{"message": ...}`` (APIHandler.write_error), never as a traceback.
+Bodies are streamed to the handler (``stream_request_body``), so a body larger than
+``MAX_BODY_BYTES`` is refused when its headers arrive (413 by its Content-Length; one sent in
+chunks is cut off at that size by tornado), never buffered first. They are parsed strictly by
+``_body`` (too deeply nested, unknown fields and wrong types are 400s); domain errors map onto
+statuses in ``_http_error`` and reach the client as ``{"message": ...}`` (APIHandler.write_error),
+never as a traceback.
 """
 
 from __future__ import annotations
@@ -50,10 +53,26 @@ def _http_error(exc: GkeResumeError) -> web.HTTPError:
     return web.HTTPError(status, str(exc))
 
 
+@web.stream_request_body
 class GkeResumeHandler(APIHandler):
     """Base: the orchestrator, strict JSON bodies, domain errors as HTTP errors."""
 
     auth_resource = AUTH_RESOURCE
+
+    async def prepare(self) -> None:
+        """Runs as soon as the headers are in (the body is streamed, see the module docstring):
+        the body limit first, then jupyter_server's own checks (authentication, XSRF)."""
+        self._chunks: list[bytes] = []
+        length = self.request.headers.get("Content-Length")
+        if length is None:
+            self.request.connection.set_max_body_size(MAX_BODY_BYTES)
+        elif not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            raise web.HTTPError(413, f"the body is too large ({length} bytes; at most "
+                                f"{MAX_BODY_BYTES})")
+        await super().prepare()
+
+    def data_received(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
 
     @property
     def orchestrator(self):
@@ -84,10 +103,7 @@ class GkeResumeHandler(APIHandler):
     def _body(self, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
         """The JSON object body, checked: only ``fields``, each of its type (``null`` allowed
         where the types include ``type(None)``)."""
-        raw = self.request.body or b"{}"
-        if len(raw) > MAX_BODY_BYTES:
-            raise web.HTTPError(400, f"the body is too large ({len(raw)} bytes; at most "
-                                f"{MAX_BODY_BYTES})")
+        raw = b"".join(self._chunks) or b"{}"  # within MAX_BODY_BYTES: see ``prepare``
         try:
             body = json.loads(raw)
         except ValueError:  # UnicodeDecodeError included

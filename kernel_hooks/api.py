@@ -20,6 +20,7 @@ from jupyter_gkeresume.snapshot import (
 )
 from jupyter_gkeresume.snapshot import list_snapshots as catalog_list
 from jupyter_gkeresume.snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_name
+from jupyter_gkeresume.snapshot.signing import key_of_workspace
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
 
 from .capture import take_checkpoint
@@ -90,7 +91,7 @@ def resume(
     namespace: dict[str, Any] | None = None,
     store: str | None = None,
     workspace: str | None = None,
-    trust: bool = False,
+    key_file: str | None = None,
     progress: Callable[[Progress], None] | None = None,
     continuing_cell: bool = False,
     lease_wait: float | None = None,
@@ -100,19 +101,21 @@ def resume(
     ``reference``: an id or a name (of any notebook), or None / ``latest``: the newest snapshot
     of this notebook (``notebook``, else this kernel's: ``notebooks.this_notebook``), of the
     whole workspace with ``any_notebook`` or outside a notebook. Only signed snapshots count.
-    ``trust=True`` accepts one snapshot whose signature does not verify; it needs an explicit
-    id. ``continuing_cell`` is for callers running inside a counted cell (the magics).
+    ``key_file``: verify the snapshot with the key in that file, an earlier key of this
+    workspace (after the key changed), refused unless it is one (``key_of_workspace``); it
+    needs an explicit id. ``continuing_cell`` is for callers running inside a counted cell (the magics).
     ``lease_wait``: seconds to wait while another restore of the same snapshot runs.
     """
-    if trust and not (reference and SNAPSHOT_ID_RE.match(reference)):
-        raise InvalidInputError("trust accepts one snapshot named by its id, not "
-                                f"{reference or 'the default'!r}: pass the id to trust")
+    if key_file and not (reference and SNAPSHOT_ID_RE.match(reference)):
+        raise InvalidInputError("a key file verifies one snapshot named by its id, not "
+                                f"{reference or 'the default'!r}: pass its id")
     namespace, shell = _target(namespace)
     snapshots = open_store(store, workspace)
-    key = load_signing_key(workspace=snapshots.workspace)
+    key = (key_of_workspace(key_file, snapshots.workspace) if key_file
+           else load_signing_key(workspace=snapshots.workspace))
     if reference is None or reference.strip() == "latest":
         reference = newest_snapshot(snapshots, key, None if any_notebook else this_notebook(notebook))
-    return take_resume(namespace, snapshots, key, reference=reference, only=only, trust=trust,
+    return take_resume(namespace, snapshots, key, reference=reference, only=only,
                        progress=progress, continuing_cell=continuing_cell, shell=shell,
                        lease_wait=lease_wait)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import xxhash
 
+from jupyter_gkeresume.snapshot import checksum
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
 from jupyter_gkeresume.snapshot.digests import DEFAULT, Digest, algorithm_of
 from jupyter_gkeresume.snapshot.format import StorageRef
@@ -147,12 +148,22 @@ class BlobWriter:
     def _write_streamed(self, engine: CudaEngine, plan: list[CollectedStorage],
                         sent: Callable[[int], None]) -> tuple[str, int, bool]:
         """A blob with CUDA storages, streamed through the engine's pinned ring in two passes
-        (hash, then write only if the store lacks it): host memory stays within the ring."""
+        (hash, then write only if the store lacks it): host memory stays within the ring. On an
+        object store the first pass also takes the blob's crc32c, so that claiming an existing
+        blob (which compares it with the stored one) needs no third pass."""
         layout = layout_for([(m.dtype, m.nbytes) for m in plan])
-        digest = blob_digest(layout, _entry_parts(engine, plan), DEFAULT)
+        crc = [checksum.extend(0, layout.header)] if not self.writer.store.backend.local else None
+
+        def hashed() -> Iterator[memoryview]:
+            for chunk in _entry_parts(engine, plan):
+                if crc is not None:
+                    crc[0] = checksum.extend(crc[0], chunk)
+                yield chunk
+
+        digest = blob_digest(layout, hashed(), DEFAULT)
         new = self.writer.put_blob(
             digest, layout.size, lambda: itertools.chain([layout.header], _entry_parts(engine, plan)),
-            sent=sent,
+            sent=sent, crc32c=crc[0] if crc is not None else None,
         )
         return digest, layout.size, new
 

@@ -3,8 +3,9 @@
 Call order (``restore._restore``), one way: ``resume_plan.make_plan`` (stage 1) decides where
 every storage goes; ``StorageLoader(store, manifest, plan, ...)`` allocates (stage 2: device
 memory for the storages the plan streams to a GPU, host buffers for the rest); ``start()`` starts
-reading every blob in parallel, each verified against its digest (stage 3; each reader first
-faults in its host buffers in one call, ``memory.populate``, not page by page as it copies); the
+reading every blob in parallel (in ``read_order``), each verified against its digest (stage 3;
+each reader first faults in its host buffers in one call, ``memory.populate``, not page by page
+as it copies); the
 graph is unpickled under ``rebuild.loading`` and asks for storages by key (stage 4); ``finish()``
 (or ``abort()``) waits for every read and device copy (stage 5); only then do ``damaged`` and
 ``not_fitted`` say everything. The loader never plans: an allocation that fails after all (the
@@ -14,13 +15,18 @@ Streamed storages go from storage through the engine's pinned ring to their devi
 stays within the ring, whatever the VRAM size); without the engine, GPU-bound torch storages are
 read into host memory and copied by torch.
 
-Invariants: nothing reaches the user before ``finish()`` has waited for every read, its digest
-check and every copy to a device; a storage bound for a GPU is handed to the unpickler only after
-its bytes landed there.
+Invariants: no storage reaches the unpickler (and so no user ``__setstate__`` or reduce
+callable sees its bytes) before its blob was read in full and its digest checked: the unpickler
+runs while the blobs are read, and waits only when it asks for a storage whose blob is not in
+yet. A storage whose blob failed its check is served as zeros (its objects are then reported
+as not restored), never with the bytes that did not match. A storage bound for a GPU is handed
+over only after its bytes landed there; nothing reaches the user before ``finish()`` has waited
+for every read and every copy to a device.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -73,18 +79,20 @@ class StorageLoader:
         self._uploads: Uploader | None = None
         if self._on_device:
             self._uploads = self._cleanup.enter_context(engine.uploads())
+        self._concurrency = concurrency
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="gkeresume-read")
         self._futures: dict[str, Future] = {}
         self._synchronized: set[tuple[Future, int]] = set()  # (blob read, GPU) whose copies landed
 
     # -- call order ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start reading every storage blob, largest first. Equal content is stored once, so one
-        blob entry may hold several distinct storages: all are filled from it."""
+        """Start reading every storage blob, in ``read_order``. Equal content is stored once, so
+        one blob entry may hold several distinct storages: all are filled from it."""
         by_blob: dict[str, dict[int, list[str]]] = {}
         for key, ref in self.manifest.storages.items():
             by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
-        for digest, entries in sorted(by_blob.items(), key=lambda kv: -self.manifest.blobs[kv[0]]):
+        for digest in read_order(self.manifest, self._concurrency):
+            entries = by_blob[digest]
             future = self._pool.submit(self._read_blob, digest, entries)
             for keys in entries.values():
                 for key in keys:
@@ -124,7 +132,7 @@ class StorageLoader:
                 self._untyped[key] = self._on_device[key]
             else:
                 device = self._place(key).device
-                host = self._buffer(key, wait=device != "cpu").untyped_storage()
+                host = self._buffer(key).untyped_storage()
                 self._untyped[key] = host if device == "cpu" else self._copy_by_torch(key, host)
         return self._untyped[key]
 
@@ -139,9 +147,10 @@ class StorageLoader:
             array = cuda_array_on_device(info, self._on_device[key])
             self._made.setdefault(key, []).append(array)
             return array
-        if self._place(key).gpu is not None:
+        buffer = self._buffer(key)
+        if self._place(key).gpu is not None and key not in self.damaged:
             self._warn_once(f"CUDA arrays come back on the CPU as NumPy arrays: {cuda_status()[1]}")
-        return cuda_array_on_cpu(info, self._buffer(key))
+        return cuda_array_on_cpu(info, buffer)
 
     def numpy_buffer(self, key: str) -> Any:
         return self._buffer(key)
@@ -227,6 +236,7 @@ class StorageLoader:
             for keys in entries.values():
                 for key in keys:
                     self.damaged[key] = f"blob {digest[:12]} unreadable: {exc}"
+                    self._zero(key)
             share.finish()
             return
         for first, *others in entries.values():
@@ -274,23 +284,51 @@ class StorageLoader:
 
         return sink
 
+    def _zero(self, key: str) -> None:
+        """A damaged storage's bytes become zeros before its read is done (so before anything
+        is served): its host buffer is cleared; one streamed to a GPU is served from a new
+        zeroed host buffer instead (the device memory, which may have taken some of the
+        unverified bytes, is never handed out)."""
+        if key in self._on_device:
+            ref = self.manifest.storages[key]
+            self._buffers[key] = _allocate(ref.kind, ref.nbytes)
+        ctypes.memset(_address(self._buffers[key]), 0, self.manifest.storages[key].nbytes)
+
     def _landed(self, key: str) -> bool:
-        """For a storage streamed to a GPU: wait until its bytes are there, then True."""
+        """For a storage streamed to a GPU: wait until its bytes are there, then True (False
+        when its blob failed: ``_zero`` gave it a host buffer)."""
         if key not in self._on_device:
             return False
         read, gpu = self._futures[key], self._places[key].gpu
         read.result()
+        if key in self.damaged:
+            return False
         if (read, gpu) not in self._synchronized:  # once per blob and GPU
             self._uploads.synchronize(gpu)
             self._synchronized.add((read, gpu))
         return True
 
-    def _buffer(self, key: str, *, wait: bool = False) -> Any:
-        if key not in self._buffers:
+    def _buffer(self, key: str) -> Any:
+        """``key``'s host buffer once its blob is read and verified (or zeroed: ``_zero``)."""
+        if key not in self._futures:
             raise InvalidInputError(f"graph names storage {key} that the manifest lacks here")
-        if wait:
-            self._futures[key].result()
+        self._futures[key].result()
         return self._buffers[key]
+
+
+def read_order(manifest: Manifest, concurrency: int) -> list[str]:
+    """The storage blobs in the order to read them: first those big enough to bound the read
+    time (each at least the total over ``concurrency``), largest first, then the rest in the
+    order the unpickler asks for their storages (``s0, s1, ...``, the order they were pickled),
+    so that unpickling, which waits for each storage's blob, keeps up with the reads."""
+    first_need: dict[str, int] = {}
+    for key, ref in manifest.storages.items():
+        index = int(key[1:]) if key[1:].isdigit() else len(manifest.storages)
+        first_need[ref.blob] = min(index, first_need.get(ref.blob, index))
+    total = sum(manifest.blobs[d] for d in first_need)
+    big = {d for d in first_need if manifest.blobs[d] * concurrency >= total}
+    return sorted(first_need, key=lambda d: (0, -manifest.blobs[d]) if d in big
+                  else (1, first_need[d]))
 
 
 def _allocate(kind: str, nbytes: int) -> Any:

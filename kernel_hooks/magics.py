@@ -166,8 +166,9 @@ class ResumeMagics(Magics):
     @argument("--any", action="store_true", dest="any_notebook",
               help="latest means the newest of the whole workspace, of any notebook")
     @argument("--only", metavar="a,b", help="restore only these variables")
-    @argument("--trust", action="store_true",
-              help="accept this one snapshot (an explicit id) though its signature does not verify")
+    @argument("--key-file", metavar="OLD", dest="key_file",
+              help="verify this one snapshot (an explicit id) with an earlier key of this "
+                   "workspace, from that file; a key that never signed here is refused")
     @argument("--replay", action="store_true",
               help="then rebuild what did not come back by re-running the cells of the input "
                    "history that defined it (and what those cells need); they run on a copy of "
@@ -183,7 +184,7 @@ class ResumeMagics(Magics):
             return None
         only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
         result = self._run(lambda: api.resume(
-            args.reference, any_notebook=args.any_notebook, only=only, trust=args.trust,
+            args.reference, any_notebook=args.any_notebook, only=only, key_file=args.key_file,
             progress=CellProgress(), continuing_cell=True,
         ))
         print(format_resume(result))

@@ -97,7 +97,6 @@ def take_resume(
     *,
     reference: str | None = "latest",
     only: list[str] | None = None,
-    trust: bool = False,
     progress: Callable[[Progress], None] | None = None,
     continuing_cell: bool = False,
     shell: Any = None,
@@ -113,17 +112,17 @@ def take_resume(
     if lease_wait is None:
         lease_wait = float(os.environ.get("GKERESUME_LEASE_WAIT", DEFAULT_LEASE_WAIT))
     with RestoreLease(store, snapshot_id.lower()).hold(wait=lease_wait):
-        return _restore(namespace, store, key, snapshot_id, only=only, trust=trust,
+        return _restore(namespace, store, key, snapshot_id, only=only,
                         progress=progress, continuing_cell=continuing_cell, shell=shell,
                         started=started)
 
 
 def _restore(
     namespace: dict[str, Any], store: SnapshotStore, key: SigningKey, snapshot_id: str, *,
-    only: list[str] | None, trust: bool, progress: Callable[[Progress], None] | None,
+    only: list[str] | None, progress: Callable[[Progress], None] | None,
     continuing_cell: bool, shell: Any, started: float,
 ) -> ResumeResult:
-    manifest = load_manifest(store, snapshot_id, key, trust_unsigned=trust)
+    manifest = load_manifest(store, snapshot_id, key)
     verdict = check_compatible(manifest, environment_fingerprint())
     if verdict.level == "incompatible":
         raise GkeResumeError(f"snapshot {snapshot_id} cannot load here: {'; '.join(verdict.reasons)}")

@@ -69,11 +69,11 @@ def test_list_and_show(run, three):
     assert f"{three[2].snapshot_id}  REFUSED: snapshot {three[2].snapshot_id} is unsigned" in out
 
 
-def test_verify_exit_codes_and_trust(run, three, local_store):
+def test_verify_exit_codes(run, three, local_store):
     assert run("verify", three[0].snapshot_id)[0] == 0
     code, out, _ = run("verify", "--all")
     assert code == 1 and "FAILED" in out and "is unsigned: refused" in out
-    assert run("verify", "--all", "--trust")[0] == 0
+    assert run("verify", "--all", "--trust")[0] == 2  # nothing waives a signature
     blob = Path(local_store.blob_path(three[0].storages["s0"].blob))
     blob.write_bytes(blob.read_bytes()[:-1] + b"?")
     code, out, err = run("--json", "--progress", "verify", three[0].snapshot_id)
@@ -186,6 +186,27 @@ def test_gc_all_workspaces_sweeps_every_workspace(tmp_path, signing_key, capsys)
     assert "workspace ws-a:" in capsys.readouterr().out
     assert main(["gc", "--all-workspaces", "--store", root, "--workspace", "ws-a"]) == 2
     assert "exclude each other" in capsys.readouterr().err
+
+
+def test_gc_all_workspaces_reports_an_unreadable_manifest_and_goes_on(tmp_path, signing_key, capsys):
+    """One workspace whose manifest cannot be parsed stops gc there only: the later workspaces
+    are swept, the bad one is reported, and the exit code says something failed."""
+    root = str(tmp_path / "store")
+    broken, later = SnapshotStore(root, "ws-a"), SnapshotStore(root, "ws-b")
+    make_snapshot(broken, signing_key, [b"kept a"])
+    Path(broken.manifest_path("20261101T120000Z-000bad")).write_bytes(b"{not json")
+    gone = make_snapshot(later, signing_key, [b"gone b"])
+    later.delete_manifest(gone.snapshot_id)
+    capsys.readouterr()
+    assert main(["--store", root, "--json", "gc", "--all-workspaces", "--grace-hours", "0"]) == 1
+    reports = json.loads(capsys.readouterr().out)
+    assert "20261101T120000Z-000bad cannot be read" in reports["ws-a"]["error"]
+    assert set(reports["ws-b"]["swept"]) == set(gone.blobs)
+    assert not any(later.has_blob(d) for d in gone.blobs)
+    make_snapshot(later, signing_key, [b"gone again"])
+    assert main(["gc", "--all-workspaces", "--store", root]) == 1
+    out, err = capsys.readouterr()
+    assert "workspace ws-b:" in out and "ws-a: gc stopped before deleting any blob" in err
 
 
 def test_bad_options_are_usage_errors(run, three):

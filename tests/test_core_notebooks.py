@@ -51,20 +51,22 @@ def test_resume_takes_this_notebooks_snapshot_not_the_newest(start_kernel, kerne
     assert new.run("print('who' in globals())") == "False\n"
 
 
-def test_trust_needs_an_explicit_id(start_kernel):
+def test_a_key_file_needs_an_explicit_id(start_kernel):
     k = start_kernel()
     k.run("x = 1\n%checkpoint -n named")
-    for line in ("%resume --trust", "%resume latest --trust", "%resume named --trust"):
-        with pytest.raises(KernelError, match="UsageError: trust accepts one snapshot named by its id"):
+    for line in ("%resume --key-file old.key", "%resume latest --key-file old.key",
+                 "%resume named --key-file old.key"):
+        with pytest.raises(KernelError, match="UsageError: a key file verifies one snapshot named "
+                                              "by its id"):
             k.run(line)
-    with pytest.raises(KernelError, match="trust accepts one snapshot"):
-        k.run("import kernel_hooks\nkernel_hooks.resume(trust=True)")
+    with pytest.raises(KernelError, match="a key file verifies one snapshot"):
+        k.run("import kernel_hooks\nkernel_hooks.resume(key_file='old.key')")
 
 
 def test_the_magics_help_comes_from_one_declaration(start_kernel):
     k = start_kernel()
     help_text = k.run("%resume --help")
-    for option in ("--any", "--only a,b", "--trust", "--replay", "ID|NAME|latest"):
+    for option in ("--any", "--only a,b", "--key-file OLD", "--replay", "ID|NAME|latest"):
         assert option in help_text
     assert "newest snapshot of this notebook" in help_text
 

@@ -89,27 +89,34 @@ def test_write_blob_hashing_names_the_file_by_its_bytes_in_one_pass(tmp_path):
     assert new and digest == blob_digest(layout, [payload], BLAKE3)
     assert store.has_blob(digest, layout.size)
     assert store.list_partial_writes() == []  # the temporary file was linked, then dropped
-    # the same bytes again: the blob there is kept (refreshed for gc), nothing new
+    # the same name again: ours replace what is there (a new file, young for gc), not new
     path = store.blob_path(digest)
     inode = os.stat(path).st_ino
     os.utime(path, (1, 1))
     assert store.write_blob_hashing(parts, BLAKE3, layout.size) == (digest, False)
-    assert os.stat(path).st_ino == inode and os.stat(path).st_mtime > 1
+    assert os.stat(path).st_ino != inode and os.stat(path).st_mtime > 1
     assert [b.digest for b in store.list_blobs()] == [digest] and store.list_partial_writes() == []
     with store.open_blob(digest) as (f, size):
         read_verified(f, digest, size, lambda i, n: None)
 
 
-def test_write_blob_hashing_replaces_a_damaged_blob_of_another_size(tmp_path):
-    """A file under the digest's name with the wrong size (truncated) is not kept as the blob."""
+@pytest.mark.parametrize("damage", ["truncated", "other bytes of the same size"])
+def test_write_blob_hashing_replaces_whatever_was_under_the_name(tmp_path, damage):
+    """A file under the digest's name is never kept as the blob: truncated, or other bytes of
+    the same size planted under the predictable name (issue 22 item 3)."""
     store = SnapshotStore(str(tmp_path), "ws")
     layout = layout_for([("uint8", len(DATA))])
     digest, _ = store.write_blob_hashing([layout.header, DATA], BLAKE3, layout.size)
     path = store.blob_path(digest)
     with open(path, "r+b") as f:
-        f.truncate(100)
-    assert store.write_blob_hashing([layout.header, DATA], BLAKE3, layout.size) == (digest, True)
+        if damage == "truncated":
+            f.truncate(100)
+        else:
+            f.write(os.urandom(layout.size))
+    assert store.write_blob_hashing([layout.header, DATA], BLAKE3, layout.size) == (digest, False)
     assert store.blob_size(digest) == layout.size and store.list_partial_writes() == []
+    with store.open_blob(digest) as (f, size):
+        read_verified(f, digest, size, lambda i, n: None)
 
 
 def test_write_blob_hashing_leaves_nothing_when_a_part_fails(tmp_path):

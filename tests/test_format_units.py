@@ -8,13 +8,17 @@ import time
 
 import numpy as np
 import pytest
+from fixtures_lifecycle import make_snapshot
 from safetensors.numpy import load_file
 
-from jupyter_gkeresume.errors import CommitConflictError, IntegrityError, InvalidInputError
+from jupyter_gkeresume.errors import CommitConflictError, IntegrityError, InvalidInputError, ManifestError
+from jupyter_gkeresume.snapshot import Manifest, StorageRef
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
 from jupyter_gkeresume.snapshot.format import validate_snapshot_id, validate_snapshot_name
+from jupyter_gkeresume.snapshot.signing import verify
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
+from kernel_hooks.loader import read_order
 
 
 def make_blob(arrays: list[np.ndarray]) -> tuple[bytes, str]:
@@ -191,3 +195,31 @@ def test_populating_new_memory_faults_it_in_and_keeps_what_it_holds():
     fresh[:] = 7
     assert int(fresh.sum()) == 7 << 20
     assert populate(data.ctypes.data + 1, 100) is False
+
+
+def test_blob_crc32c_is_signed_optional_and_checked(local_store, signing_key):
+    """``blob_crc32c`` is part of what the signature covers, absent from older manifests (which
+    still parse), and must name listed blobs with 32-bit values."""
+    m = make_snapshot(local_store, signing_key)
+    assert "blob_crc32c" not in m.to_dict() and Manifest.from_json(m.to_json()).blob_crc32c == {}
+    m.blob_crc32c = {m.graph_blob: 0xDEADBEEF}
+    assert Manifest.from_json(m.to_json()).blob_crc32c == {m.graph_blob: 0xDEADBEEF}
+    with pytest.raises(IntegrityError, match="signature mismatch"):
+        verify(m, signing_key)
+    for bad, fragment in (({"b3-" + "0" * 64: 1}, "names unlisted blob"),
+                          ({m.graph_blob: 1 << 32}, "is not a crc32c"),
+                          ({m.graph_blob: "x"}, "wrong type")):
+        with pytest.raises(ManifestError, match=fragment):
+            Manifest.from_dict({**m.to_dict(), "blob_crc32c": bad})
+
+
+def test_blobs_are_read_big_ones_first_then_in_the_order_the_unpickler_needs_them():
+    """A resume reads the blobs that bound the read time first, then the others in pickling
+    order (``s0, s1, ...``: the unpickler waits for each storage's verified blob)."""
+    sizes = {"big": 900, "s2-blob": 10, "s0-blob": 30, "s1-blob": 20, "other-big": 1000}
+    storages = {f"s{i}": StorageRef(blob, 0, 1, "uint8", "cpu", "numpy", "x") for i, blob in
+                enumerate(["s0-blob", "s1-blob", "s2-blob", "big", "other-big", "s0-blob"])}
+    storages = dict(sorted(storages.items()))  # as a manifest parses: keys sorted as text
+    manifest = Manifest("20261201T000000Z-000001", "ws", "", "s0-blob", [], storages, sizes)
+    assert read_order(manifest, 4) == ["other-big", "big", "s0-blob", "s1-blob", "s2-blob"]
+    assert read_order(manifest, 1) == ["s0-blob", "s1-blob", "s2-blob", "big", "other-big"]

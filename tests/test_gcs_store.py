@@ -9,12 +9,24 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from fixtures_lifecycle import make_snapshot
 
-from jupyter_gkeresume.errors import CommitConflictError, InvalidInputError, StoreError
+from jupyter_gkeresume.errors import (
+    CommitConflictError,
+    IntegrityError,
+    InvalidInputError,
+    ManifestError,
+    StoreError,
+)
+from jupyter_gkeresume.snapshot import Manifest
+from jupyter_gkeresume.snapshot import store as store_module
 from jupyter_gkeresume.snapshot.backends import LocalBackend
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
 from jupyter_gkeresume.snapshot.digests import DEFAULT
+from jupyter_gkeresume.snapshot.manifests import scan_manifests
+from jupyter_gkeresume.snapshot.signing import SigningKey
 from jupyter_gkeresume.snapshot.store import SnapshotStore, describe, resolve_concurrency
+from jupyter_gkeresume.snapshot.writer import SnapshotWriter, verify_committed
 
 CHUNK = 256 << 10  # the smallest chunk GCS allows: many chunks from small test data
 
@@ -66,9 +78,10 @@ def test_a_blob_named_after_its_bytes_is_uploaded_once(gcs_bucket):
     store = gcs_store(gcs_bucket)
     digest, parts, size = make_blob(CHUNK + 5, 9)
     sent: list[int] = []
-    assert store.write_blob_hashing(parts, DEFAULT, size, sent=sent.append) == (digest, True)
+    writer = SnapshotWriter(store, SigningKey(b"k" * 32))
+    assert writer.put_new_blob(size, parts, DEFAULT, sent=sent.append) == (digest, True)
     assert sent == [size]  # an upload is told once it completed
-    assert store.write_blob_hashing(parts, DEFAULT, size, sent=sent.append) == (digest, False)
+    assert writer.put_new_blob(size, parts, DEFAULT, sent=sent.append) == (digest, False)
     assert sent == [size]
     assert read_back(store, digest) == b"".join(bytes(p) for p in parts[1:])
     assert [b.digest for b in store.list_blobs()] == [digest]
@@ -255,3 +268,85 @@ def test_error_messages_mask_credentials():
     assert "OSError" in text and "http://h/upload/o" in text
     for secret in ("SECRET1", "SECRET2", "SECRET3", "SECRET4"):
         assert secret not in text
+
+
+@pytest.fixture(params=["local", "gcs"])
+def either_store(request, tmp_path) -> SnapshotStore:
+    """The same workspace on a local directory and on fake-gcs-server."""
+    if request.param == "local":
+        return SnapshotStore(str(tmp_path / "store"), "ws")
+    return gcs_store(request.getfixturevalue("gcs_bucket"))
+
+
+def test_an_oversized_manifest_is_refused_reading_no_more_than_the_cap(either_store, signing_key,
+                                                                        monkeypatch):
+    """A planted manifest bigger than any manifest may be costs a listing only the cap (one
+    ranged read on GCS), is listed as refused with its id, and the others still verify; a
+    manifest over the cap is never committed."""
+    monkeypatch.setattr(store_module, "MAX_MANIFEST_BYTES", 4096)
+    store = either_store
+    good = make_snapshot(store, signing_key)
+    planted = "20261201T000000Z-0ba5ed"
+    store.backend.put(store.manifest_path(planted), b'{"pad": "' + b"x" * 100_000 + b'"}')
+    reads = []
+    real_read = store.backend.read
+    monkeypatch.setattr(store.backend, "read", lambda path, limit=None: reads.append(
+        len(data := real_read(path, limit))) or data)
+    listed = {m.snapshot_id: m for m in scan_manifests(store, signing_key)}
+    assert listed[good.snapshot_id].verified
+    assert "larger than 4096 bytes" in listed[planted].refused
+    assert planted in listed[planted].refused and max(reads) <= 4097
+    with pytest.raises(ManifestError, match="more than the 4096"):
+        store.commit_manifest("20261201T000001Z-0ba5ed", b" " * 5000)
+
+
+def zero_tensor_blob() -> tuple[str, list[object], int]:
+    """The blob of ``torch.zeros(4096)``: its name is predictable by anyone (16,504 bytes)."""
+    entries = [bytes(4 * 4096)]
+    layout = layout_for([("float32", len(entries[0]))])
+    return blob_digest(layout, entries), [layout.header, *entries], layout.size
+
+
+def plant(store: SnapshotStore, digest: str, size: int) -> None:
+    """Other bytes of the same size under a blob's name, as someone with write access could."""
+    store.backend.put(store.blob_path(digest), os.urandom(size))
+
+
+def test_a_blob_planted_under_a_predictable_name_is_replaced_by_ours(either_store, signing_key):
+    """Issue 22 item 3: a checkpoint never reuses what it finds under a blob's name without
+    knowing it holds its bytes. Locally the writer's own bytes always replace the file; on GCS
+    the stored crc32c must be the one of our bytes, else ours are uploaded over it (also when
+    the skip-cache knew the digest: ``put_blob``)."""
+    store = either_store
+    digest, parts, size = zero_tensor_blob()
+    plant(store, digest, size)
+    writer = SnapshotWriter(store, signing_key)
+    assert writer.put_new_blob(size, parts, DEFAULT)[0] == digest
+    assert read_back(store, digest) == bytes(4 * 4096)  # read_verified checks the digest
+    if store.hashes_while_writing:
+        return  # locally a known digest is claimed by size: only this writer wrote that name
+    plant(store, digest, size)
+    assert SnapshotWriter(store, signing_key).put_blob(digest, size, lambda: parts) is True
+    assert read_back(store, digest) == bytes(4 * 4096)
+
+
+def test_metadata_verification_compares_the_signed_crc32c(either_store, signing_key):
+    """The crc32c of every blob (where the store keeps one) is in the signed manifest, so the
+    default (metadata) verification catches a blob replaced by other bytes of the same size
+    after it was claimed; older manifests without it still read and verify."""
+    store = either_store
+    digest, parts, size = zero_tensor_blob()
+    store.write_blob(digest, parts)
+    writer = SnapshotWriter(store, signing_key)
+    assert writer.put_blob(digest, size, lambda: parts) is False  # claimed: the bytes match
+    manifest = Manifest(snapshot_id="20261201T000000Z-c0ffee", workspace=store.workspace,
+                        created="2026-12-01T00:00:00+00:00", graph_blob=digest, objects=[],
+                        storages={}, blobs={digest: size})
+    committed = writer.commit(manifest)
+    if store.hashes_while_writing:
+        assert committed.blob_crc32c == {}  # a local directory keeps no crc32c
+        return
+    assert committed.blob_crc32c == {digest: store.blob_stat(digest)[1]}
+    plant(store, digest, size)
+    with pytest.raises(IntegrityError, match="holds other bytes than the manifest signed"):
+        verify_committed(store, signing_key, manifest.snapshot_id)

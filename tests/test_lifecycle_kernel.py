@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_kernels import KernelError
+from fixtures_lifecycle import make_snapshot
 
 from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
 from jupyter_gkeresume.snapshot.gc import collect_garbage
@@ -37,7 +38,12 @@ def newest(env: dict) -> Manifest:
     return Manifest.from_json(store.read_manifest_bytes(store.list_snapshot_ids()[-1]))
 
 
-def test_unsigned_and_foreign_snapshots_are_refused_trust_is_explicit(start_kernel, kernel_env):
+def test_unsigned_and_foreign_snapshots_are_refused_an_old_key_is_named(start_kernel, kernel_env,
+                                                                        tmp_path):
+    """Nothing waives a signature (there is no ``--trust``): after a key change, a snapshot
+    signed with an earlier key of this workspace is restored and verified with that key named
+    explicitly (``--key-file OLD``); a snapshot with a valid signature of a key from elsewhere
+    is refused even when its key file is given (issue 22 item 4)."""
     a = start_kernel()
     a.run("import numpy as np\nw = np.arange(1000.0)\n%checkpoint -n base")
     checked = cli(kernel_env, "verify", "base", "--json")
@@ -55,17 +61,28 @@ def test_unsigned_and_foreign_snapshots_are_refused_trust_is_explicit(start_kern
     with pytest.raises(KernelError, match="is unsigned"):
         b.run(f"%resume {unsigned}")
     assert b.run("print('w' in globals())") == "False\n"
-    out = b.run(f"import kernel_hooks\nr = kernel_hooks.resume({unsigned!r}, trust=True)\nprint(w.sum())")
-    assert out.strip().endswith("499500.0")
     refused = cli(kernel_env, "verify", "--all")
     assert refused.returncode == 1 and "is unsigned: refused" in refused.stdout
-    assert cli(kernel_env, "verify", "--all", "--trust").returncode == 0
 
-    a.run("%checkpoint")
+    a.run("%checkpoint -n kept")
+    old_key = tmp_path / "old.key"
+    old_key.write_text(kernel_env["GKERESUME_SIGNING_KEY"])
     kernel_env["GKERESUME_SIGNING_KEY"] = "another-workspace-key-" + "1" * 20
     c = start_kernel()
     with pytest.raises(KernelError, match="signed with another key"):
         c.run("%resume")
+    kept = newest(kernel_env).snapshot_id
+    assert "resumed" in c.run(f"%resume {kept} --key-file {old_key}")
+    assert c.run("print(w.sum())") == "499500.0\n"
+    assert cli(kernel_env, "--key-file", str(old_key), "verify", kept).returncode == 0
+
+    foreign_key = tmp_path / "foreign.key"
+    foreign_key.write_text("a-key-from-elsewhere-" + "2" * 20)
+    planted = make_snapshot(store_of(kernel_env), SigningKey(foreign_key.read_bytes()), [b"x"])
+    with pytest.raises(KernelError, match="never signed a snapshot of workspace test-ws here"):
+        c.run(f"%resume {planted.snapshot_id} --key-file {foreign_key}")
+    asked = cli(kernel_env, "--key-file", str(foreign_key), "verify", planted.snapshot_id)
+    assert asked.returncode == 2 and "never signed a snapshot" in asked.stderr
 
 
 def test_gc_during_a_real_checkpoint_keeps_every_blob_it_writes(start_kernel, kernel_env):

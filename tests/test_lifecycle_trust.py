@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from fixtures_lifecycle import make_snapshot
+from fixtures_lifecycle import make_snapshot, put_blob
 
 from jupyter_gkeresume.errors import IntegrityError, InvalidInputError, ManifestError
 from jupyter_gkeresume.snapshot import (
@@ -20,7 +20,9 @@ from jupyter_gkeresume.snapshot import (
     load_signing_key,
     sign,
 )
+from jupyter_gkeresume.snapshot.signing import key_of_workspace, known_key_ids
 from jupyter_gkeresume.snapshot.verify import verify_snapshot
+from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 
 
 def manifest_file(store: SnapshotStore, snapshot_id: str) -> Path:
@@ -95,24 +97,43 @@ def test_missing_blob_is_reported(local_store, signing_key):
     assert report.problems == [f"blob {m.storages['s0'].blob[:12]} is missing"]
 
 
-def test_unsigned_manifest_is_refused_unless_trusted(local_store, signing_key):
+def test_unsigned_manifest_is_refused(local_store, signing_key):
     m = make_snapshot(local_store, None, [b"a" * 10])
     with pytest.raises(IntegrityError, match="is unsigned"):
         load_manifest(local_store, m.snapshot_id, signing_key)
     refused = verify_snapshot(local_store, m.snapshot_id, signing_key)
     assert not refused.ok and "is unsigned" in refused.signature
-    trusted = verify_snapshot(local_store, m.snapshot_id, signing_key, trust=True)
-    assert trusted.ok, trusted.problems
-    assert trusted.signature.startswith("trusted explicitly")
-    assert load_manifest(local_store, m.snapshot_id, signing_key, trust_unsigned=True).name is None
+    assert "verify with that key: --key-file OLD" in refused.problems[0]
 
 
-def test_trust_never_hides_a_corrupt_blob(local_store, signing_key):
-    m = make_snapshot(local_store, None, [b"a" * 100])
-    target = blob_file(local_store, m.storages["s0"].blob)
-    target.write_bytes(target.read_bytes()[:-1] + b"!")
-    report = verify_snapshot(local_store, m.snapshot_id, signing_key, trust=True)
-    assert not report.ok and "corrupt" in report.problems[0]
+def test_only_keys_this_workspace_had_verify_its_old_snapshots(local_store, signing_key, tmp_path):
+    """Issue 22 item 4: after a key change, an earlier key of the workspace (one that signed a
+    snapshot of it here: ``remember_key`` at every commit) verifies its snapshots; a key from
+    elsewhere is refused whoever asks, though its signature is valid."""
+    old = SigningKey(b"the-old-key-of-this-workspace-0123456789")
+    foreign = SigningKey(b"a-key-from-elsewhere-0123456789-abcdef")
+    writer = SnapshotWriter(local_store, old)
+    digest, size = put_blob(local_store, b"old bytes")
+    writer.put_blob(digest, size, lambda: [])
+    mine = writer.commit(Manifest(
+        snapshot_id="20261201T000000Z-0001d0", workspace=local_store.workspace,
+        created="2026-12-01T00:00:00+00:00", graph_blob=digest, objects=[], storages={},
+        blobs={digest: size}))
+    planted = make_snapshot(local_store, foreign, [b"theirs"])
+    (tmp_path / "old.key").write_bytes(old.secret)
+    (tmp_path / "foreign.key").write_bytes(foreign.secret)
+    assert known_key_ids(local_store.workspace) == [old.key_id]
+    with pytest.raises(IntegrityError, match="signed with another key"):
+        load_manifest(local_store, mine.snapshot_id, signing_key)
+    with_old = key_of_workspace(str(tmp_path / "old.key"), local_store.workspace)
+    assert load_manifest(local_store, mine.snapshot_id, with_old).snapshot_id == mine.snapshot_id
+    assert verify_snapshot(local_store, mine.snapshot_id, with_old).ok
+    with pytest.raises(InvalidInputError, match=f"key {foreign.key_id} from .*foreign.key never "
+                                                f"signed a snapshot of workspace {local_store.workspace}"
+                                                f" here \\(its keys: {old.key_id}\\): refused"):
+        key_of_workspace(str(tmp_path / "foreign.key"), local_store.workspace)
+    assert not verify_snapshot(local_store, planted.snapshot_id, with_old).ok
+    assert known_key_ids("another-ws") == []
 
 
 def test_wrong_key_is_refused(local_store, signing_key):
@@ -160,8 +181,8 @@ def test_key_file_is_created_once_with_0600(tmp_path, monkeypatch):
 
 
 def test_key_from_env_and_missing_secret_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "from-a-kubernetes-secret")
-    assert load_signing_key().secret == b"from-a-kubernetes-secret"
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "from-a-kubernetes-secret-0123456789")
+    assert load_signing_key().secret == b"from-a-kubernetes-secret-0123456789"
     monkeypatch.delenv("GKERESUME_SIGNING_KEY")
     monkeypatch.setenv("GKERESUME_SIGNING_KEY_FILE", str(tmp_path / "mounted" / "key"))
     with pytest.raises(InvalidInputError, match="does not exist"):
@@ -171,6 +192,22 @@ def test_key_from_env_and_missing_secret_file(tmp_path, monkeypatch):
     with pytest.raises(InvalidInputError, match="is empty"):
         load_signing_key(str(empty))
     assert "secret" not in repr(SigningKey(b"secret"))
+
+
+def test_a_short_signing_key_is_refused_with_how_to_make_one(tmp_path, monkeypatch):
+    """A key anyone can guess forges snapshots that run code: fewer than 32 bytes is refused,
+    from the environment and from a file, naming where it came from."""
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "k")
+    with pytest.raises(InvalidInputError, match=r"\$GKERESUME_SIGNING_KEY holds a signing key of "
+                                                r"1 bytes; it needs at least 32: make one"):
+        load_signing_key()
+    monkeypatch.delenv("GKERESUME_SIGNING_KEY")
+    short = tmp_path / "short.key"
+    short.write_bytes(b"x" * 31 + b"\n")
+    with pytest.raises(InvalidInputError, match=f"signing key file {short} holds a signing key of 31"):
+        load_signing_key(str(short))
+    short.write_bytes(b"x" * 32)
+    assert load_signing_key(str(short)).secret == b"x" * 32
 
 
 def test_references_outside_their_blobs_are_reported(local_store, signing_key):

@@ -20,7 +20,7 @@ def stores(tmp_path, *workspaces):
 
 
 def test_a_key_shared_with_other_workspaces_is_warned_about(tmp_path, monkeypatch):
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "one-key-for-the-whole-cluster")
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "one-key-for-the-whole-cluster-0123456789")
     shared = load_signing_key()
     alice, bob, carol = stores(tmp_path, "hub-alice", "hub-bob", "hub-carol")
     make_snapshot(bob, shared)

@@ -14,7 +14,7 @@ Every backend method raises the builtin ``FileNotFoundError`` for a missing obje
   directory it creates is fsynced into its parent. A blob whose name is its digest can be
   written before that name is known: hashed as it is written, then linked under it. A store
   directory owned by another user or writable by group or others is refused when it is opened.
-- ``FsspecBackend``: blobs stream up through ``transfer.upload`` (no renames on object stores:
+- ``FsspecBackend``: blobs stream up through ``transfer.upload_object`` (no renames on object stores:
   a partial upload is never visible), restarted on transient failures when their parts can be
   read again; create-only writes are ``ifGenerationMatch=0`` simple uploads; listings are never
   served from fsspec's cache (another pod may have changed the bucket).
@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import StoreError
-from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, upload
+from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, stored_checksum, upload_object
 
 WRITE_CHUNK = 16 << 20
 RETRY_BASE_DELAY = 0.5
@@ -53,11 +53,15 @@ class Backend(Protocol):
     local: bool
 
     def size(self, path: str) -> int: ...
-    def read(self, path: str) -> bytes: ...
+    def stat(self, path: str) -> tuple[int, int | None]:
+        """``(size, crc32c)`` from one metadata request; crc32c None where the store keeps none."""
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        """The object's bytes; with ``limit``, at most its first ``limit`` bytes."""
     def open_read(self, path: str) -> Any: ...  # context manager yielding (file, size)
-    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
+    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> int | None:
         """Write ``parts`` (buffers, in order) as ``path``, durably; ``sent`` sees each chunk's
-        size as it is written (where the backend cannot tell, the whole size once written)."""
+        size as it is written (where the backend cannot tell, the whole size once written).
+        Returns the crc32c the store keeps of it (checked against the bytes sent), or None."""
     def put(self, path: str, data: bytes) -> None: ...
     def create(self, path: str, data: bytes) -> None: ...
     def touch(self, path: str) -> None: ...
@@ -86,9 +90,12 @@ class LocalBackend:
     def size(self, path: str) -> int:
         return os.stat(path).st_size
 
-    def read(self, path: str) -> bytes:
+    def stat(self, path: str) -> tuple[int, int | None]:
+        return os.stat(path).st_size, None
+
+    def read(self, path: str, limit: int | None = None) -> bytes:
         with open(path, "rb") as f:
-            return f.read()
+            return f.read(-1 if limit is None else limit)
 
     @contextmanager
     def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
@@ -137,16 +144,17 @@ class LocalBackend:
                                path_for: Callable[[], str]) -> bool:
         """Write ``parts`` to a new temporary file in ``folder`` (``observe`` sees every chunk
         as it is written: a hasher's ``update``), fsync it, then link it as ``path_for()``,
-        called once every byte is written (the name depends on them). True when it was linked;
-        False when that path held a file of the same size already (equal content, by its
-        name): that one is kept and its age refreshed, so gc's grace period protects it."""
+        called once every byte is written (the name depends on them). True when the path was
+        new; False when it held a file already: ours replaces it all the same (never keep a
+        file found under a predictable name: it may hold other bytes of the same size), and
+        a new file is young, so gc's grace period protects it."""
         make_private_dirs(folder)
         tmp = f"{folder}/.tmp-{uuid.uuid4().hex}"
         try:
             self._write_temporary(tmp, parts, observe)
             path = path_for()
             make_private_dirs(os.path.dirname(path))
-            new = _link_or_refresh(tmp, path)
+            new = _link_or_replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -180,23 +188,14 @@ class LocalBackend:
             os.fsync(f.fileno())
 
 
-def _link_or_refresh(tmp: str, path: str) -> bool:
-    """Link ``tmp`` as ``path``: True. When ``path`` exists with the same size (equal bytes, by
-    its name) refresh its age instead: False. One of another size is damaged: replace it."""
-    while True:
-        try:
-            os.link(tmp, path)
-            return True
-        except FileExistsError:
-            pass
-        try:
-            if os.stat(path).st_size == os.stat(tmp).st_size:
-                os.utime(path)
-                return False
-        except FileNotFoundError:
-            continue  # removed by gc in between: link ours
-        os.replace(tmp, path)
+def _link_or_replace(tmp: str, path: str) -> bool:
+    """Link ``tmp`` as ``path``: True. When ``path`` exists, ``tmp`` replaces it: False."""
+    try:
+        os.link(tmp, path)
         return True
+    except FileExistsError:
+        os.replace(tmp, path)
+        return False
 
 
 def check_private_directory(folder: str) -> None:
@@ -270,8 +269,13 @@ class FsspecBackend:
         self.fs.invalidate_cache(path)  # never trust a cached listing: a gc may have removed it
         return int(self.fs.info(path).get("size") or 0)
 
-    def read(self, path: str) -> bytes:
-        return self.fs.cat_file(path)
+    def stat(self, path: str) -> tuple[int, int | None]:
+        return stored_checksum(self.fs, path)
+
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        if limit is None:
+            return self.fs.cat_file(path)
+        return self.fs.cat_file(path, start=0, end=limit)  # one ranged GET on GCS
 
     @contextmanager
     def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
@@ -281,14 +285,16 @@ class FsspecBackend:
         with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
             yield f, size
 
-    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
+    def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> int | None:
         attempts = 1 + self.retries if isinstance(parts, Sequence) else 1
         try:
-            written = retrying(lambda: upload(self.fs, path, parts, self.chunk_bytes), attempts)
+            stored = retrying(lambda: upload_object(self.fs, path, parts, self.chunk_bytes),
+                              attempts)
         except FileNotFoundError:
             raise StoreError(f"no such bucket for {path.split('/', 1)[0]}") from None
         if sent is not None:
-            sent(written)
+            sent(stored.size)
+        return stored.crc32c
 
     def put(self, path: str, data: bytes) -> None:
         self.fs.pipe_file(path, data, mode="overwrite")

@@ -5,8 +5,8 @@ signature verifies count for ``latest`` and for names: a planted or foreign mani
 becomes the default. A name that only refused snapshots carry (or ``latest`` when no snapshot
 verifies) raises ``SnapshotRefusedError`` (it exists, and why it was refused); nothing by that
 reference raises ``SnapshotNotFoundError`` listing the ids that exist. An explicit id is returned
-as is: the caller then loads it, which refuses it with the reason unless the user trusts that one
-snapshot.
+as is: the caller then loads it, which refuses it with the reason unless it verifies (with an
+earlier key of the workspace, when the user names one).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ Layout of the graph: the kernel pickles one record per name in ``records`` with 
 memo, so identity survives across names): the saved objects, then ``__session__`` (RNG, cwd,
 sys.path, env, execution count) and ``__resume_hooks__``. ``graph_ends[i]`` is the offset just
 past record ``i`` in the graph blob's single entry. Storages that left the pickle are named
-``s0, s1, ...`` in ``storages``; each says which blob entry holds its bytes.
+``s0, s1, ...`` in ``storages``; each says which blob entry holds its bytes. ``blob_crc32c``
+(optional, absent in older manifests) gives the crc32c of blobs on a store that keeps one per
+object (GCS), so that checking a snapshot by its metadata also catches replaced bytes.
 
 Packages installed in the session (``packages``, absent when none, so older manifests keep their
 signature) each name one blob whose entry ``i`` holds the bytes of ``files[i]``, a path relative
@@ -122,6 +124,7 @@ class Manifest:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     history: list[str] = field(default_factory=list)
     reason: str | None = None  # why it was taken: user, idle, shutdown, checkpoint (optional)
+    blob_crc32c: dict[str, int] = field(default_factory=dict)  # digest -> crc32c (optional)
     signature: dict[str, str] | None = None
     format_version: int = FORMAT_VERSION
     packages: list[PackageRecord] = field(default_factory=list)
@@ -162,6 +165,8 @@ class Manifest:
             data["reason"] = self.reason
         if self.packages:  # absent when none, for the same reason
             data["packages"] = [asdict(p) for p in self.packages]
+        if self.blob_crc32c:  # absent when empty, as ``reason``
+            data["blob_crc32c"] = dict(self.blob_crc32c)
         if signed and self.signature is not None:
             data["signature"] = dict(self.signature)
         return data
@@ -199,6 +204,10 @@ class Manifest:
         for digest, size in blobs.items():
             _check_digest(digest, version)
             _check(size >= 0, f"manifest: blob {digest} has a negative size")
+        crcs = r.mapping("blob_crc32c", int) if "blob_crc32c" in r.data else {}
+        for digest, crc in crcs.items():
+            _check(digest in blobs, f"manifest: blob_crc32c names unlisted blob {digest[:16]!r}")
+            _check(0 <= crc < 1 << 32, f"manifest: blob_crc32c of {digest[:16]!r} is not a crc32c")
         storages = {}
         for key, raw_ref in r.mapping("storages", dict).items():
             s = _Reader(raw_ref, f"storage {key}")
@@ -266,6 +275,7 @@ class Manifest:
             fingerprint=r.get("fingerprint", dict),
             history=history,
             reason=r.get("reason", str, optional=True),
+            blob_crc32c=crcs,
             signature=signature,
             format_version=version,
             packages=packages,

@@ -8,9 +8,9 @@ comes here, so that what counts as a usable snapshot is decided in one place:
   key, tampered, copied from another workspace or id). It never raises for a bad manifest;
   ``NotFoundInStore`` when there is none, ``StoreError`` when the store fails.
 - ``load_manifest(store, id, key)`` -> ``Manifest``: the strict form, for code that goes on to
-  use the snapshot; raises ``ManifestError`` (unparsable) or ``SnapshotRefusedError``. Only
-  ``trust_unsigned=True``, the user's explicit trust in this one snapshot, accepts a manifest
-  whose signature does not verify (its identity must still match).
+  use the snapshot; raises ``ManifestError`` (unparsable) or ``SnapshotRefusedError``. Nothing
+  accepts a manifest whose signature does not verify: one signed with an earlier key of this
+  workspace is loaded with that key (``signing.key_of_workspace``).
 - ``scan_manifests(store, key)``: every committed manifest, oldest first, each read as above
   (ones removed meanwhile are left out).
 
@@ -63,10 +63,9 @@ class StoredManifest:
 def read_manifest(store: SnapshotStore, snapshot_id: str, key: SigningKey | None) -> StoredManifest:
     """Read and judge one manifest (see the module docstring); never raises for a bad one.
     ``key`` None (gc, which needs only facts) leaves every manifest unverified."""
-    raw = store.read_manifest_bytes(snapshot_id)
     try:
-        manifest = Manifest.from_json(raw)
-    except ManifestError as exc:
+        manifest = Manifest.from_json(store.read_manifest_bytes(snapshot_id))
+    except ManifestError as exc:  # unparsable, or larger than any manifest may be
         return StoredManifest(snapshot_id, None, unreadable=str(exc))
     identity = []
     if manifest.snapshot_id != snapshot_id:
@@ -83,15 +82,12 @@ def read_manifest(store: SnapshotStore, snapshot_id: str, key: SigningKey | None
     return StoredManifest(snapshot_id, manifest, identity=tuple(identity), signature=signature)
 
 
-def load_manifest(
-    store: SnapshotStore, snapshot_id: str, key: SigningKey, *, trust_unsigned: bool = False
-) -> Manifest:
-    """The manifest of a snapshot that is about to be used; raises unless it verifies.
-    ``trust_unsigned`` skips only the signature check (identity is always checked)."""
+def load_manifest(store: SnapshotStore, snapshot_id: str, key: SigningKey) -> Manifest:
+    """The manifest of a snapshot that is about to be used; raises unless it verifies."""
     stored = read_manifest(store, snapshot_id, key)
     if stored.manifest is None:
         raise ManifestError(stored.unreadable)
-    if stored.identity or (stored.signature is not None and not trust_unsigned):
+    if stored.identity or stored.signature is not None:
         raise SnapshotRefusedError(snapshot_id, snapshot_id, stored.refused or "")
     return stored.manifest
 

@@ -18,14 +18,18 @@ namespace's contributors, the trust unit on Kubeflow) can still derive every one
 another workspace's snapshots, and loudly when a missing default key file was just replaced by a
 new key while this workspace has earlier snapshots (they will be refused).
 
-Trust: ``verify`` refuses unsigned, foreign-key and tampered manifests with a reason. A caller that
-lets the user trust one snapshot explicitly skips ``verify`` for that one snapshot only; blob
-digests are still checked on every read (``blobfile.read_verified``), so trusting a manifest means
-trusting what it says, never bytes that do not match it.
+Trust: ``verify`` refuses unsigned, foreign-key and tampered manifests with a reason; no caller
+skips it. Snapshots signed with a key this workspace had before (the key file was lost, the
+secret rotated) are verified with that key, named explicitly (``--key-file OLD``), and only if
+it is one of this workspace's own: ``remember_key`` keeps the id of every key that signed a
+snapshot of a workspace, beside the default key file (``{jupyter data dir}/gkeresume/key-ids.json``,
+on the user's volume, never in the bucket), and ``key_of_workspace`` refuses any other key,
+whoever asks: a key from elsewhere can sign anything, including a snapshot that runs code here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -47,6 +51,7 @@ HKDF_SALT = b"jupyter-gkeresume workspace key v1"
 DERIVED_KEY_BYTES = 32
 MAX_PEERS = 32  # other workspaces whose newest manifest key_warnings reads: a bounded startup cost
 NEWEST_READ = 3  # own newest manifests read to find the key that signed them
+MIN_KEY_BYTES = 32  # a key read from the environment or a file (the created ones have 64)
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ def load_signing_key(path: str | None = None, *, workspace: str | None = None) -
     reader never sees it empty and two creators agree on the one that was linked first.
     """
     if os.environ.get("GKERESUME_SIGNING_KEY"):
-        return SigningKey(os.environ["GKERESUME_SIGNING_KEY"].encode(), "$GKERESUME_SIGNING_KEY")
+        secret = os.environ["GKERESUME_SIGNING_KEY"].encode()
+        return SigningKey(_long_enough(secret, "$GKERESUME_SIGNING_KEY"), "$GKERESUME_SIGNING_KEY")
     from_env = os.environ.get("GKERESUME_SIGNING_KEY_FILE")
     namespace_file = os.environ.get("GKERESUME_NAMESPACE_KEY_FILE")
     if not (path or from_env) and namespace_file:
@@ -112,7 +118,77 @@ def load_signing_key(path: str | None = None, *, workspace: str | None = None) -
         return SigningKey(secret, path, created)
     if not secret:
         raise InvalidInputError(f"signing key file {path} is empty")
-    return SigningKey(secret, path)
+    return SigningKey(_long_enough(secret, f"signing key file {path}"), path)
+
+
+def _long_enough(secret: bytes, origin: str) -> bytes:
+    """``secret`` when it has at least ``MIN_KEY_BYTES`` bytes (a short key can be guessed, and
+    a guessed key forges snapshots that run code); else ``InvalidInputError`` naming ``origin``."""
+    if len(secret) < MIN_KEY_BYTES:
+        raise InvalidInputError(
+            f"{origin} holds a signing key of {len(secret)} bytes; it needs at least "
+            f"{MIN_KEY_BYTES}: make one with `python -c 'import secrets; print(secrets.token_hex(32))'`"
+        )
+    return secret
+
+
+def key_history_path() -> str:
+    return os.path.join(jupyter_data_dir(), "gkeresume", "key-ids.json")
+
+
+def known_key_ids(workspace: str) -> list[str]:
+    """Ids of the keys that signed snapshots of ``workspace`` here (``remember_key``)."""
+    ids = _key_history().get(workspace)
+    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+
+
+def remember_key(workspace: str, key: SigningKey) -> None:
+    """Add ``key``'s id to the ids of ``workspace``'s keys (a private file, replaced
+    atomically). Best effort: a data dir that cannot be written costs only the later use of
+    this key as an old one."""
+    known = known_key_ids(workspace)
+    if key.key_id in known:
+        return
+    history = {**_key_history(), workspace: [*known, key.key_id]}
+    path = key_history_path()
+    tmp = f"{path}.tmp-{secrets.token_hex(8)}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(history, f)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _key_history() -> dict:
+    try:
+        with open(key_history_path(), "rb") as f:
+            history = json.load(f)
+    except (OSError, ValueError):  # none yet, or unreadable: no ids
+        return {}
+    return history if isinstance(history, dict) else {}
+
+
+def key_of_workspace(path: str, workspace: str) -> SigningKey:
+    """The key in the file ``path`` (an earlier key of ``workspace``, to verify its snapshots
+    with), refused unless it signed a snapshot of ``workspace`` here (``remember_key``)."""
+    try:
+        with open(path, "rb") as f:
+            secret = f.read().strip()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read key file {path}: {exc.strerror}") from None
+    key = SigningKey(_long_enough(secret, f"signing key file {path}"), path)
+    known = known_key_ids(workspace)
+    if key.key_id not in known:
+        raise InvalidInputError(
+            f"key {key.key_id} from {path} never signed a snapshot of workspace {workspace} here "
+            f"(its keys: {', '.join(known) or 'none recorded'}): refused, a key from elsewhere "
+            "can sign anything, including a snapshot that runs code in this kernel"
+        )
+    return key
 
 
 def _derived_key(namespace_file: str, workspace: str | None) -> SigningKey:
@@ -209,7 +285,10 @@ def key_warnings(store: SnapshotStore, key: SigningKey) -> list[str]:
 
 
 def _newest_key_id(store: SnapshotStore, root: str) -> str | None:
-    """The key id that signed the newest signed manifest among the newest few under ``root``."""
+    """The key id that signed the newest signed manifest among the newest few under ``root``
+    (each read up to the manifest size cap: a longer one is not JSON here, so skipped)."""
+    from .store import MAX_MANIFEST_BYTES
+
     try:
         names = [n.rsplit("/", 1)[-1].removesuffix(".json")
                  for n in store.fs.ls(f"{root}/snapshots", detail=False)]
@@ -217,7 +296,8 @@ def _newest_key_id(store: SnapshotStore, root: str) -> str | None:
         return None
     for snapshot_id in sorted((n for n in names if SNAPSHOT_ID_RE.match(n)), reverse=True)[:NEWEST_READ]:
         try:
-            signature = json.loads(store.fs.cat_file(f"{root}/snapshots/{snapshot_id}.json"))["signature"]
+            raw = store.backend.read(f"{root}/snapshots/{snapshot_id}.json", MAX_MANIFEST_BYTES)
+            signature = json.loads(raw)["signature"]
             if isinstance(signature.get("key_id"), str):
                 return signature["key_id"]
         except Exception:  # not JSON, not an object, unsigned, unreadable: try the next one

@@ -37,6 +37,7 @@ from ..errors import (
     CommitConflictError,
     GkeResumeError,
     InvalidInputError,
+    ManifestError,
     NoCredentialsError,
     NotFoundInStore,
     StoreError,
@@ -62,6 +63,9 @@ NO_CREDENTIALS_ADVICE = (
     "NetworkPolicy blocking it). Elsewhere: GOOGLE_APPLICATION_CREDENTIALS. "
     "`jupyter gkeresume doctor` checks it."
 )
+#: Manifests larger than this are refused unread beyond it (a planted one must not cost a
+#: listing its size in memory); ``commit_manifest`` refuses to write one, so none of ours is.
+MAX_MANIFEST_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -128,16 +132,27 @@ class SnapshotStore:
         """The stored size of a blob, or None when it is not there."""
         return self._unless_missing("check blob", lambda: self.backend.size(self.blob_path(digest)))
 
+    def blob_stat(self, digest: str) -> tuple[int, int | None] | None:
+        """``(size, crc32c)`` of a blob from one metadata request (crc32c None where the store
+        keeps none: a local directory), or None when it is not there."""
+        return self._unless_missing("check blob", lambda: self.backend.stat(self.blob_path(digest)))
+
     def has_blob(self, digest: str, size: int | None = None) -> bool:
         """True when the blob exists (and has ``size`` bytes, when given)."""
         stored = self.blob_size(digest)
         return stored is not None and (size is None or stored == size)
 
-    def claim_blob(self, digest: str, size: int) -> bool:
-        """Reuse an existing blob: True when it exists with ``size`` bytes, after refreshing its
-        age, so that gc's grace period protects it until the manifest that reuses it commits.
-        (``writer.SnapshotWriter`` is the caller; see its call order.)"""
-        if not self.has_blob(digest, size):
+    def claim_blob(self, digest: str, size: int, crc32c: Callable[[], int] | None = None) -> bool:
+        """Reuse an existing blob: True when it exists with ``size`` bytes and, where the store
+        keeps a crc32c of every object (GCS) and ``crc32c`` is given, with the crc32c that
+        ``crc32c()`` computes over the caller's own bytes (asked only then). A blob planted under
+        a predictable name with other bytes is so not reused: the caller writes its own over it.
+        Its age is refreshed, so that gc's grace period protects it until the manifest that
+        reuses it commits. (``writer.SnapshotWriter`` is the caller; see its call order.)"""
+        stat = self.blob_stat(digest)
+        if stat is None or stat[0] != size:
+            return False
+        if stat[1] is not None and crc32c is not None and stat[1] != crc32c():
             return False
         try:
             with self._errors("refresh blob"):
@@ -146,8 +161,11 @@ class SnapshotStore:
             return False
         return True
 
-    def write_blob(self, digest: str, parts: Iterable[object], *, sent: Sent | None = None) -> None:
-        """Write a blob from its parts (buffers, in order) and make it durable.
+    def write_blob(self, digest: str, parts: Iterable[object], *,
+                   sent: Sent | None = None) -> int | None:
+        """Write a blob from its parts (buffers, in order) and make it durable; returns the
+        crc32c the store keeps of it (already checked against the bytes sent), None where it
+        keeps none. An object already under that name is replaced.
 
         The caller computed ``digest`` over exactly these parts; writing the same digest twice is
         harmless. Nothing is visible under the final name until it is complete. Only a list or
@@ -156,39 +174,38 @@ class SnapshotStore:
         whole blob once its upload completed on an object store.
         """
         with self._errors("write blob"):
-            self.backend.write(self.blob_path(digest), parts, sent)
+            return self.backend.write(self.blob_path(digest), parts, sent)
 
     def write_blob_hashing(self, parts: Iterable[object], algorithm: Digest, size: int, *,
                            sent: Sent | None = None) -> tuple[str, bool]:
-        """Write a blob whose digest is not known yet and make it durable; returns its digest
-        and whether the store gained it (False: a blob of that digest was there already).
+        """Write a blob whose digest is not known yet and make it durable, in one pass (local
+        stores only: ``hashes_while_writing``); returns its digest and whether the name was new.
 
-        Locally this is one pass: the parts (``size`` bytes in all) are hashed while they are
-        written to a temporary file, which is fsynced and linked under its digest; when that
-        name exists already its blob is kept (and refreshed for gc, as ``claim_blob`` does) and
-        the temporary file dropped. Object stores have no rename: there the digest is computed
-        first and an existing blob claimed (pass a list or tuple there: the parts are read
-        twice). ``sent``: as for ``write_blob``."""
-        if isinstance(self.backend, LocalBackend):
-            hasher = algorithm.new(size)
+        The parts (``size`` bytes in all) are hashed while they are written to a temporary file,
+        which is fsynced and linked under its digest; a file that was there under that name is
+        replaced by ours (a name is predictable from the content, so whatever was there may hold
+        other bytes of the same size). ``sent``: as for ``write_blob``."""
+        if not self.hashes_while_writing:
+            raise InvalidInputError(f"{self} cannot hash a blob while writing it: "
+                                    "compute its digest first")
+        hasher = algorithm.new(size)
 
-            def observe(chunk: memoryview) -> None:
-                hasher.update(chunk)
-                if sent is not None:
-                    sent(len(chunk))
+        def observe(chunk: memoryview) -> None:
+            hasher.update(chunk)
+            if sent is not None:
+                sent(len(chunk))
 
-            with self._errors("write blob"):
-                new = self.backend.write_named_by_content(
-                    f"{self.root}/blobs", parts, observe,
-                    lambda: self.blob_path(algorithm.finish(hasher)),
-                )
-            return algorithm.finish(hasher), new
-        parts = list(parts)
-        digest = algorithm.of(parts, size)
-        if self.claim_blob(digest, size):
-            return digest, False
-        self.write_blob(digest, parts, sent=sent)
-        return digest, True
+        with self._errors("write blob"):
+            new = self.backend.write_named_by_content(
+                f"{self.root}/blobs", parts, observe,
+                lambda: self.blob_path(algorithm.finish(hasher)),
+            )
+        return algorithm.finish(hasher), new
+
+    @property
+    def hashes_while_writing(self) -> bool:
+        """Whether ``write_blob_hashing`` works here (a local directory: it needs a rename)."""
+        return isinstance(self.backend, LocalBackend)
 
     @contextmanager
     def open_blob(self, digest: str) -> Iterator[tuple[BinaryIO, int]]:
@@ -233,6 +250,9 @@ class SnapshotStore:
         """Create the manifest; its presence is the commit. Raises ``CommitConflictError``
         if that id was already committed (by this or another writer)."""
         path = self.manifest_path(snapshot_id)
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"snapshot {snapshot_id}: its manifest is {len(data)} bytes, more "
+                                f"than the {MAX_MANIFEST_BYTES} a manifest may hold")
         try:
             with self._errors("commit manifest"):
                 self.backend.create(path, data)
@@ -240,14 +260,20 @@ class SnapshotStore:
             raise CommitConflictError(f"snapshot {snapshot_id} is already committed") from None
 
     def read_manifest_bytes(self, snapshot_id: str) -> bytes:
-        """The manifest's bytes; ``NotFoundInStore`` when it is not committed (or was removed).
+        """The manifest's bytes; ``NotFoundInStore`` when it is not committed (or was removed),
+        ``ManifestError`` when it holds more than ``MAX_MANIFEST_BYTES`` (read no further).
         Parse and check them with ``manifests.read_manifest``, never by hand."""
         path = self.manifest_path(snapshot_id)
         try:
             with self._errors("read manifest"):
-                return self.backend.read(path)
+                data = self.backend.read(path, MAX_MANIFEST_BYTES + 1)
         except NotFoundInStore:
             raise NotFoundInStore(f"snapshot {snapshot_id} is not in {self}") from None
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"manifest {path} is larger than {MAX_MANIFEST_BYTES} bytes: not "
+                                f"one this product wrote; remove it with `jupyter gkeresume rm "
+                                f"{snapshot_id}`")
+        return data
 
     def list_snapshot_ids(self) -> list[str]:
         """Ids of committed manifests, oldest first (ids sort by creation time)."""

@@ -7,8 +7,8 @@ algorithm its name says) and checks that every storage and the graph records poi
 blobs. It never unpickles: verifying an untrusted snapshot is safe. Every problem found is
 listed (not just the first); ``VerifyReport.ok`` is the verdict.
 
-``trust=True`` is the user's explicit trust in this one snapshot: a signature problem is then
-reported in ``VerifyReport.signature`` but is not a failure. Digests are checked regardless.
+A snapshot signed with an earlier key of this workspace is verified with that key
+(``signing.key_of_workspace``); no signature problem is ever waived.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ VerifyProgress = Callable[[int, int], None]
 
 @dataclass
 class VerifyReport:
-    """``signature`` is ``valid``, ``trusted explicitly (...)`` or what is wrong with it."""
+    """``signature`` is ``valid`` or what is wrong with it."""
 
     snapshot_id: str
     signature: str = "not checked"
@@ -54,7 +54,6 @@ def verify_snapshot(
     snapshot_id: str,
     key: SigningKey,
     *,
-    trust: bool = False,
     progress: VerifyProgress | None = None,
 ) -> VerifyReport:
     """Check everything about ``snapshot_id`` (see the module docstring); never raises for a
@@ -72,12 +71,10 @@ def verify_snapshot(
     report.problems.extend(stored.identity)
     if stored.signature is None:
         report.signature = "valid"
-    elif trust:
-        report.signature = f"trusted explicitly ({stored.signature})"
     else:
         report.signature = stored.signature
-        report.problems.append(f"{stored.signature}: refused (trust this one snapshot explicitly "
-                               "to use it)")
+        report.problems.append(f"{stored.signature}: refused (if an earlier key of this "
+                               "workspace signed it, verify with that key: --key-file OLD)")
     layouts = _check_blobs(store, manifest, report, progress)
     _check_references(manifest, layouts, report)
     return report
