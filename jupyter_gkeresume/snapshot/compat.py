@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
+from ..printable import printable
 from .format import DIGESTS_BY_VERSION, Manifest
 
 LEVELS = ("exact", "portable", "partial", "incompatible")
@@ -100,7 +101,7 @@ def _show(value: Any) -> str:
         text = value if isinstance(value, str) else reprlib.repr(value)
     except (ValueError, RecursionError):  # an integer too long to print
         text = f"<a {type(value).__name__} too long to show>"
-    shown = repr(text[:SHOWN_CHARS])[1:-1]
+    shown = printable(text[:SHOWN_CHARS])
     return shown + ("..." if len(text) > SHOWN_CHARS else "")
 
 
