@@ -19,7 +19,7 @@ from jupyter_gkeresume.snapshot.gc import (
     collect_garbage,
     retention_plan,
 )
-from jupyter_gkeresume.snapshot.lease import RestoreLease
+from jupyter_gkeresume.snapshot.lease import MAX_TTL, RestoreLease
 from jupyter_gkeresume.snapshot.retention import RetentionPolicy
 from jupyter_gkeresume.snapshot.verify import verify_snapshot
 
@@ -220,7 +220,7 @@ def test_gc_removes_finished_lease_chains_only(local_store):
         done.release()
     expired = RestoreLease(local_store, "expired", ttl=1, clock=lambda: 1000.0)
     expired.acquire()  # never released: its holder died; expired long ago
-    held = RestoreLease(local_store, "held", ttl=10 * 86400 * 2)
+    held = RestoreLease(local_store, "held", ttl=MAX_TTL)
     held.acquire()
     recent = RestoreLease(local_store, "recent")
     recent.acquire()
