@@ -222,7 +222,7 @@ def cmd_gc(ctx: Context) -> int:
 
 def cmd_rm(ctx: Context) -> int:
     ids = [resolve(ctx.store, ref, ctx.key) for ref in ctx.args.references]
-    paused = PausedRecords(ctx.store).protected_ids() & set(ids)
+    paused = PausedRecords(ctx.store, lambda: ctx.key).protected_ids() & set(ids)
     if paused and not ctx.args.force:
         raise InvalidInputError(
             f"{', '.join(sorted(paused))}: the paused workspace resumes from it; "

@@ -109,9 +109,12 @@ def test_gc_keeps_young_blobs_and_applies_retention(run, three, local_store):
     assert local_store.list_snapshot_ids() == [three[1].snapshot_id, three[2].snapshot_id]
 
 
-def test_rm_refuses_the_paused_snapshot_without_force(run, three, local_store):
-    PausedRecords(local_store).write(PausedRecord.new(
-        local_store.workspace, "user", "none", 0, [PausedKernel(three[1].snapshot_id, "k")]))
+def test_rm_refuses_the_paused_snapshot_without_force(run, three, local_store, signing_key):
+    record = PausedRecord.new(local_store.workspace, "user", "none", 0,
+                              [PausedKernel(three[1].snapshot_id, "k")])
+    local_store.write_record("paused", json.dumps(record.to_dict()).encode())  # planted
+    assert run("rm", "--json", three[0].snapshot_id)[0] == 0  # an unsigned record protects nothing
+    PausedRecords(local_store, lambda: signing_key).write(record)
     code, _, err = run("rm", "base")
     assert code == 2 and "the paused workspace resumes from it" in err
     assert three[1].snapshot_id in local_store.list_snapshot_ids()
