@@ -89,12 +89,18 @@ def test_corrupt_records_are_one_error_naming_the_field(tmp_path, data, fragment
     (lambda: sign_record({**record(), "workspace": "other\x1b]0;pwned\x07"}, KEY),
      r"belongs to workspace 'other\\x1b\]0;pwned\\x07'"),
 ])
+@pytest.mark.parametrize("where", ["local", "gs"])
 def test_an_unsigned_tampered_or_foreign_record_is_refused_and_protects_nothing(
-        tmp_path, plant, fragment):
+        request, tmp_path, plant, fragment, where):
     """A record planted by anyone who can write the prefix (another workspace's record, or
     one naming an old snapshot of another notebook) is refused before any of its fields are
-    used, and makes no snapshot undeletable; its text reaches the message escaped."""
-    store = SnapshotStore(str(tmp_path), "ws")
+    used, and makes no snapshot undeletable; its text reaches the message escaped. On a local
+    store and on fake-gcs-server (where the finding was reproduced across two users)."""
+    if where == "gs":
+        bucket = request.getfixturevalue("gcs_bucket")
+        store = SnapshotStore(bucket.url, "ws", bucket.storage_options)
+    else:
+        store = SnapshotStore(str(tmp_path), "ws")
     store.write_record("paused", plant())
     with pytest.raises(StoredRecordError, match=fragment) as raised:
         PausedRecords(store, lambda: KEY).read()
