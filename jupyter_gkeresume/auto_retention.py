@@ -17,6 +17,7 @@ from collections.abc import Callable
 from logging import Logger
 from typing import Any
 
+from .printable import printable
 from .snapshot import SigningKey, SnapshotStore
 from .snapshot.gc import apply_retention, collect_garbage, retention_plan
 from .snapshot.retention import RetentionPolicy
@@ -70,7 +71,7 @@ class AutoRetention:
         except Exception as exc:  # never fails the pause: said in the log and in status
             self.report = {"at": time.time(), "deleted": deleted, "bytes_freed": 0,
                            "error": f"{type(exc).__name__}: {exc}"}
-            self.log.warning("gkeresume: automatic retention failed: %s", exc)
+            self.log.warning("gkeresume: automatic retention failed: %s", printable(exc))
 
     def _apply(self) -> list[str]:
         plan = retention_plan(self.store, self.policy, self.key())

@@ -14,7 +14,9 @@ Commands needing the signing key (``list``, ``show``, ``verify``, ``rm`` by name
 kernel does (``GKERESUME_SIGNING_KEY``, ``GKERESUME_SIGNING_KEY_FILE``); ``--key-file OLD``
 verifies with that key instead, an earlier key of this workspace after a key change, and is
 refused unless it signed a snapshot of this workspace here (``signing.key_of_workspace``).
-Nothing here unpickles: inspecting or verifying an untrusted snapshot is safe.
+Nothing here unpickles: inspecting or verifying an untrusted snapshot is safe. Every stored
+string is printed through ``printable`` (no control character reaches the terminal), and of a
+snapshot whose signature does not verify only its id and the reason are shown.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from . import __version__, advisor, doctor
 from .app import GkeResume
 from .errors import GkeResumeError, InvalidInputError, ManifestError, StoreError
 from .paused_record import PausedRecords
+from .printable import printable
 from .snapshot import SnapshotStore, environment_fingerprint, list_snapshots, load_signing_key
 from .snapshot.catalog import resolve
 from .snapshot.compat import check_compatible
@@ -117,10 +120,10 @@ def cmd_list(ctx: Context) -> int:
             print(f"no snapshots in {ctx.store}")
         for r in rows:
             if r.error:
-                print(f"{r.snapshot_id}  REFUSED: {r.error}")
+                print(f"{r.snapshot_id}  REFUSED: {printable(r.error)}")
                 continue
-            print(f"{r.snapshot_id}  {r.name or '-':<16} {human_bytes(r.bytes):>10}  {r.objects:>4} "
-                  f"objects  {r.verdict.level if r.verdict else '?'}"
+            print(f"{r.snapshot_id}  {printable(r.name or '-'):<16} {human_bytes(r.bytes):>10}  "
+                  f"{r.objects:>4} objects  {r.verdict.level if r.verdict else '?'}"
                   + (f"  ({r.skipped} skipped)" if r.skipped else ""))
 
     ctx.emit([r.to_dict() for r in rows], human)
@@ -132,39 +135,41 @@ def cmd_show(ctx: Context) -> int:
     stored = read_manifest(ctx.store, snapshot_id, ctx.key)
     if stored.manifest is None:
         raise ManifestError(stored.unreadable)
+    if stored.refused:  # nothing of a manifest that did not verify is shown or looked up
+        ctx.emit({"id": snapshot_id, "signature": stored.refused, "manifest": None,
+                  "verdict": None},
+                 lambda: print(f"snapshot   {snapshot_id}\nsignature  REFUSED: "
+                               f"{printable(stored.refused)}\ncontents   not shown: the "
+                               "signature did not verify"))
+        return 1
     manifest = stored.manifest
-    signature = stored.refused or "valid"
-    # Nothing named by a manifest that did not verify is looked up (module names, versions).
-    verdict = None if stored.refused else check_compatible(manifest, environment_fingerprint())
-    data = {"manifest": manifest.to_dict(), "signature": signature,
-            "verdict": verdict.to_dict() if verdict else None}
+    verdict = check_compatible(manifest, environment_fingerprint())
+    data = {"manifest": manifest.to_dict(), "signature": "valid", "verdict": verdict.to_dict()}
 
     def human() -> None:
-        print(f"snapshot   {manifest.snapshot_id}" + (f" ({manifest.name})" if manifest.name else ""))
-        print(f"created    {manifest.created}")
-        print(f"notebook   {manifest.notebook or '-'}")
+        p = printable  # signed text may still hold control characters
+        print(f"snapshot   {manifest.snapshot_id}" + (f" ({p(manifest.name)})" if manifest.name else ""))
+        print(f"created    {p(manifest.created)}")
+        print(f"notebook   {p(manifest.notebook or '-')}")
         print(f"size       {human_bytes(manifest.total_bytes)} in {len(manifest.blobs)} blobs")
-        print(f"signature  {signature}")
-        if verdict is None:
-            print("verdict    not checked: the signature did not verify")
-        else:
-            print(f"verdict    {verdict.level}")
-            for reason in verdict.reasons:
-                print(f"           - {reason}")
+        print("signature  valid")
+        print(f"verdict    {verdict.level}")
+        for reason in verdict.reasons:
+            print(f"           - {p(reason)}")
         fp = manifest.fingerprint
         gpus = [g.get("name") for g in (fp.get("cuda") or {}).get("gpus", [])
                 if isinstance(g, dict)]
-        print(f"made with  Python {fp.get('python', '?')}, "
-              f"torch {(fp.get('packages') or {}).get('torch', '-')}, "
-              f"GPUs {', '.join(map(str, gpus)) or 'none'}")
+        print(f"made with  Python {p(fp.get('python', '?'))}, "
+              f"torch {p((fp.get('packages') or {}).get('torch', '-'))}, "
+              f"GPUs {p(', '.join(map(str, gpus)) or 'none')}")
         print("objects:")
         for o in manifest.objects:
-            where = f" on {o.device}" if o.device else ""
-            why = f"  ({o.reason})" if o.reason else ""
-            risk = f"  AT RISK: {verdict.objects_at_risk[o.name]}" if (
-                verdict and o.name in verdict.objects_at_risk) else ""
-            print(f"  {o.name:<20} {o.type:<28} {o.status:<8} {human_bytes(o.bytes):>10}{where}{why}"
-                  f"{risk}")
+            where = f" on {p(o.device)}" if o.device else ""
+            why = f"  ({p(o.reason)})" if o.reason else ""
+            risk = f"  AT RISK: {p(verdict.objects_at_risk[o.name])}" if (
+                o.name in verdict.objects_at_risk) else ""
+            print(f"  {p(o.name):<20} {p(o.type):<28} {p(o.status):<8} {human_bytes(o.bytes):>10}"
+                  f"{where}{why}{risk}")
 
     ctx.emit(data, human)
     return 0
@@ -189,9 +194,9 @@ def cmd_verify(ctx: Context) -> int:
         for r in reports:
             state = "OK" if r.ok else "FAILED"
             print(f"{r.snapshot_id}  {state}  {r.blobs_checked} blobs, {human_bytes(r.bytes_checked)}, "
-                  f"signature: {r.signature}")
+                  f"signature: {printable(r.signature)}")
             for problem in r.problems:
-                print(f"  - {problem}")
+                print(f"  - {printable(problem)}")
 
     ctx.emit([r.to_dict() for r in reports], human)
     return 0 if all(r.ok for r in reports) else 1
@@ -228,7 +233,7 @@ def cmd_gc(ctx: Context) -> int:
 
 def cmd_rm(ctx: Context) -> int:
     ids = [resolve(ctx.store, ref, ctx.key) for ref in ctx.args.references]
-    paused = PausedRecords(ctx.store).protected_ids() & set(ids)
+    paused = PausedRecords(ctx.store, lambda: ctx.key).protected_ids() & set(ids)
     if paused and not ctx.args.force:
         raise InvalidInputError(
             f"{', '.join(sorted(paused))}: the paused workspace resumes from it; "
@@ -619,10 +624,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version (0); bad options (traitlets exits 1)
         return 0 if not exc.code else 2
     except InvalidInputError as exc:
-        print(f"jupyter gkeresume: error: {exc}", file=sys.stderr)
+        print(f"jupyter gkeresume: error: {printable(exc)}", file=sys.stderr)
         return 2
     except GkeResumeError as exc:
-        print(f"jupyter gkeresume: error: {exc}", file=sys.stderr)
+        print(f"jupyter gkeresume: error: {printable(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

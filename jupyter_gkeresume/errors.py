@@ -6,6 +6,8 @@ subclasses onto HTTP statuses, the magics print their message without a tracebac
 
 from __future__ import annotations
 
+from .printable import printable
+
 
 class GkeResumeError(Exception):
     """Root of every error this package raises on purpose."""
@@ -84,7 +86,7 @@ class LeaseHeldError(GkeResumeError):
     def __init__(self, holder: str, expires_at: float):
         self.holder = holder
         self.expires_at = expires_at
-        super().__init__(f"a restore is already running (held by {holder})")
+        super().__init__(f"a restore is already running (held by '{printable(holder)}')")
 
 
 class ReleaseError(GkeResumeError):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from tornado.ioloop import PeriodicCallback
 
 from .advisor import Event, read_events, record_events
+from .printable import printable
 from .snapshot.store import SnapshotStore
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ class EventLog:
                 try:
                     events = await asyncio.to_thread(read_events, self.store)
                 except Exception as exc:  # an estimate is a nicety: never an error
-                    self.log.warning("gkeresume: could not read the events record: %s", exc)
+                    self.log.warning("gkeresume: could not read the events record: %s",
+                                     printable(exc))
                     self._retry_at = time.monotonic() + ESTIMATE_RETRY_SECONDS  # status polls
                     return None
                 self._durations = {}

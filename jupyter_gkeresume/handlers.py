@@ -2,7 +2,9 @@
 
 Every verb is ``@web.authenticated`` (403 without a user: these are API handlers) and
 ``@authorized`` on the resource ``gkeresume``; pause, resume and cancel also need
-``OPERATION_PERMISSIONS`` (they run code in kernels, stop and start kernels and sessions).
+``OPERATION_PERMISSIONS`` (they run code in kernels, stop and start kernels and sessions), and so
+do ``PUT settings`` (it can turn off the shutdown checkpoint) and ``DELETE snapshots/ID`` (it
+destroys saved state): a user read-only on kernels and sessions can do neither.
 Bodies are streamed to the handler (``stream_request_body``), so a body larger than
 ``MAX_BODY_BYTES`` is refused when its headers arrive (413 by its Content-Length; one sent in
 chunks is cut off at that size by tornado), never buffered first. They are parsed strictly by
@@ -79,13 +81,14 @@ class GkeResumeHandler(APIHandler):
         return self.settings["gkeresume_orchestrator"]
 
     async def _require_operation_permissions(self) -> None:
-        """403 unless the user may also run code in, start and stop kernels and sessions."""
+        """403 unless the user may also run code in, start and stop kernels and sessions
+        (pause, resume, cancel, changing settings, deleting a snapshot)."""
         for action, resource in OPERATION_PERMISSIONS:
             allowed = await ensure_async(
                 self.authorizer.is_authorized(self, self.current_user, action, resource))
             if not allowed:
-                raise web.HTTPError(403, f"pause and resume need permission to {action} "
-                                    f"{resource}")
+                raise web.HTTPError(403, f"pause, resume, settings and deleting snapshots "
+                                    f"need permission to {action} {resource}")
 
     async def _run(self, call: Callable[[], Awaitable[Any]]) -> Any:
         await self.orchestrator.ensure_started()
@@ -199,6 +202,7 @@ class SnapshotHandler(GkeResumeHandler):
     @web.authenticated
     @authorized
     async def delete(self, snapshot_id: str) -> None:
+        await self._require_operation_permissions()
         await self._run(lambda: self.orchestrator.delete_snapshot(snapshot_id))
         self.set_status(204)
         self.finish()
@@ -224,6 +228,7 @@ class SettingsHandler(GkeResumeHandler):
     @web.authenticated
     @authorized
     async def put(self) -> None:
+        await self._require_operation_permissions()
         body = self._body({"checkpoint_on_shutdown": bool})
         self.finish(json.dumps(await self._run(lambda: self.orchestrator.update_settings(body))))
 

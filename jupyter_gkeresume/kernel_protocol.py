@@ -48,13 +48,16 @@ class CheckpointRequest:
 
 @dataclass(frozen=True)
 class ResumeRequest:
-    """Restore ``reference`` (``only`` those names, when given) into the kernel."""
+    """Restore ``reference`` (``only`` those names, when given) into the kernel of
+    ``notebook`` (the kernel refuses a snapshot taken in another notebook; None: the kernel's
+    own session notebook decides)."""
 
     action: ClassVar[str] = "resume"
     store: str | None
     workspace: str | None
     reference: str = "latest"
     only: list[str] | None = None
+    notebook: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

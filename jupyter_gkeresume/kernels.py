@@ -145,7 +145,7 @@ class KernelGateway:
     async def restore(self, kid: str, *, reference: str, only: list[str] | None,
                       notebook: str | None, timeout: float,
                       on_progress: Progress) -> RestoreReply:
-        request = ResumeRequest(self.store_url, self.workspace, reference, only)
+        request = ResumeRequest(self.store_url, self.workspace, reference, only, notebook)
         return RestoreReply.from_result(
             await self._call(kid, notebook, request, timeout, on_progress))
 

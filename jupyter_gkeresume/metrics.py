@@ -13,6 +13,8 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from .printable import printable
+
 BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
 
 PAUSE_SECONDS = Histogram(
@@ -51,4 +53,4 @@ def record_failure(log: logging.Logger | logging.LoggerAdapter, operation: str, 
     FAILURES.labels(operation, type(exc).__name__).inc()
     OPERATIONS.labels(operation, "failed").inc()
     log_event(log, operation, outcome="failed", error=type(exc).__name__, message=message)
-    log.error("gkeresume: %s", message)
+    log.error("gkeresume: %s", printable(message))

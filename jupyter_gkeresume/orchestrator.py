@@ -36,11 +36,13 @@ from .errors import (
     InvalidInputError,
     KernelNotFoundError,
     SnapshotNotFoundError,
+    StoredRecordError,
 )
 from .events import EventLog
 from .kernels import KernelGateway
 from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier
 from .paused_record import PausedRecords
+from .printable import printable
 from .read_ahead import read_ahead
 from .release import ReleaseBackend
 from .resume import MODES, ResumeOperation, item_for_snapshot, items_from_record
@@ -79,7 +81,7 @@ class Orchestrator:
                                                 store_url=settings.store_url,
                                                 workspace=self.store.workspace,
                                                 on_cell=self.state.cell_started)
-        self.records = PausedRecords(self.store)
+        self.records = PausedRecords(self.store, lambda: self.key)
         self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key,
                                                      mode=settings.verify)
         self.events = EventLog(self.store, log)
@@ -93,7 +95,7 @@ class Orchestrator:
         self._started: asyncio.Future | None = None
         self._last_snapshot: dict[str, Any] | None = None
         self._last_snapshot_stale = True
-        self.settings_records = SettingsRecords(self.store)
+        self.settings_records = SettingsRecords(self.store, lambda: self.key)
         self._server_settings: ServerSettings | None = None
 
     @property
@@ -118,7 +120,12 @@ class Orchestrator:
     async def _startup(self) -> None:
         try:
             record = await asyncio.to_thread(self.records.read)
-        except GkeResumeError as exc:  # never taken for "not paused": a pause would overwrite it
+        except StoredRecordError as exc:  # planted or corrupt: it names nothing to restore
+            record = None
+            self.log.warning("gkeresume: the paused record is ignored: %s (a pause writes a new "
+                             "one; DELETE /gkeresume/api/paused removes it)", printable(exc))
+            self.state.set_record_ignored(printable(exc))
+        except GkeResumeError as exc:  # unreachable: never "not paused", a pause would overwrite it
             message = (f"the paused record cannot be read ({exc}); nothing that could change it "
                        "runs until it can (retried on every request; a corrupt record must be "
                        "fixed or removed in the store)")
@@ -132,13 +139,14 @@ class Orchestrator:
         try:  # read now: the shutdown checkpoint must not spend its grace reading the store
             await self._current_settings()
         except GkeResumeError as exc:
-            self.log.warning("gkeresume: settings unreadable (%s): the defaults apply", exc)
+            self.log.warning("gkeresume: settings unreadable (%s): the defaults apply",
+                             printable(exc))
         if record is None:
             return
         self.state.set_paused(record)
         # while the record was unreadable nothing could start, so the workspace is running
         self.state.move(State.PAUSED, f"paused {record.paused_at} ({record.reason})")
-        self.log.info("gkeresume: found a paused record from %s", record.paused_at)
+        self.log.info("gkeresume: found a paused record from %s", printable(record.paused_at))
         if self.settings.auto_resume:
             await self.start_resume(None, "full", None, None)
 
@@ -343,10 +351,11 @@ class Orchestrator:
         metrics.log_event(self.log, "delete", snapshot_id=snapshot_id)
 
     async def discard_paused(self) -> None:
-        """Forget the paused record (the snapshots stay); the workspace becomes ``running``."""
+        """Forget the paused record (the snapshots stay); the workspace becomes ``running``. An
+        ignored record (corrupt, unsigned, foreign) is removed from the store the same way."""
         async with self._lock:
             self._refuse_if_busy()
-            if self.state.paused is None:
+            if self.state.paused is None and self.state.record_ignored is None:
                 raise ConflictError("nothing is paused here")
             await asyncio.to_thread(self.records.delete)
             self.state.set_paused(None)
@@ -368,9 +377,18 @@ class Orchestrator:
         return updated.to_dict()
 
     async def _current_settings(self) -> ServerSettings:
+        """The stored settings, read once; a stored record that is not valid (corrupt, unsigned,
+        another key or workspace) is logged and the defaults apply until a ``PUT`` replaces it.
+        An unreachable store raises (the next call reads again)."""
         if self._server_settings is None:
             defaults = ServerSettings(checkpoint_on_shutdown=self.settings.checkpoint_on_shutdown)
-            self._server_settings = await asyncio.to_thread(self.settings_records.read, defaults)
+            try:
+                self._server_settings = await asyncio.to_thread(self.settings_records.read,
+                                                                defaults)
+            except StoredRecordError as exc:
+                self.log.warning("gkeresume: the settings record is ignored, the defaults apply: "
+                                 "%s", printable(exc))
+                self._server_settings = defaults
         return self._server_settings
 
     # -- shutdown ---------------------------------------------------------------------------

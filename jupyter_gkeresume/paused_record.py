@@ -1,28 +1,34 @@
 """The paused record: the store's note that this workspace is paused, and in which snapshots.
 
-``PausedRecord`` is the format (one ``PausedKernel`` per kernel, ``from_json``/``to_json``);
-``PausedRecords(store)`` is the one way to read, write and delete it (the orchestrator, the pause
-and resume operations, retention/gc and ``jupyter gkeresume rm`` all go through it). The pause
-writes it before the release; the server reads it at start; a resume from it deletes it once
+``PausedRecord`` is the format (one ``PausedKernel`` per kernel, ``from_dict``/``to_dict``);
+``PausedRecords(store, key)`` is the one way to read, write and delete it (the orchestrator, the
+pause and resume operations, retention/gc and ``jupyter gkeresume rm`` all go through it). The
+pause writes it before the release; the server reads it at start; a resume from it deletes it once
 every kernel is ``ready``.
 
-Invariants: a record is read strictly (``RECORD_VERSION``, every snapshot id valid, ``saved`` a
-list of names, every notebook path safe); anything else is a ``StoredRecordError`` naming the
-field. A notebook path from the record reaches the sessions API only through
+Invariants: the stored record is signed with the workspace key over its canonical JSON, which
+includes the workspace id (``signing.sign_record``); ``PausedRecords.read`` verifies it before
+anything else, so an unsigned, tampered or foreign record (another key, another workspace) never
+names a snapshot to restore. A record is read strictly (``RECORD_VERSION``, every snapshot id
+valid, ``saved`` a list of names, every notebook path safe); anything else is a
+``StoredRecordError`` naming the field or the signature problem, and its readers treat such a
+record as absent (``protected_ids`` protects nothing by it; the server logs it and lets a pause
+write a new one). A notebook path from the record reaches the sessions API only through
 ``safe_notebook_path``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
 from .errors import GkeResumeError, StoredRecordError
 from .snapshot.format import validate_snapshot_id
+from .snapshot.signing import SigningKey, open_record, sign_record
 from .snapshot.store import SnapshotStore
 
 RECORD_VERSION = 1
@@ -100,11 +106,8 @@ class PausedRecord:
                    not_saved=list(not_saved or []))
 
     @classmethod
-    def from_json(cls, raw: bytes) -> PausedRecord:
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise StoredRecordError(f"paused record is not JSON: {exc}") from None
+    def from_dict(cls, data: Any) -> PausedRecord:
+        """The record from its stored fields (signature already checked), strictly."""
         if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
             raise StoredRecordError("paused record has an unknown version")
         for name, kind in (("workspace", str), ("paused_at", str), ("release_backend", str),
@@ -114,15 +117,12 @@ class PausedRecord:
         not_saved = data.get("not_saved", [])
         if not (isinstance(not_saved, list) and all(isinstance(n, dict) for n in not_saved)):
             raise StoredRecordError("paused record: 'not_saved' is not a list of objects")
-        return cls(data["workspace"], data["paused_at"], data["reason"], data["release_backend"],
+        return cls(data["workspace"], data["paused_at"], data.get("reason"), data["release_backend"],
                    data["gpus"], [PausedKernel.from_dict(k) for k in data["kernels"]],
                    not_saved=not_saved)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kernels": [k.to_dict() for k in self.kernels]}
-
-    def to_json(self) -> bytes:
-        return json.dumps(self.to_dict()).encode()
 
     def snapshot_ids(self) -> frozenset[str]:
         return frozenset(k.snapshot_id for k in self.kernels)
@@ -145,26 +145,34 @@ class PausedRecord:
 
 
 class PausedRecords:
-    """The paused record of one store: ``read`` (``None`` when there is none), ``write``,
-    ``delete``. A corrupt record raises ``StoredRecordError``; an unreachable store raises the
-    store's ``StoreError``."""
+    """The paused record of one store, signed with ``key()`` (called on first use): ``read``
+    (``None`` when there is none), ``write``, ``delete``. A corrupt, unsigned, tampered or foreign
+    record raises ``StoredRecordError``; an unreachable store raises the store's ``StoreError``."""
 
-    def __init__(self, store: SnapshotStore):
+    def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey]):
         self.store = store
+        self.key = key
 
     def read(self) -> PausedRecord | None:
         raw = self.store.read_record(RECORD_NAME)
-        return None if raw is None else PausedRecord.from_json(raw)
+        if raw is None:
+            return None
+        return PausedRecord.from_dict(
+            open_record(raw, self.key(), self.store.workspace, "paused record"))
 
     def write(self, record: PausedRecord) -> None:
-        self.store.write_record(RECORD_NAME, record.to_json())
+        self.store.write_record(RECORD_NAME, sign_record(record.to_dict(), self.key()))
 
     def delete(self) -> None:
         self.store.delete_record(RECORD_NAME)
 
     def protected_ids(self) -> frozenset[str]:
-        """The snapshot ids a paused workspace needs (empty when nothing is paused)."""
-        record = self.read()
+        """The snapshot ids a paused workspace needs (empty when nothing is paused, and when the
+        stored record is not valid: a planted record must not make snapshots undeletable)."""
+        try:
+            record = self.read()
+        except StoredRecordError:
+            return frozenset()
         return record.snapshot_ids() if record else frozenset()
 
 

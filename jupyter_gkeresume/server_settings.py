@@ -3,18 +3,22 @@
 The lab sets them (``PUT /gkeresume/api/settings``, e.g. "Do not checkpoint on shutdown" in
 the first resume dialog); they live in the store so that a restarted server, with no lab open,
 honours them. A setting never stored takes its ``c.GkeResume`` trait as default.
-``SettingsRecords`` owns the format: ``read`` (``None`` when there is none; ``StoredRecordError``
-when it is corrupt), ``write``. ``parse_changes`` checks what a client sends.
+``SettingsRecords`` owns the format: ``read`` (the defaults when there is none; a
+``StoredRecordError`` when it is corrupt, unsigned, tampered or another workspace's: the caller
+logs it and keeps the defaults), ``write`` (signed with the workspace key over the settings and
+the workspace id, ``signing.sign_record``: a planted record cannot turn the shutdown checkpoint
+off). ``parse_changes`` checks what a client sends.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .errors import InvalidInputError, StoredRecordError
-from .snapshot import SnapshotStore
+from .snapshot import SigningKey, SnapshotStore
+from .snapshot.signing import open_record, sign_record
 
 SETTINGS_RECORD = "settings"
 FIELDS: dict[str, type] = {"checkpoint_on_shutdown": bool}
@@ -45,23 +49,23 @@ def parse_changes(body: Any) -> dict[str, Any]:
 
 
 class SettingsRecords:
-    """The stored settings of one store."""
+    """The stored settings of one store, signed with ``key()`` (called on first use)."""
 
-    def __init__(self, store: SnapshotStore):
+    def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey]):
         self.store = store
+        self.key = key
 
     def read(self, defaults: ServerSettings) -> ServerSettings:
         raw = self.store.read_record(SETTINGS_RECORD)
         if raw is None:
             return defaults
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise StoredRecordError(f"settings record is not JSON: {exc}") from None
+        data = open_record(raw, self.key(), self.store.workspace, "settings record")
+        del data["workspace"]
         try:
             return defaults.with_changes(parse_changes(data))
         except InvalidInputError as exc:
             raise StoredRecordError(f"settings record: {exc}") from None
 
     def write(self, settings: ServerSettings) -> None:
-        self.store.write_record(SETTINGS_RECORD, json.dumps(settings.to_dict()).encode())
+        data = {"workspace": self.store.workspace, **settings.to_dict()}
+        self.store.write_record(SETTINGS_RECORD, sign_record(data, self.key()))

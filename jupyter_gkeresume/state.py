@@ -95,6 +95,7 @@ class WorkspaceState:
         self._last_error: dict[str, Any] | None = None
         self._own_activity_until = 0.0
         self._record_error: str | None = None
+        self._record_ignored: str | None = None
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -119,6 +120,12 @@ class WorkspaceState:
         return self._record_error
 
     @property
+    def record_ignored(self) -> str | None:
+        """Why the stored paused record was ignored (corrupt, unsigned, another key or
+        workspace), until a pause writes a new one or it is discarded."""
+        return self._record_ignored
+
+    @property
     def own_activity_until(self) -> float:
         return self._own_activity_until
 
@@ -134,7 +141,8 @@ class WorkspaceState:
         return {**self._workspace.to_dict(),
                 "operation": self._operation.to_dict() if self._operation else None,
                 "paused": self._paused.to_dict() if self._paused else None,
-                "paused_record_error": self._record_error, "last_error": self._last_error}
+                "paused_record_error": self._record_error,
+                "paused_record_ignored": self._record_ignored, "last_error": self._last_error}
 
     # -- operations -------------------------------------------------------------------------
     def begin(self, op: Operation, workspace_to: State, kernels_to: State | None = None,
@@ -206,7 +214,12 @@ class WorkspaceState:
 
     # -- paused record, errors ---------------------------------------------------------------
     def set_paused(self, record: PausedRecord | None) -> None:
+        """The record now stored (written or deleted): an ignored one is gone."""
         self._paused = record
+        self._record_ignored = None
+
+    def set_record_ignored(self, message: str) -> None:
+        self._record_ignored = message
 
     def set_record_error(self, message: str | None) -> None:
         self._record_error = message

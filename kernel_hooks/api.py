@@ -98,9 +98,12 @@ def resume(
 ) -> ResumeResult:
     """Restore a snapshot into the namespace; report what came back.
 
-    ``reference``: an id or a name (of any notebook), or None / ``latest``: the newest snapshot
-    of this notebook (``notebook``, else this kernel's: ``notebooks.this_notebook``), of the
-    whole workspace with ``any_notebook`` or outside a notebook. Only signed snapshots count.
+    ``reference``: an id or a name, or None / ``latest``: the newest snapshot of this notebook
+    (``notebook``, else this kernel's: ``notebooks.this_notebook``), of the whole workspace with
+    ``any_notebook`` or outside a notebook. Only signed snapshots count. A snapshot taken in
+    another notebook than this one is refused (``OtherNotebookError``) unless ``any_notebook``
+    asks for it explicitly: a record or reference that names it cannot put one notebook's state
+    into another.
     ``key_file``: verify the snapshot with the key in that file, an earlier key of this
     workspace (after the key changed), refused unless it is one (``key_of_workspace``); it
     needs an explicit id. ``continuing_cell`` is for callers running inside a counted cell (the magics).
@@ -113,11 +116,12 @@ def resume(
     snapshots = open_store(store, workspace)
     key = (key_of_workspace(key_file, snapshots.workspace) if key_file
            else load_signing_key(workspace=snapshots.workspace))
+    into = None if any_notebook else this_notebook(notebook)
     if reference is None or reference.strip() == "latest":
-        reference = newest_snapshot(snapshots, key, None if any_notebook else this_notebook(notebook))
+        reference = newest_snapshot(snapshots, key, into)
     return take_resume(namespace, snapshots, key, reference=reference, only=only,
                        progress=progress, continuing_cell=continuing_cell, shell=shell,
-                       lease_wait=lease_wait)
+                       lease_wait=lease_wait, into_notebook=into)
 
 
 def replay(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from jupyter_gkeresume.errors import GkeResumeError, SnapshotNotFoundError
+from jupyter_gkeresume.printable import printable
 
 
 class CudaError(GkeResumeError):
@@ -29,3 +30,14 @@ class NoNotebookSnapshotError(SnapshotNotFoundError):
             message += (f"; the newest of another notebook is {snapshot_id} ({other}): "
                         "`%resume latest --any` restores it")
         GkeResumeError.__init__(self, message)
+
+
+class OtherNotebookError(GkeResumeError):
+    """The snapshot asked for was taken in another notebook than the one it would restore into
+    (its manifest's signed ``notebook``); ``--any`` (``any_notebook``) asks for it explicitly."""
+
+    def __init__(self, snapshot_id: str, taken_in: str, into: str):
+        self.snapshot_id, self.taken_in, self.into = snapshot_id, taken_in, into
+        super().__init__(f"snapshot {snapshot_id} was taken in {printable(taken_in)}, not in "
+                         f"{printable(into)}: `%resume {snapshot_id} --any` restores it here "
+                         "anyway")

@@ -19,6 +19,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, real_name
 
 from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError, SnapshotNotFoundError
+from jupyter_gkeresume.printable import printable
 from jupyter_gkeresume.snapshot.cost import format_cost, workspace_cost
 from jupyter_gkeresume.units import human_bytes
 
@@ -37,7 +38,7 @@ class MagicFailed(GkeResumeError):
         self.cause = cause
 
     def _render_traceback_(self) -> list[str]:
-        return [f"{type(self.cause).__name__}: {self.cause}"]
+        return [f"{type(self.cause).__name__}: {printable(self.cause)}"]
 
 
 def _parse(magic: Callable, line: str) -> argparse.Namespace | None:
@@ -56,32 +57,36 @@ def _parse(magic: Callable, line: str) -> argparse.Namespace | None:
 
 
 def format_checkpoint(r: CheckpointResult) -> str:
+    """The report of a checkpoint, one line per fact; stored text escaped (``printable``)."""
+    p = printable
     lines = [
-        f"checkpoint {r.snapshot_id}" + (f" ({r.name})" if r.name else "")
+        f"checkpoint {r.snapshot_id}" + (f" ({p(r.name)})" if r.name else "")
         + f": {len(r.saved)} objects, {human_bytes(r.bytes_total)} "
         f"({human_bytes(r.bytes_new)} new, {human_bytes(r.bytes_reused)} reused) in {r.seconds:.2f} s",
     ]
     for s in r.skipped:
-        lines.append(f"  not saved: {s.name} [{s.type}]: {s.reason}")
-    lines += [f"  warning: {w}" for w in r.warnings]
+        lines.append(f"  not saved: {p(s.name)} [{p(s.type)}]: {p(s.reason)}")
+    lines += [f"  warning: {p(w)}" for w in r.warnings]
     return "\n".join(lines)
 
 
 def format_resume(r: ResumeResult) -> str:
-    lines = [f"resumed {r.snapshot_id} ({r.verdict.get('level', '?')}): "
+    """The report of a resume; names and reasons from the snapshot escaped (``printable``)."""
+    p = printable
+    lines = [f"resumed {r.snapshot_id} ({p(r.verdict.get('level', '?'))}): "
              f"{len(r.restored)} objects back in {r.seconds:.2f} s"]
     if r.restored:
-        lines.append("  restored: " + ", ".join(r.restored))
+        lines.append("  restored: " + p(", ".join(r.restored)))
     if r.state:
-        lines.append("  state restored: " + ", ".join(r.state))
+        lines.append("  state restored: " + p(", ".join(r.state)))
     for s in r.not_restored:
-        lines.append(f"  not restored: {s.name} [{s.type}]: {s.reason}")
+        lines.append(f"  not restored: {p(s.name)} [{p(s.type)}]: {p(s.reason)}")
     for line in r.packages:
-        lines.append(f"  package: {line}")
+        lines.append(f"  package: {p(line)}")
     for w in r.warnings:
-        lines.append(f"  warning: {w}")
+        lines.append(f"  warning: {p(w)}")
     for reason in r.verdict.get("reasons", []):
-        lines.append(f"  note: {reason}")
+        lines.append(f"  note: {p(reason)}")
     return "\n".join(lines)
 
 
@@ -106,7 +111,7 @@ class ResumeMagics(Magics):
         except UsageError:
             raise
         except (InvalidInputError, SnapshotNotFoundError) as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(printable(exc)) from None
         except GkeResumeError as exc:
             raise MagicFailed(exc) from None
 
@@ -143,12 +148,13 @@ class ResumeMagics(Magics):
               f"{'objects':>7} {'$/month':>8}  here")
         for r in rows:
             if r.error:
-                print(f"  {r.snapshot_id:<24} unreadable: {r.error}")
+                print(f"  {r.snapshot_id:<24} unreadable: {printable(r.error)}")
                 continue
             notebook = notebook_path(r.notebook)
             mark = "*" if here is not None and notebook == here else " "
-            print(f"{mark} {r.snapshot_id:<24} {(r.name or '-'):<16} {_age(r.created):<12} "
-                  f"{shorten(notebook or '-', 24):<24} {human_bytes(r.bytes):>9} {r.objects:>7} "
+            print(f"{mark} {r.snapshot_id:<24} {printable(r.name or '-'):<16} "
+                  f"{printable(_age(r.created)):<12} {printable(shorten(notebook or '-', 24)):<24} "
+                  f"{human_bytes(r.bytes):>9} {r.objects:>7} "
                   f"{format_cost(r.monthly_cost_usd).removesuffix('/month'):>8}  "
                   f"{r.verdict.level if r.verdict else '?'}")
             if r.packages:
@@ -164,7 +170,8 @@ class ResumeMagics(Magics):
     @argument("reference", nargs="?", default=None, metavar="ID|NAME|latest",
               help="the snapshot to restore; default: the newest of this notebook")
     @argument("--any", action="store_true", dest="any_notebook",
-              help="latest means the newest of the whole workspace, of any notebook")
+              help="a snapshot of any notebook: latest means the newest of the whole "
+                   "workspace, and an id or name of another notebook's snapshot restores here")
     @argument("--only", metavar="a,b", help="restore only these variables")
     @argument("--key-file", metavar="OLD", dest="key_file",
               help="verify this one snapshot (an explicit id) with an earlier key of this "

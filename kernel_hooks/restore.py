@@ -37,8 +37,10 @@ from jupyter_gkeresume.snapshot.lease import RestoreLease
 from . import interpreter_state, rebuild, session_state
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation, get_engine
+from .errors import OtherNotebookError
 from .graph import read_graph
 from .loader import StorageLoader
+from .notebooks import notebook_path
 from .packages import install_packages
 from .placeholders import Uncaptured
 from .progress import PhaseBytes
@@ -101,8 +103,11 @@ def take_resume(
     continuing_cell: bool = False,
     shell: Any = None,
     lease_wait: float | None = None,
+    into_notebook: str | None = None,
 ) -> ResumeResult:
     """Restore a snapshot into ``namespace``; see the module docstring for the order.
+    ``into_notebook``: the notebook of ``namespace``; a snapshot that names another notebook
+    raises ``OtherNotebookError`` (None: any notebook, the caller asked for it explicitly).
 
     One restore of a snapshot runs at a time, across kernels, tabs and pods: the others wait for
     its ``RestoreLease`` up to ``lease_wait`` seconds (``GKERESUME_LEASE_WAIT``, default 600),
@@ -114,15 +119,18 @@ def take_resume(
     with RestoreLease(store, snapshot_id.lower()).hold(wait=lease_wait):
         return _restore(namespace, store, key, snapshot_id, only=only,
                         progress=progress, continuing_cell=continuing_cell, shell=shell,
-                        started=started)
+                        started=started, into_notebook=into_notebook)
 
 
 def _restore(
     namespace: dict[str, Any], store: SnapshotStore, key: SigningKey, snapshot_id: str, *,
     only: list[str] | None, progress: Callable[[Progress], None] | None,
-    continuing_cell: bool, shell: Any, started: float,
+    continuing_cell: bool, shell: Any, started: float, into_notebook: str | None,
 ) -> ResumeResult:
     manifest = load_manifest(store, snapshot_id, key)
+    taken_in = notebook_path(manifest.notebook)
+    if into_notebook is not None and taken_in is not None and taken_in != into_notebook:
+        raise OtherNotebookError(snapshot_id, taken_in, into_notebook)
     verdict = check_compatible(manifest, environment_fingerprint())
     if verdict.level == "incompatible":
         raise GkeResumeError(f"snapshot {snapshot_id} cannot load here: {'; '.join(verdict.reasons)}")

@@ -120,7 +120,7 @@ def run(action: str, request_json: str) -> None:
                                                  reason=request.reason or "user", **common)
             else:
                 result = kernel_hooks.resume(request.reference or "latest", only=request.only,
-                                             **common)
+                                             notebook=request.notebook, **common)
         finally:
             publisher.flush()  # a failed operation's last reports too
         _last = Outcome.success(result.to_dict()).to_dict()

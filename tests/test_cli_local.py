@@ -109,9 +109,12 @@ def test_gc_keeps_young_blobs_and_applies_retention(run, three, local_store):
     assert local_store.list_snapshot_ids() == [three[1].snapshot_id, three[2].snapshot_id]
 
 
-def test_rm_refuses_the_paused_snapshot_without_force(run, three, local_store):
-    PausedRecords(local_store).write(PausedRecord.new(
-        local_store.workspace, "user", "none", 0, [PausedKernel(three[1].snapshot_id, "k")]))
+def test_rm_refuses_the_paused_snapshot_without_force(run, three, local_store, signing_key):
+    record = PausedRecord.new(local_store.workspace, "user", "none", 0,
+                              [PausedKernel(three[1].snapshot_id, "k")])
+    local_store.write_record("paused", json.dumps(record.to_dict()).encode())  # planted
+    assert run("rm", "--json", three[0].snapshot_id)[0] == 0  # an unsigned record protects nothing
+    PausedRecords(local_store, lambda: signing_key).write(record)
     code, _, err = run("rm", "base")
     assert code == 2 and "the paused workspace resumes from it" in err
     assert three[1].snapshot_id in local_store.list_snapshot_ids()
@@ -280,5 +283,26 @@ def test_show_imports_nothing_from_an_unsigned_manifest(run, local_store):
     assert "Beautiful is better than ugly" not in out + err
     assert "this" not in sys.modules and "venv.__main__" not in sys.modules
     signature = next(line for line in out.splitlines() if line.startswith("signature"))
-    assert code == 0 and "unsigned" in signature  # inspected, as refused
-    assert "verdict    not checked: the signature did not verify" in out
+    assert code == 1 and "REFUSED" in signature and "unsigned" in signature
+    assert "contents   not shown: the signature did not verify" in out
+    assert "x0" not in out and "this.x" not in out  # 22.7: only its id and the reason
+
+
+def test_stored_text_reaches_the_terminal_escaped(run, local_store, signing_key):
+    """22.7: a planted manifest with escape sequences in its workspace, key id and notebook
+    cleared the screen, set the window title and printed a fake OK line in list/show/verify;
+    a signed one's notebook is shown escaped too."""
+    evil = "\x1b]0;pwned\x07\x1b[2J\r\nOK fine\u202e"
+    planted = make_snapshot(local_store, None, [b"P" * 10], notebook=evil)
+    data = json.loads(local_store.read_manifest_bytes(planted.snapshot_id))
+    data["workspace"] = evil
+    data["signature"] = {"alg": "HMAC-SHA256", "key_id": evil, "value": "0"}
+    local_store.fs.pipe_file(local_store.manifest_path(planted.snapshot_id),
+                             json.dumps(data).encode())
+    signed = make_snapshot(local_store, signing_key, [b"S" * 10], notebook=evil)
+    for args in (("list",), ("show", planted.snapshot_id), ("show", signed.snapshot_id),
+                 ("verify", "--all")):
+        _, out, err = run(*args)
+        assert not any(c in out + err for c in "\x1b\x07\r\u202e"), (args, out, err)
+    assert "\\x1b]0;pwned\\x07" in run("list")[1]  # shown, as escapes
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +11,7 @@ import pytest
 
 from jupyter_gkeresume.errors import InvalidInputError, LeaseHeldError
 from jupyter_gkeresume.snapshot.gc import collect_garbage
-from jupyter_gkeresume.snapshot.lease import RestoreLease
+from jupyter_gkeresume.snapshot.lease import MAX_TTL, RestoreLease
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 
 
@@ -41,7 +42,7 @@ def test_second_caller_is_told_who_holds_it(store):
         tab2.acquire()
     assert info.value.holder == "alice tab 1"
     assert info.value.expires_at == clock.now + 60
-    assert "held by alice tab 1" in str(info.value)
+    assert "held by 'alice tab 1'" in str(info.value)
     assert tab1.release() is True
     tab2.acquire()
     assert tab2.current().holder == "alice tab 2"
@@ -142,7 +143,7 @@ def test_gc_collects_finished_chains_on_both_stores(store):
     done = RestoreLease(store, "done", ttl=60)
     done.acquire()
     done.release()
-    held = RestoreLease(store, "held", ttl=30 * 86400)
+    held = RestoreLease(store, "held", ttl=MAX_TTL)
     held.acquire()
     assert collect_garbage(store, grace_seconds=3600).leases == []  # too recent
     later = time.time() + 7200
@@ -151,3 +152,24 @@ def test_gc_collects_finished_chains_on_both_stores(store):
     assert sorted(store.list_records("lease-")) == ["lease-held.0"]
     assert store.read_record("lease-done.0") is None
     held.release()
+
+
+def test_a_planted_lease_blocks_for_one_ttl_at_most_and_is_collected(store):
+    """22.6: before, ``expires_at: 1e300`` blocked every restore for the whole wait and gc never
+    collected it; ``epoch: 1e300`` broke the restore at once (the next record's name). The
+    holder text, escape sequences included, reaches the message escaped and quoted."""
+    clock = Clock()
+    store.write_record("lease-k.0", json.dumps({
+        "epoch": 1e300, "state": "held", "holder": "root\x1b]0;owned\x07\n[OK] fine",
+        "token": "t", "expires_at": 1e300}).encode())
+    waiter = RestoreLease(store, "k", "pod-b", ttl=30, clock=clock)
+    with pytest.raises(LeaseHeldError) as info:
+        waiter.acquire()
+    assert "\x1b" not in str(info.value) and "\n" not in str(info.value)
+    assert "held by 'root\\x1b]0;owned\\x07\\n[OK] fine'" in str(info.value)
+    clock.now += 31  # one ttl after the waiter first saw it
+    waiter.acquire()
+    assert waiter.current().epoch == 1 and waiter.release()
+    store.write_record("lease-p.0", json.dumps({"state": "held", "expires_at": 1e300}).encode())
+    report = collect_garbage(store, grace_seconds=3600, now=time.time() + 2 * MAX_TTL)
+    assert "p" in report.leases and store.read_record("lease-p.0") is None

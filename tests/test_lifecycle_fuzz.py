@@ -1,8 +1,12 @@
-"""The manifest parser and the compatibility check on hostile input: a clear error, never a crash.
+"""The manifest parser, the compatibility check and the workspace records on hostile input: a
+clear error, never a crash.
 
 Anything ``Manifest.from_json`` accepts must round-trip unchanged; anything else must raise
 ``ManifestError``. ``check_compatible`` must give a verdict for any fingerprint a parsed manifest
-can carry (the fingerprint is free-form JSON).
+can carry (the fingerprint is free-form JSON). The paused record and the runtime settings, even
+signed with the workspace key, are read or refused with ``StoredRecordError`` (and an invalid
+paused record protects nothing); a lease record with any contents reads as a lease whose epoch is
+its name's and whose expiry is bounded, and the lease and gc still work on it (issue 22).
 """
 
 from __future__ import annotations
@@ -10,12 +14,23 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_gkeresume.errors import ManifestError
-from jupyter_gkeresume.snapshot import Manifest, check_compatible, environment_fingerprint
+from jupyter_gkeresume.errors import LeaseHeldError, ManifestError, StoredRecordError
+from jupyter_gkeresume.paused_record import PausedRecords
+from jupyter_gkeresume.server_settings import ServerSettings, SettingsRecords
+from jupyter_gkeresume.snapshot import (
+    Manifest,
+    SigningKey,
+    SnapshotStore,
+    check_compatible,
+    environment_fingerprint,
+)
 from jupyter_gkeresume.snapshot.compat import LEVELS
+from jupyter_gkeresume.snapshot.lease import RestoreLease, finished_chains, read_link
+from jupyter_gkeresume.snapshot.signing import sign_record
 
 DIGEST = "ab" * 32
 VALID = {
@@ -158,3 +173,128 @@ def test_every_compat_field_with_any_json_gets_a_verdict(path, value, on_this_si
     verdict = check_compatible(manifest, here)
     assert verdict.level in LEVELS
     assert all(isinstance(r, str) and "\n" not in r for r in verdict.reasons)
+
+
+# -- the workspace records (issue 22) ---------------------------------------------------------
+KEY = SigningKey(b"fuzz-workspace-key-" + b"f" * 32)
+STORE = SnapshotStore("memory://gkeresume-fuzz-records", "ws")
+PAUSED = {"version": 1, "workspace": "ws", "paused_at": "2026-11-30T10:15:00Z", "reason": "user",
+          "release_backend": "none", "gpus": 1, "not_saved": [{"kernel_id": "k0"}],
+          "kernels": [{"snapshot_id": VALID["id"], "kernel_id": "k1", "kernel_name": "python3",
+                       "notebook": "a.ipynb", "bytes_total": 8, "bytes_new": 8, "saved": ["x"],
+                       "skipped": [{"name": "g", "reason": "r"}]}]}
+SETTINGS = {"workspace": "ws", "checkpoint_on_shutdown": False}
+LEASE = {"epoch": 0, "state": "held", "holder": "pod-a", "token": "t", "expires_at": 2e9}
+
+
+def read_paused(raw: bytes):
+    """Read back ``raw`` as the paused record: a record that round-trips, or the one error."""
+    STORE.write_record("paused", raw)
+    records = PausedRecords(STORE, lambda: KEY)
+    try:
+        record = records.read()
+    except StoredRecordError as exc:
+        assert str(exc)
+        assert records.protected_ids() == frozenset()  # an invalid record protects nothing
+        return None
+    records.write(record)
+    assert records.read() == record
+    assert records.protected_ids() == record.snapshot_ids()
+    return record
+
+
+def read_settings(raw: bytes):
+    STORE.write_record("settings", raw)
+    try:
+        settings = SettingsRecords(STORE, lambda: KEY).read(ServerSettings())
+    except StoredRecordError as exc:
+        assert str(exc)
+        return None
+    assert isinstance(settings.checkpoint_on_shutdown, bool)
+    return settings
+
+
+def test_the_valid_records_read_back():
+    assert read_paused(sign_record(PAUSED, KEY)).kernels[0].notebook == "a.ipynb"
+    assert read_settings(sign_record(SETTINGS, KEY)) == ServerSettings(False)
+    assert read_paused(json.dumps(PAUSED).encode()) is None  # unsigned
+    assert read_settings(json.dumps(SETTINGS).encode()) is None
+
+
+PAUSED_PATHS = [p for p in paths(PAUSED) if p]
+SETTINGS_PATHS = [p for p in paths(SETTINGS) if p]
+
+
+@FUZZ
+@given(st.sampled_from(PAUSED_PATHS), json_values | st.just("<delete>"))
+def test_a_signed_paused_record_with_one_field_replaced_or_removed(path, value):
+    """Signed by the workspace key (the worst case: the signature passes), any one field."""
+    read_paused(sign_record(replaced(PAUSED, path, value), KEY))
+
+
+@FUZZ
+@given(st.sampled_from(SETTINGS_PATHS), json_values | st.just("<delete>"))
+def test_signed_settings_with_one_field_replaced_or_removed(path, value):
+    read_settings(sign_record(replaced(SETTINGS, path, value), KEY))
+
+
+@FUZZ
+@given(st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_random_records(raw):
+    assert read_paused(raw) is None and read_settings(raw) is None
+
+
+@FUZZ
+@given(st.binary(min_size=1, max_size=8), st.integers(0, 2000), st.booleans())
+def test_corrupted_bytes_of_a_valid_record(patch, at, paused):
+    raw = bytearray(sign_record(PAUSED, KEY) if paused else sign_record(SETTINGS, KEY))
+    at %= len(raw)
+    raw[at : at + len(patch)] = patch
+    if bytes(raw) not in (sign_record(PAUSED, KEY), sign_record(SETTINGS, KEY)):
+        (read_paused if paused else read_settings)(bytes(raw))
+
+
+LEASE_PATHS = [p for p in paths(LEASE) if p]
+lease_values = json_values | st.sampled_from([1e300, -1e300, float("inf"), float("nan"), 2**70])
+
+
+class Clock:
+    now = 1.9e9
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def lease_store(tmp_path_factory):
+    """A local store: gc needs the records' modification times (memory:// has none)."""
+    return SnapshotStore(str(tmp_path_factory.mktemp("leases")), "ws")
+
+
+@FUZZ
+@given(raw=st.one_of(st.binary(max_size=200),
+                     st.tuples(st.sampled_from(LEASE_PATHS), lease_values | st.just("<delete>"))
+                     .map(lambda pv: json.dumps(replaced(LEASE, *pv)).encode())),
+       epoch=st.integers(0, 5))
+def test_any_lease_record(lease_store, raw, epoch):
+    """Any contents under ``lease-k.EPOCH``: the epoch is the name's, the expiry finite, a
+    restore gets the lease within one ttl, gc collects the chain once it is old."""
+    store = lease_store
+    for name in store.list_records("lease-"):
+        store.delete_record(name)
+    store.write_record(f"lease-k.{epoch}", raw)
+    for e in range(epoch):
+        store.write_record(f"lease-k.{e}", json.dumps({**LEASE, "state": "free"}).encode())
+    link = read_link(store, f"lease-k.{epoch}", epoch)
+    assert link.epoch == epoch and link.state in ("held", "free")
+    assert link.expires_at == link.expires_at and abs(link.expires_at) < float("inf")
+    clock = Clock()
+    lease = RestoreLease(store, "k", "fuzz", ttl=30, clock=clock)
+    try:
+        lease.acquire()
+    except LeaseHeldError as exc:
+        assert "\n" not in str(exc) and "\x1b" not in str(exc)
+        clock.now += 31
+        lease.acquire()
+    assert lease.current().epoch == epoch + 1 and lease.release()
+    assert "k" in finished_chains(store, now=clock.now + 2 * 86400, grace_seconds=3600)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ from jupyter_gkeresume.snapshot.gc import (
     collect_garbage,
     retention_plan,
 )
-from jupyter_gkeresume.snapshot.lease import RestoreLease
+from jupyter_gkeresume.snapshot.lease import MAX_TTL, RestoreLease
 from jupyter_gkeresume.snapshot.retention import RetentionPolicy
 from jupyter_gkeresume.snapshot.verify import verify_snapshot
 
@@ -146,8 +147,12 @@ def test_keep_last_counts_per_notebook(local_store, signing_key):
 def test_retention_then_gc(local_store, signing_key):
     snaps = [make_snapshot(local_store, signing_key, [bytes([i]) * 50]) for i in range(4)]
     named = make_snapshot(local_store, signing_key, [b"n" * 50], name="baseline")
-    PausedRecords(local_store).write(PausedRecord.new(
-        local_store.workspace, "user", "none", 0, [PausedKernel(snaps[0].snapshot_id)]))
+    record = PausedRecord.new(local_store.workspace, "user", "none", 0,
+                              [PausedKernel(snaps[0].snapshot_id)])
+    local_store.write_record("paused", json.dumps(record.to_dict()).encode())
+    plan = retention_plan(local_store, RetentionPolicy(keep_last=2), signing_key)
+    assert snaps[0].snapshot_id in plan.delete  # 22.1: a planted record protects nothing
+    PausedRecords(local_store, lambda: signing_key).write(record)
     plan = retention_plan(local_store, RetentionPolicy(keep_last=2), signing_key)
     assert plan.delete == [snaps[1].snapshot_id, snaps[2].snapshot_id]
     assert apply_retention(local_store, plan, dry_run=True) == plan.delete
@@ -220,7 +225,7 @@ def test_gc_removes_finished_lease_chains_only(local_store):
         done.release()
     expired = RestoreLease(local_store, "expired", ttl=1, clock=lambda: 1000.0)
     expired.acquire()  # never released: its holder died; expired long ago
-    held = RestoreLease(local_store, "held", ttl=10 * 86400 * 2)
+    held = RestoreLease(local_store, "held", ttl=MAX_TTL)
     held.acquire()
     recent = RestoreLease(local_store, "recent")
     recent.acquire()

@@ -223,3 +223,24 @@ def test_references_outside_their_blobs_are_reported(local_store, signing_key):
         f"storage s0 points outside blob {m.storages['s0'].blob[:12]}",
         "graph records point past the end of the graph blob",
     ]
+
+
+def test_the_magics_reports_show_stored_text_escaped():
+    """22.7: names, types, reasons and verdict notes come from a snapshot (or a planted one's
+    refusal); ``%resume``/``%checkpoint`` print them without control characters, and a
+    refused snapshot's error is one escaped line."""
+    from kernel_hooks.magics import MagicFailed, format_checkpoint, format_resume
+    from kernel_hooks.results import CheckpointResult, ResumeResult, Skipped
+
+    evil = "x\x1b]0;pwned\x07\x1b[2J\r\nOK\u202e"
+    resumed = ResumeResult("20261130T101500Z-a1b2c3", restored=[evil],
+                           not_restored=[Skipped(evil, evil, evil)], warnings=[evil],
+                           verdict={"level": evil, "reasons": [evil]})
+    checkpoint = CheckpointResult("20261130T101500Z-a1b2c3", evil, 1, 1, 0, 0.1,
+                                  skipped=[Skipped(evil, evil, evil)], warnings=[evil])
+    refused = MagicFailed(IntegrityError(f"snapshot x was signed with another key ({evil})"))
+    for text in (format_resume(resumed), format_checkpoint(checkpoint),
+                 *refused._render_traceback_()):
+        assert not any(c in text for c in "\x1b\x07\r\u202e"), text
+        assert "x\\x1b]0;pwned\\x07" in text
+    assert "\n" not in refused._render_traceback_()[0]

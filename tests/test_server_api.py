@@ -51,6 +51,7 @@ async def test_pause_then_resume_brings_the_variables_back(api, store_dir):
     assert status["last_error"] is None
     assert len(RecordingRelease.calls) == 1
     record = paused_record(store_dir)
+    assert record.pop("signature")["value"]  # signed with the workspace key (issue 22.1)
     assert record == status["paused"]
     assert record["reason"] == "user" and record["release_backend"] == "recording"
     [entry] = record["kernels"]

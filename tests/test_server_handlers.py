@@ -90,3 +90,18 @@ async def test_pause_and_resume_need_the_kernel_and_session_permissions(api, den
     DenyingAuthorizer.denied = {("write", "gkeresume")}
     code, _ = await api.call("POST", "gkeresume/api/pause", {})
     assert code == 403
+
+
+@pytest.mark.parametrize("denied", [("execute", "kernels"), ("write", "kernels"),
+                                    ("write", "sessions")])
+async def test_settings_and_deleting_snapshots_need_what_pause_needs(api, denied):
+    """Issue 22.9: a viewer with ``write`` on ``gkeresume`` only (read-only on kernels and
+    sessions) can neither turn off the shutdown checkpoint nor delete a snapshot."""
+    DenyingAuthorizer.denied = {denied}
+    for method, route, body in [("PUT", "settings", {"checkpoint_on_shutdown": False}),
+                                ("DELETE", "snapshots/20261130T101500Z-a1b2c3", None)]:
+        code, answer = await api.call(method, f"gkeresume/api/{route}", body)
+        assert code == 403, (route, code, answer)
+        assert denied[1] in answer["message"]
+    code, settings = await api.call("GET", "gkeresume/api/settings")
+    assert code == 200 and settings["checkpoint_on_shutdown"] is True

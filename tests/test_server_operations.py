@@ -23,7 +23,6 @@ from jupyter_gkeresume.errors import (
     KernelCallError,
     KernelNotFoundError,
     ReleaseError,
-    StoredRecordError,
     StoreError,
 )
 from jupyter_gkeresume.kernel_protocol import CheckpointReply, RestoreReply
@@ -635,8 +634,7 @@ async def test_an_unreadable_settings_record_still_checkpoints_at_shutdown(parts
     orch, gw = parts.orch, parts.gateway
     gw.add("a.ipynb", x=1)
     orch.store.write_record("settings", b"{not json")
-    with pytest.raises(StoredRecordError):
-        await orch.settings_view()
+    assert await orch.settings_view() == {"checkpoint_on_shutdown": True}  # ignored: defaults
     assert await orch.shutdown(5) == "checkpointed"
 
 

@@ -127,7 +127,7 @@ async def test_resume_starts_the_read_ahead_and_a_failing_one_does_not_fail_it(m
     state.begin(op, State.WAITING_FOR_RESOURCES)
     store = SnapshotStore("memory://read-ahead-op", "ws")
     await ResumeOperation(
-        op, state=state, gateway=gateway, records=PausedRecords(store),
+        op, state=state, gateway=gateway, records=PausedRecords(store, load_signing_key),
         events=EventLog(store, LOG), log=LOG, items=[ResumeItem(snapshot_id, "a.ipynb", None)],
         only=None, from_record=False, timeout=10, read_ahead=failing_read_ahead).run()
     assert state.state == State.READY

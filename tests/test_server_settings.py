@@ -124,6 +124,7 @@ async def test_settings_are_stored_and_checked(api, store_dir):
     assert body == {"checkpoint_on_shutdown": False}
     stored = json.loads((store_dir / "server-ws" / "records" / "settings.json").read_text())
     assert stored["checkpoint_on_shutdown"] is False  # survives a restart of the server
+    assert stored["workspace"] == "server-ws" and stored["signature"]["value"]  # 22.2: signed
     for bad in ({"checkpoint_on_shutdown": "no"}, {"other": True}, {}):
         code, body = await api.call("PUT", "gkeresume/api/settings", bad)
         assert code == 400, (bad, code, body)

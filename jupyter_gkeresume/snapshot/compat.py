@@ -39,6 +39,7 @@ from typing import Any
 
 from packaging.tags import parse_tag, sys_tags
 
+from ..printable import printable
 from .format import DIGESTS_BY_VERSION, Manifest, PackageRecord
 from .importable import missing_modules
 
@@ -81,7 +82,7 @@ def _show(value: Any) -> str:
         text = value if isinstance(value, str) else reprlib.repr(value)
     except (ValueError, RecursionError):  # an integer too long to print
         text = f"<a {type(value).__name__} too long to show>"
-    shown = repr(text[:SHOWN_CHARS])[1:-1]
+    shown = printable(text[:SHOWN_CHARS])
     return shown + ("..." if len(text) > SHOWN_CHARS else "")
 
 

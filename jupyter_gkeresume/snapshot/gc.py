@@ -77,11 +77,12 @@ def retention_plan(
     store: SnapshotStore, policy: RetentionPolicy, key: SigningKey, *, now: datetime | None = None
 ) -> RetentionPlan:
     """The plan for this store's snapshots and paused record (reads only); snapshots that do not
-    verify with ``key`` are kept and do not count (see ``retention``)."""
+    verify with ``key`` are kept and do not count (see ``retention``), and a paused record that
+    does not verify protects nothing."""
     facts = [SnapshotFacts(m.snapshot_id, m.name if m.verified else None, m.refused,
                            m.manifest.notebook if m.verified and m.manifest else None)
              for m in scan_manifests(store, key)]
-    protected = PausedRecords(store).protected_ids()
+    protected = PausedRecords(store, lambda: key).protected_ids()
     return plan(facts, policy, now=now or datetime.now(timezone.utc), protected=protected)
 
 

@@ -24,12 +24,20 @@ deletions, hours after the last one ended).
 Expiry compares wall clocks of different pods (NTP-synchronised on GKE): keep ``ttl`` well above
 any clock skew, and renew (``hold`` does it) during long restores.
 
+A record's contents are not trusted (anyone who can write the prefix can plant one): its epoch is
+taken from its object name, never from its body; a record that does not parse reads as an
+expired hold; its expiry counts for at most ``ttl`` after this caller first saw it (a planted
+``expires_at: 1e300`` blocks a restore for one ``ttl``, not forever; every caller of a store uses
+the same ``ttl``, at most ``MAX_TTL``), and gc counts it for at most ``MAX_TTL`` after it was
+written; its holder text is shown escaped and quoted (``LeaseHeldError``).
+
 Call order: ``acquire`` (or ``with lease.hold():``), the restore, ``release``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -38,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..errors import CommitConflictError, InvalidInputError, LeaseHeldError
 from .store import SnapshotStore
@@ -47,6 +55,7 @@ KEY_RE = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,99}\Z")
 RECORD_RE = re.compile(r"\Alease-(?P<key>[a-z0-9][a-z0-9_-]{0,99})\.(?P<epoch>[0-9]{1,12})\Z")
 RECORD_PREFIX = "lease-"
 DEFAULT_TTL = 120.0
+MAX_TTL = 24 * 3600.0  # a lease is renewed every ttl/3: a longer ttl has no use
 MAX_RACE_ROUNDS = 8
 
 
@@ -68,14 +77,23 @@ class LeaseRecord:
     def live(self, now: float) -> bool:
         return self.state == "held" and now < self.expires_at
 
+    def capped(self, latest: float) -> LeaseRecord:
+        """This record with its expiry no later than ``latest``."""
+        return replace(self, expires_at=min(self.expires_at, latest))
+
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> LeaseRecord:
+    def from_json(cls, raw: bytes, epoch: int) -> LeaseRecord:
+        """The record stored under epoch ``epoch`` (from its name; the body's is ignored).
+        ``ValueError``, ``KeyError`` or ``TypeError`` when it is not a lease record."""
         data = json.loads(raw)
-        return cls(int(data["epoch"]), str(data["state"]), str(data.get("holder", "")),
-                   str(data.get("token", "")), float(data.get("expires_at", 0.0)))
+        state, expires_at = data["state"], float(data.get("expires_at", 0.0))
+        if state not in ("held", "free") or not math.isfinite(expires_at):
+            raise ValueError(f"not a lease record: state {state!r}, expires_at {expires_at!r}")
+        return cls(epoch, state, str(data.get("holder", "")), str(data.get("token", "")),
+                   expires_at)
 
 
 class RestoreLease:
@@ -85,13 +103,15 @@ class RestoreLease:
                  ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.time):
         if not isinstance(key, str) or not KEY_RE.match(key):
             raise InvalidInputError(f"not a valid lease key: {key!r} (lowercase, digits, _-)")
-        if not ttl > 0:
-            raise InvalidInputError(f"lease ttl must be positive: {ttl!r}")
+        if not 0 < ttl <= MAX_TTL:
+            raise InvalidInputError(f"lease ttl must be positive and at most {MAX_TTL:g} s: "
+                                    f"{ttl!r}")
         self.store, self.key, self.ttl, self.clock = store, key, float(ttl), clock
         self.holder = holder or default_holder()
         self.token = secrets.token_hex(8)
         self.epoch: int | None = None  # epoch of our newest record while we hold the lease
         self.lost: LeaseHeldError | None = None  # set when a background renewal found a takeover
+        self._first_seen: dict[int, float] = {}  # epoch -> when this caller first read it
 
     @property
     def held(self) -> bool:
@@ -186,7 +206,11 @@ class RestoreLease:
         return f"lease-{self.key}.{epoch}"
 
     def _read(self, epoch: int) -> LeaseRecord | None:
-        return read_link(self.store, self._name(epoch), epoch)
+        """The record of ``epoch``, its expiry capped to ``ttl`` after this caller first saw it."""
+        record = read_link(self.store, self._name(epoch), epoch)
+        if record is None:
+            return None
+        return record.capped(self._first_seen.setdefault(epoch, self.clock()) + self.ttl)
 
     def _head(self) -> LeaseRecord | None:
         """The newest record: gallop 0, 1, 3, 7, ... to a missing epoch, then bisect."""
@@ -220,14 +244,15 @@ def read_link(store: SnapshotStore, name: str, epoch: int) -> LeaseRecord | None
     if raw is None:
         return None
     try:
-        return LeaseRecord.from_json(raw)
-    except (ValueError, KeyError, TypeError):
+        return LeaseRecord.from_json(raw, epoch)
+    except (ValueError, KeyError, TypeError, RecursionError):
         return LeaseRecord(epoch, "held")
 
 
 def finished_chains(store: SnapshotStore, *, now: float, grace_seconds: float) -> dict[str, list[str]]:
     """Lease chains nobody holds any more: ``{key: record names, oldest first}`` for each chain
-    whose head is free or expired and was written at least ``grace_seconds`` before ``now``."""
+    whose head is free or expired and was written at least ``grace_seconds`` before ``now``
+    (its expiry counts for at most ``MAX_TTL`` after it was written)."""
     chains: dict[str, dict[int, float | None]] = {}
     for name, mtime in store.list_records(RECORD_PREFIX).items():
         match = RECORD_RE.match(name)
@@ -240,8 +265,8 @@ def finished_chains(store: SnapshotStore, *, now: float, grace_seconds: float) -
         if mtime is None or now - mtime < grace_seconds:
             continue
         head = read_link(store, f"{RECORD_PREFIX}{key}.{epoch}", epoch)
-        if head is None or head.live(now) or read_link(store, f"{RECORD_PREFIX}{key}.{epoch + 1}",
-                                                       epoch + 1) is not None:
+        if head is None or head.capped(mtime + MAX_TTL).live(now) or read_link(
+                store, f"{RECORD_PREFIX}{key}.{epoch + 1}", epoch + 1) is not None:
             continue  # held, or a new link appeared since the listing
         finished[key] = [f"{RECORD_PREFIX}{key}.{e}" for e in sorted(links)]
     return finished

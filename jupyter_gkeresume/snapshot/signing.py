@@ -25,6 +25,10 @@ it is one of this workspace's own: ``remember_key`` keeps the id of every key th
 snapshot of a workspace, beside the default key file (``{jupyter data dir}/gkeresume/key-ids.json``,
 on the user's volume, never in the bucket), and ``key_of_workspace`` refuses any other key,
 whoever asks: a key from elsewhere can sign anything, including a snapshot that runs code here.
+The workspace's other records that steer a restore (the paused record, the runtime settings) are
+signed the same way: ``sign_record`` / ``open_record`` (the signature covers the workspace id, so
+one workspace's record is refused in another's prefix). Blob digests are checked on every read
+(``blobfile.read_verified``), so a verified manifest vouches for every byte a restore uses.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ import json
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.paths import jupyter_data_dir
 
-from ..errors import IntegrityError, InvalidInputError
-from .format import SNAPSHOT_ID_RE, Manifest
+from ..errors import IntegrityError, InvalidInputError, StoredRecordError
+from ..printable import printable
+from .format import SNAPSHOT_ID_RE, Manifest, canonical_json
 
 if TYPE_CHECKING:
     from .store import SnapshotStore
@@ -229,28 +234,67 @@ def _create_key_file(path: str) -> tuple[bytes, bool]:
 
 def sign(manifest: Manifest, key: SigningKey) -> None:
     """Set ``manifest.signature`` over its canonical payload."""
-    mac = hmac.new(key.secret, manifest.signing_payload(), hashlib.sha256).hexdigest()
-    manifest.signature = {"alg": ALGORITHM, "key_id": key.key_id, "value": mac}
+    manifest.signature = signature_of(manifest.signing_payload(), key)
 
 
 def verify(manifest: Manifest, key: SigningKey) -> None:
     """Raise ``IntegrityError`` with the reason unless the signature is valid for ``key``."""
-    sig = manifest.signature
-    if not sig:
-        raise IntegrityError(f"snapshot {manifest.snapshot_id} is unsigned")
-    if sig.get("alg") != ALGORITHM:
+    check_signature(manifest.signature, manifest.signing_payload(), key,
+                    f"snapshot {manifest.snapshot_id}")
+
+
+def signature_of(payload: bytes, key: SigningKey) -> dict[str, str]:
+    """The signature object (``alg``, ``key_id``, ``value``) of ``payload`` with ``key``."""
+    mac = hmac.new(key.secret, payload, hashlib.sha256).hexdigest()
+    return {"alg": ALGORITHM, "key_id": key.key_id, "value": mac}
+
+
+def check_signature(signature: Any, payload: bytes, key: SigningKey, what: str) -> None:
+    """Raise ``IntegrityError`` ("``what`` is unsigned", "... was signed with another key", "...
+    signature mismatch (tampered)") unless ``signature`` (as stored: any JSON) is ``key``'s
+    signature of ``payload``."""
+    if not signature:
+        raise IntegrityError(f"{what} is unsigned")
+    alg = signature.get("alg") if isinstance(signature, dict) else None
+    if alg != ALGORITHM:
+        raise IntegrityError(f"{what}: unknown signature '{printable(alg)}'")
+    if signature.get("key_id") != key.key_id:
         raise IntegrityError(
-            f"snapshot {manifest.snapshot_id}: unknown signature {sig.get('alg')!r}"
-        )
-    if sig.get("key_id") != key.key_id:
-        raise IntegrityError(
-            f"snapshot {manifest.snapshot_id} was signed with another key ({sig.get('key_id')}, "
+            f"{what} was signed with another key ({printable(signature.get('key_id'))}, "
             f"this workspace uses {key.key_id})"
         )
-    expected = hmac.new(key.secret, manifest.signing_payload(), hashlib.sha256).hexdigest()
-    value = sig.get("value", "").encode("utf-8", "replace")
+    expected = hmac.new(key.secret, payload, hashlib.sha256).hexdigest()
+    value = signature.get("value")
+    value = value.encode("utf-8", "replace") if isinstance(value, str) else b""
     if not hmac.compare_digest(expected.encode(), value):
-        raise IntegrityError(f"snapshot {manifest.snapshot_id}: signature mismatch (tampered)")
+        raise IntegrityError(f"{what}: signature mismatch (tampered)")
+
+
+def sign_record(data: dict[str, Any], key: SigningKey) -> bytes:
+    """A workspace record (``data`` names its ``workspace``) as stored: its fields plus
+    ``signature`` over their canonical JSON. ``open_record`` reads it back."""
+    return json.dumps({**data, "signature": signature_of(canonical_json(data), key)}).encode()
+
+
+def open_record(raw: bytes, key: SigningKey, workspace: str, what: str) -> dict[str, Any]:
+    """The fields of a record that ``sign_record`` wrote for ``workspace`` with ``key`` (without
+    ``signature``). ``StoredRecordError`` with the reason (already escaped for a log) when it is
+    not JSON, unsigned, signed with another key, tampered, or another workspace's record."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise StoredRecordError(f"{what} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise StoredRecordError(f"{what} is not a JSON object")
+    signature = data.pop("signature", None)
+    try:
+        check_signature(signature, canonical_json(data), key, what)
+    except IntegrityError as exc:
+        raise StoredRecordError(str(exc)) from None
+    if data.get("workspace") != workspace:
+        raise StoredRecordError(f"{what} belongs to workspace '{printable(data.get('workspace'))}', "
+                                f"not '{workspace}'")
+    return data
 
 
 def key_warnings(store: SnapshotStore, key: SigningKey) -> list[str]:
