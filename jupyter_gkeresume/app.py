@@ -49,8 +49,9 @@ class GkeResume(LoggingConfigurable):
         "ReleaseBackend subclass (class or import string).",
     ).tag(config=True)
     idle_timeout = Float(
-        0.0, help="Pause (with release) after this many seconds without activity; 0 = never. "
-        "Keep it below every culler's timeout."
+        0.0, help="Pause (with release) after this many seconds in which no person did "
+        "anything (cells run, terminal traffic, files saved; never a client's polls: "
+        "idle.ACTIVITY_KINDS); 0 = never. Keep it below every culler's timeout."
     ).tag(config=True)
     idle_pause_busy = Bool(
         False, help="Let an idle pause checkpoint a kernel that is busy running a cell (the "
@@ -128,13 +129,16 @@ class GkeResumeApp(ExtensionApp):
         self.activity_sampler: ActivitySampler | None = None
         self.key_check: asyncio.Task | None = None
         self.settings["gkeresume_orchestrator"] = self.orchestrator
+        # the idle clock: what a person does, never jupyter_server's last_activity() (moved by
+        # every request of any client, polls included)
+        self.orchestrator.activity.watch_server(self.serverapp)
         # the kernels resolve the same store and workspace as this server (%checkpoint, %resume)
         guard_kernel_starts(self.serverapp.kernel_manager, self.orchestrator.refuse_kernel_start,
                             {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
                              "GKERESUME_WORKSPACE": config.workspace_id,
                              # notebook paths relative to the root, as the lab shows them
                              "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir)},
-                            self.orchestrator.gateway.watch_cells)
+                            self.orchestrator.kernel_started)
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 
@@ -146,12 +150,13 @@ class GkeResumeApp(ExtensionApp):
         os.environ["GKERESUME_SERVER_URL"] = serverapp.connection_url
         await self.orchestrator.ensure_started()
         self.key_check = asyncio.create_task(self._log_key_warnings())
+        activity = self.orchestrator.activity
         self.activity_sampler = ActivitySampler(self.orchestrator.state, self.orchestrator.events,
-                                               serverapp.web_app.last_activity)
+                                               activity.last)
         self.activity_sampler.start()
         if self.gkeresume.idle_timeout > 0:
             self.idle_watcher = IdleWatcher(
-                self.orchestrator, serverapp.web_app.last_activity,
+                self.orchestrator, activity.last,
                 timeout=self.gkeresume.idle_timeout, pause_busy=self.gkeresume.idle_pause_busy,
                 log=self.log,
             )

@@ -1,8 +1,9 @@
 """The server's pause/resume facade: validation, one lock for every operation, status, shutdown.
 
-``Orchestrator`` builds the parts once per server (``WorkspaceState``, ``KernelGateway``,
-``PausedRecords``, ``SnapshotVerifier``, ``EventLog``) and hands each operation exactly the ones
-it uses (``pause.PauseOperation``, ``pause.ShutdownCheckpoint``, ``resume.ResumeOperation``).
+``Orchestrator`` builds the parts once per server (``WorkspaceState``, ``UserActivity``,
+``KernelGateway``, ``PausedRecords``, ``SnapshotVerifier``, ``EventLog``) and hands each
+operation exactly the ones it uses (``pause.PauseOperation``, ``pause.ShutdownCheckpoint``,
+``resume.ResumeOperation``).
 
 Call order: ``ensure_started()`` (reads the paused record once, may auto-resume), then any number
 of ``start_pause`` / ``start_resume`` (each validates at once under the lock, raising a
@@ -38,6 +39,7 @@ from .errors import (
     SnapshotNotFoundError,
 )
 from .events import EventLog
+from .idle import UserActivity
 from .kernels import KernelGateway
 from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier
 from .paused_record import PausedRecords
@@ -73,10 +75,12 @@ class Orchestrator:
         self.log = log
         self.store = store or SnapshotStore(settings.store_url, settings.workspace_id)
         self.state = WorkspaceState()
+        self.activity = UserActivity()  # what a person did: the idle pause's clock
         self.gateway = gateway or KernelGateway(kernel_manager, session_manager,
                                                 store_url=settings.store_url,
                                                 workspace=self.store.workspace,
-                                                on_cell=self.state.cell_started)
+                                                on_cell=self.state.cell_started,
+                                                on_activity=lambda _: self.activity.touch("cell"))
         self.records = PausedRecords(self.store)
         self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key,
                                                      mode=settings.verify)
@@ -139,6 +143,13 @@ class Orchestrator:
         self.log.info("gkeresume: found a paused record from %s", record.paused_at)
         if self.settings.auto_resume:
             await self.start_resume(None, "full", None, None)
+
+    def kernel_started(self, kid: str) -> None:
+        """A kernel started (``kernels.guard_kernel_starts``): follow its cells; a person opened
+        a notebook (a resume's own starts are followed by its end, which restarts the idle
+        clock anyway)."""
+        self.gateway.watch_cells(kid)
+        self.activity.touch("kernel")
 
     # -- operations -------------------------------------------------------------------------
     async def start_pause(self, kernel_ids: list[str] | None = None, *, release: bool = True,
