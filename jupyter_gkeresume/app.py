@@ -12,13 +12,14 @@ before jupyter_server stops the kernels.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Float, Integer, Type, Unicode, Union
 from traitlets.config import LoggingConfigurable
 
-from .errors import GkeResumeError
+from .errors import GkeResumeError, InvalidInputError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
@@ -30,6 +31,8 @@ from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import key_warnings
 from .snapshot.writer import VERIFY_MODES
 from .workspace import resolve_store_url, resolve_workspace_id
+
+SHUTDOWN_BUDGET_ENV = "GKERESUME_SHUTDOWN_BUDGET"
 
 
 class GkeResume(LoggingConfigurable):
@@ -59,7 +62,8 @@ class GkeResume(LoggingConfigurable):
     ).tag(config=True)
     shutdown_checkpoint_timeout = Float(
         25.0, help="On server stop (SIGTERM), seconds allowed to checkpoint every kernel; 0 = "
-        "do not. Keep it below the pod's terminationGracePeriodSeconds (default 30)."
+        "do not. Keep it below the pod's terminationGracePeriodSeconds (default 30; a spot "
+        f"node gives about 15). ${SHUTDOWN_BUDGET_ENV}, when set, overrides it (per profile)."
     ).tag(config=True)
     checkpoint_on_shutdown = Bool(
         True, help="Default of the runtime setting (PUT /gkeresume/api/settings, stored in the "
@@ -102,6 +106,25 @@ class GkeResume(LoggingConfigurable):
     def resolved_workspace_id(self) -> str:
         return resolve_workspace_id(self.workspace_id or None)
 
+    def resolved_shutdown_budget(self) -> float:
+        """``$GKERESUME_SHUTDOWN_BUDGET`` (seconds) when set, else ``shutdown_checkpoint_timeout``:
+        the environment wins, so that one image's config serves profiles whose pods get
+        different grace periods (each profile sets the variable)."""
+        raw = os.environ.get(SHUTDOWN_BUDGET_ENV, "").strip()
+        if not raw:
+            return self.shutdown_checkpoint_timeout
+        try:
+            budget = float(raw)
+        except ValueError:
+            budget = math.nan
+        if not (math.isfinite(budget) and budget >= 0):
+            raise InvalidInputError(
+                f"{SHUTDOWN_BUDGET_ENV}={raw!r} is not a number of seconds: set it to the "
+                "shutdown checkpoint's budget, below the pod's grace period (e.g. 12 on spot "
+                "nodes; 0 turns the checkpoint off), or unset it to use "
+                "c.GkeResume.shutdown_checkpoint_timeout")
+        return budget
+
     def backend_class(self) -> type[ReleaseBackend]:
         if isinstance(self.release_backend, str):
             return autodetect() if self.release_backend == "auto" else BACKENDS[
@@ -119,6 +142,7 @@ class GkeResumeApp(ExtensionApp):
         config = GkeResume(parent=self)
         config.store_url = config.resolved_store_url()
         config.workspace_id = config.resolved_workspace_id()
+        config.shutdown_checkpoint_timeout = config.resolved_shutdown_budget()
         backend = config.backend_class()(parent=self)
         self.gkeresume = config
         self.orchestrator = Orchestrator(

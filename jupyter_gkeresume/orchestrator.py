@@ -41,8 +41,8 @@ from .errors import (
 from .events import EventLog
 from .idle import UserActivity
 from .kernels import KernelGateway
-from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier
-from .paused_record import PausedRecords
+from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier, complete_interrupted
+from .paused_record import PausedRecord, PausedRecords
 from .read_ahead import read_ahead
 from .release import ReleaseBackend
 from .resume import MODES, ResumeOperation, item_for_snapshot, items_from_record
@@ -119,7 +119,7 @@ class Orchestrator:
 
     async def _startup(self) -> None:
         try:
-            record = await asyncio.to_thread(self.records.read)
+            record = await asyncio.to_thread(self._read_record)
         except GkeResumeError as exc:  # never taken for "not paused": a pause would overwrite it
             message = (f"the paused record cannot be read ({exc}); nothing that could change it "
                        "runs until it can (retried on every request; a corrupt record must be "
@@ -143,6 +143,21 @@ class Orchestrator:
         self.log.info("gkeresume: found a paused record from %s", record.paused_at)
         if self.settings.auto_resume:
             await self.start_resume(None, "full", None, None)
+
+    def _read_record(self) -> PausedRecord | None:
+        """The stored paused record; one a killed shutdown checkpoint left is completed
+        (``pause.complete_interrupted``) and stored so. Blocking."""
+        record = self.records.read()
+        completed = complete_interrupted(record, self.store, self.key) if record else None
+        if completed is not record:
+            if completed is None:
+                self.records.delete()
+            else:
+                self.records.write(completed)
+            self.log.info("gkeresume: completed the record of an interrupted shutdown "
+                          "checkpoint: %s", "nothing was committed" if completed is None else
+                          f"{len(completed.kernels)} kernel(s) to resume")
+        return completed
 
     def kernel_started(self, kid: str) -> None:
         """A kernel started (``kernels.guard_kernel_starts``): follow its cells; a person opened
