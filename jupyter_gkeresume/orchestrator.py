@@ -148,7 +148,7 @@ class Orchestrator:
         """The stored paused record; one a killed shutdown checkpoint left is completed
         (``pause.complete_interrupted``) and stored so. Blocking."""
         record = self.records.read()
-        completed = complete_interrupted(record, self.store, self.key) if record else None
+        completed = complete_interrupted(record, self.store, lambda: self.key) if record else None
         if completed is not record:
             if completed is None:
                 self.records.delete()

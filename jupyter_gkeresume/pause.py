@@ -360,18 +360,19 @@ NOT_COMMITTED = "the server stopped before its snapshot was committed"
 
 
 def complete_interrupted(record: PausedRecord, store: SnapshotStore,
-                         key: SigningKey) -> PausedRecord | None:
+                         key: Callable[[], SigningKey]) -> PausedRecord | None:
     """The record of a shutdown checkpoint that was killed, completed: each ``PENDING`` kernel
     whose snapshot did commit (a verified manifest of its notebook, reason ``shutdown``, taken
     since the record's ``paused_at``) joins the kernels; the others are ``NOT_COMMITTED``.
     ``None`` when no kernel is left to resume. A record without pending kernels is returned as
-    it is. Blocking (reads manifests): run it in a thread."""
+    it is, without reading anything (``key`` is called only when needed). Blocking (reads
+    manifests): run it in a thread."""
     pending = [n for n in record.not_saved if n.get("reason") == PENDING]
     if not pending:
         return record
     since = record.paused_since()
     committed: dict[str, Manifest] = {}  # notebook -> the newest such manifest
-    for stored in scan_manifests(store, key, newest_first=True) if since else ():
+    for stored in scan_manifests(store, key(), newest_first=True) if since else ():
         manifest = stored.manifest
         if (stored.verified and manifest is not None and manifest.reason == "shutdown"
                 and manifest.notebook and _taken_since(manifest, since)):
