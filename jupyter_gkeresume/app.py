@@ -12,6 +12,7 @@ before jupyter_server stops the kernels.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 
 from jupyter_server.extension.application import ExtensionApp
@@ -19,7 +20,7 @@ from traitlets import Bool, Enum, Float, Integer, Type, Unicode, Union
 from traitlets.config import LoggingConfigurable
 
 from .doctor import DoctorInputs
-from .errors import GkeResumeError
+from .errors import GkeResumeError, InvalidInputError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
@@ -31,6 +32,8 @@ from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import key_warnings
 from .snapshot.writer import VERIFY_MODES
 from .workspace import resolve_store_url, resolve_workspace_id
+
+SHUTDOWN_BUDGET_ENV = "GKERESUME_SHUTDOWN_BUDGET"
 
 
 class GkeResume(LoggingConfigurable):
@@ -51,8 +54,9 @@ class GkeResume(LoggingConfigurable):
         "ReleaseBackend subclass (class or import string).",
     ).tag(config=True)
     idle_timeout = Float(
-        0.0, help="Pause (with release) after this many seconds without activity; 0 = never. "
-        "Keep it below every culler's timeout."
+        0.0, help="Pause (with release) after this many seconds in which no person did "
+        "anything (cells run, terminal traffic, files saved; never a client's polls: "
+        "idle.ACTIVITY_KINDS); 0 = never. Keep it below every culler's timeout."
     ).tag(config=True)
     idle_pause_busy = Bool(
         False, help="Let an idle pause checkpoint a kernel that is busy running a cell (the "
@@ -60,7 +64,8 @@ class GkeResume(LoggingConfigurable):
     ).tag(config=True)
     shutdown_checkpoint_timeout = Float(
         25.0, help="On server stop (SIGTERM), seconds allowed to checkpoint every kernel; 0 = "
-        "do not. Keep it below the pod's terminationGracePeriodSeconds (default 30)."
+        "do not. Keep it below the pod's terminationGracePeriodSeconds (default 30; a spot "
+        f"node gives about 15). ${SHUTDOWN_BUDGET_ENV}, when set, overrides it (per profile)."
     ).tag(config=True)
     checkpoint_on_shutdown = Bool(
         True, help="Default of the runtime setting (PUT /gkeresume/api/settings, stored in the "
@@ -108,6 +113,25 @@ class GkeResume(LoggingConfigurable):
     def resolved_workspace_id(self) -> str:
         return resolve_workspace_id(self.workspace_id or None)
 
+    def resolved_shutdown_budget(self) -> float:
+        """``$GKERESUME_SHUTDOWN_BUDGET`` (seconds) when set, else ``shutdown_checkpoint_timeout``:
+        the environment wins, so that one image's config serves profiles whose pods get
+        different grace periods (each profile sets the variable)."""
+        raw = os.environ.get(SHUTDOWN_BUDGET_ENV, "").strip()
+        if not raw:
+            return self.shutdown_checkpoint_timeout
+        try:
+            budget = float(raw)
+        except ValueError:
+            budget = math.nan
+        if not (math.isfinite(budget) and budget >= 0):
+            raise InvalidInputError(
+                f"{SHUTDOWN_BUDGET_ENV}={raw!r} is not a number of seconds: set it to the "
+                "shutdown checkpoint's budget, below the pod's grace period (e.g. 12 on spot "
+                "nodes; 0 turns the checkpoint off), or unset it to use "
+                "c.GkeResume.shutdown_checkpoint_timeout")
+        return budget
+
     def backend_class(self) -> type[ReleaseBackend]:
         if isinstance(self.release_backend, str):
             return autodetect() if self.release_backend == "auto" else BACKENDS[
@@ -126,6 +150,7 @@ class GkeResumeApp(ExtensionApp):
         configured_workspace = config.workspace_id  # the doctor says where the id came from
         config.store_url = config.resolved_store_url()
         config.workspace_id = config.resolved_workspace_id()
+        config.shutdown_checkpoint_timeout = config.resolved_shutdown_budget()
         backend = config.backend_class()(parent=self)
         self.gkeresume = config
         self.orchestrator = Orchestrator(
@@ -145,6 +170,9 @@ class GkeResumeApp(ExtensionApp):
             shutdown_budget=config.shutdown_checkpoint_timeout,
             idle_timeout=config.idle_timeout, idle_pause_busy=config.idle_pause_busy,
         )
+        # the idle clock: what a person does, never jupyter_server's last_activity() (moved by
+        # every request of any client, polls included)
+        self.orchestrator.activity.watch_server(self.serverapp)
         # the kernels resolve the same store and workspace as this server (%checkpoint, %resume)
         guard_kernel_starts(self.serverapp.kernel_manager, self.orchestrator.refuse_kernel_start,
                             {"GKERESUME_STORE": config.store_url,  # what workspace.resolve_* read
@@ -152,7 +180,7 @@ class GkeResumeApp(ExtensionApp):
                              # notebook paths relative to the root, as the lab shows them
                              "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir),
                              "GKERESUME_PACKAGES": "1" if config.carry_packages else "0"},
-                            self.orchestrator.gateway.watch_cells)
+                            self.orchestrator.kernel_started)
         seed_session_kernels(self.serverapp.session_manager, HashSeeds(config.workspace_id))
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
@@ -171,12 +199,13 @@ class GkeResumeApp(ExtensionApp):
         os.environ["GKERESUME_SERVER_URL"] = serverapp.connection_url
         await self.orchestrator.ensure_started()
         self.key_check = asyncio.create_task(self._log_key_warnings())
+        activity = self.orchestrator.activity
         self.activity_sampler = ActivitySampler(self.orchestrator.state, self.orchestrator.events,
-                                               serverapp.web_app.last_activity)
+                                               activity.last)
         self.activity_sampler.start()
         if self.gkeresume.idle_timeout > 0:
             self.idle_watcher = IdleWatcher(
-                self.orchestrator, serverapp.web_app.last_activity,
+                self.orchestrator, activity.last,
                 timeout=self.gkeresume.idle_timeout, pause_busy=self.gkeresume.idle_pause_busy,
                 log=self.log,
             )

@@ -4,7 +4,9 @@ jupyter_server tracks a kernel's ``execution_state`` (busy/idle) from IOPub but 
 runs; a queued pause says "waiting for cell N of notebook X, running for S seconds". So each
 kernel the server starts gets one extra IOPub subscription here (``watch``): only the header of
 each message is decoded, and the content only of ``execute_input`` (the one message that names
-the execution count). Silent executes (our own kernel calls) publish no ``execute_input``.
+the execution count). Silent executes (our own kernel calls) publish no ``execute_input``, so
+every message whose parent is the request of a user's cell (its input, its output, its end) is
+a person's activity (``on_activity(kid)``, the idle pause's clock).
 
 Call order: ``watch(kid, kernel)`` once the kernel started (``kernels.guard_kernel_starts``),
 ``current(kid)`` any time, ``forget(kid)`` when it stops (``prune(live)`` drops every gone one),
@@ -22,11 +24,15 @@ from jupyter_client.session import Session
 
 class RunningCells:
     """The last cell each watched kernel started: ``(execution_count, started_at)``;
-    ``on_cell(kernel_id)`` is called as each one starts."""
+    ``on_cell(kernel_id)`` is called as each one starts, ``on_activity(kernel_id)`` on each
+    message of a user's cell."""
 
-    def __init__(self, on_cell: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_cell: Callable[[str], None] | None = None,
+                 on_activity: Callable[[str], None] | None = None) -> None:
         self.on_cell = on_cell
+        self.on_activity = on_activity
         self._cells: dict[str, tuple[int | None, float]] = {}
+        self._requests: dict[str, str] = {}  # the msg_id of the last user cell's request
         self._streams: dict[str, Any] = {}
 
     def watch(self, kid: str, kernel: Any) -> None:
@@ -38,11 +44,15 @@ class RunningCells:
         def on_message(parts: list) -> None:
             _, frames = session.feed_identities(parts)
             msg = session.deserialize(frames, content=False)
+            parent = msg["parent_header"].get("msg_id")
             if msg["header"]["msg_type"] == "execute_input":
                 content = session.deserialize(frames)["content"]
                 self._cells[kid] = (content.get("execution_count"), time.time())
+                self._requests[kid] = parent
                 if self.on_cell is not None:
                     self.on_cell(kid)
+            if self.on_activity is not None and parent and parent == self._requests.get(kid):
+                self.on_activity(kid)
 
         stream.on_recv(on_message)
         self._streams[kid] = stream
@@ -55,6 +65,7 @@ class RunningCells:
     def forget(self, kid: str) -> None:
         stream = self._streams.pop(kid, None)
         self._cells.pop(kid, None)
+        self._requests.pop(kid, None)
         if stream is not None and not stream.closed():
             stream.close()
 

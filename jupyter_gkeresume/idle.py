@@ -1,12 +1,26 @@
-"""Idle pause: after ``idle_timeout`` seconds without activity, pause with release.
+"""Idle pause: after ``idle_timeout`` seconds in which no person did anything, pause with release.
 
-Activity is jupyter_server's own ``last_activity()`` (API requests, kernel messages, terminals);
-the status endpoint that the lab polls does not count. A check runs every
-``min(60, idle_timeout / 4)`` seconds and starts a pause (reason ``idle``) when the workspace is
-``running`` or ``ready``, no operation is in flight, at least one kernel runs, and no kernel is
-busy (unless ``idle_pause_busy``: then the checkpoint queues behind the running cell).
-Our timeout must be shorter than any culler's (jupyter_server ``cull_idle_timeout``, the
-JupyterHub idle culler, Kubeflow's culler): see docs/server.md.
+What counts (``ACTIVITY_KINDS``, which ``jupyter gkeresume doctor`` reports) is what a person
+does, recorded by ``UserActivity``: a kernel started (a notebook opened), a cell executed in
+any kernel (from its ``execute_input`` on IOPub to its end, its output included:
+``cell_watch.RunningCells``), traffic on a terminal (jupyter_server_terminals'
+``terminal_last_activity``: what is typed and what it prints), and a file or notebook created,
+saved, uploaded, renamed, copied or deleted (jupyter_server's contents events; a read is not).
+Never: requests of any client (jupyter_server moves its own ``last_activity()`` on every
+authenticated API request, and an open JupyterLab tab polls kernels, sessions, contents and
+terminals every few seconds; Kubeflow's culler GETs ``/api/kernels`` every minute), nor our own
+kernel calls (silent executes publish no ``execute_input``; the end of our own operations
+restarts the clock, ``own_activity_until``).
+
+A check runs every ``min(60, idle_timeout / 4)`` seconds and starts a pause (reason ``idle``)
+when the workspace is ``running`` or ``ready``, no operation is in flight, at least one kernel
+runs, and no kernel is busy (unless ``idle_pause_busy``: then the checkpoint queues behind the
+running cell). Our timeout must be shorter than any culler's (jupyter_server
+``cull_idle_timeout``, the JupyterHub idle culler, Kubeflow's culler): see docs/server.md.
+
+Call order: the orchestrator builds a ``UserActivity``, passes ``touch("cell")`` to its cell
+watch and touches ``"kernel"`` as each kernel starts; the extension calls ``watch_server`` with
+the server, and starts an ``IdleWatcher`` on ``UserActivity.last`` once the event loop runs.
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timezone
 from logging import Logger
+from typing import Any
 
 from tornado.ioloop import PeriodicCallback
 
@@ -21,6 +36,44 @@ from .errors import GkeResumeError
 from .states import State
 
 IDLE_STATES = (State.RUNNING, State.READY)
+ACTIVITY_KINDS = ("kernel", "cell", "terminal", "document")
+"""What a person does that keeps a workspace from its idle pause (see above); nothing else."""
+
+
+class UserActivity:
+    """When a person last did something in this server, by kind (``ACTIVITY_KINDS``)."""
+
+    def __init__(self) -> None:
+        self._started = datetime.now(timezone.utc)  # the clock starts with the server
+        self._seen: dict[str, datetime] = {}
+        self._terminals: Callable[[], datetime | None] = lambda: None
+
+    def touch(self, kind: str) -> None:
+        """A person's ``kind`` of activity (``"kernel"``, ``"cell"``, ``"document"``) happened
+        now."""
+        self._seen[kind] = datetime.now(timezone.utc)
+
+    def watch_server(self, serverapp: Any) -> None:
+        """Follow the server's documents (a listener on its contents events) and terminals
+        (the time jupyter_server_terminals records of each terminal message, either way)."""
+        contents = serverapp.contents_manager
+        contents.event_logger.add_listener(schema_id=contents.event_schema_id,
+                                           listener=self._on_contents)
+        settings = serverapp.web_app.settings
+        self._terminals = lambda: settings.get("terminal_last_activity")
+
+    async def _on_contents(self, *, logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        """jupyter_events calls it with these keywords, once per contents event."""
+        if data.get("action") != "get":
+            self.touch("document")
+
+    def seen(self) -> dict[str, datetime]:
+        """The last time of each kind seen since the server started."""
+        terminal = self._terminals()
+        return {**self._seen, **({"terminal": terminal} if terminal is not None else {})}
+
+    def last(self) -> datetime:
+        return max([self._started, *self.seen().values()])
 
 
 class IdleWatcher:
@@ -45,7 +98,10 @@ class IdleWatcher:
             self._callback.stop()
 
     def idle_seconds(self) -> float:
-        return (datetime.now(timezone.utc) - self.last_activity()).total_seconds()
+        """Seconds since a person's last activity, or since our last operation ended (a
+        resume, a checkpoint), whichever came later."""
+        since = max(self.last_activity().timestamp(), self.orchestrator.state.own_activity_until)
+        return datetime.now(timezone.utc).timestamp() - since
 
     async def check(self) -> bool:
         """Start an idle pause if due; True when one was started."""

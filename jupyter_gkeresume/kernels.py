@@ -49,12 +49,14 @@ class KernelGateway:
     """The kernels of one server; ``store_url``/``workspace`` go into every kernel request."""
 
     def __init__(self, kernel_manager: Any, session_manager: Any, *, store_url: str,
-                 workspace: str, on_cell: Callable[[str], None] | None = None):
+                 workspace: str, on_cell: Callable[[str], None] | None = None,
+                 on_activity: Callable[[str], None] | None = None):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
         self.store_url = store_url
         self.workspace = workspace
-        self.cells = RunningCells(on_cell)  # ``on_cell(kid)``: a user's cell started
+        # ``on_cell(kid)``: a user's cell started; ``on_activity(kid)``: any message of one
+        self.cells = RunningCells(on_cell, on_activity)
 
     # -- what runs --------------------------------------------------------------------------
     def live_ids(self) -> list[str]:

@@ -1,8 +1,9 @@
 """The server's pause/resume facade: validation, one lock for every operation, status, shutdown.
 
-``Orchestrator`` builds the parts once per server (``WorkspaceState``, ``KernelGateway``,
-``PausedRecords``, ``SnapshotVerifier``, ``EventLog``) and hands each operation exactly the ones
-it uses (``pause.PauseOperation``, ``pause.ShutdownCheckpoint``, ``resume.ResumeOperation``).
+``Orchestrator`` builds the parts once per server (``WorkspaceState``, ``UserActivity``,
+``KernelGateway``, ``PausedRecords``, ``SnapshotVerifier``, ``EventLog``) and hands each
+operation exactly the ones it uses (``pause.PauseOperation``, ``pause.ShutdownCheckpoint``,
+``resume.ResumeOperation``).
 
 Call order: ``ensure_started()`` (reads the paused record once, may auto-resume), then any number
 of ``start_pause`` / ``start_resume`` (each validates at once under the lock, raising a
@@ -39,9 +40,10 @@ from .errors import (
     StoredRecordError,
 )
 from .events import EventLog
+from .idle import UserActivity
 from .kernels import KernelGateway
-from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier
-from .paused_record import PausedRecords
+from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier, complete_interrupted
+from .paused_record import PausedRecord, PausedRecords
 from .printable import printable
 from .read_ahead import read_ahead
 from .release import ReleaseBackend
@@ -77,10 +79,12 @@ class Orchestrator:
         self.log = log
         self.store = store or SnapshotStore(settings.store_url, settings.workspace_id)
         self.state = WorkspaceState()
+        self.activity = UserActivity()  # what a person did: the idle pause's clock
         self.gateway = gateway or KernelGateway(kernel_manager, session_manager,
                                                 store_url=settings.store_url,
                                                 workspace=self.store.workspace,
-                                                on_cell=self.state.cell_started)
+                                                on_cell=self.state.cell_started,
+                                                on_activity=lambda _: self.activity.touch("cell"))
         self.records = PausedRecords(self.store, lambda: self.key)
         self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key,
                                                      mode=settings.verify)
@@ -119,7 +123,7 @@ class Orchestrator:
 
     async def _startup(self) -> None:
         try:
-            record = await asyncio.to_thread(self.records.read)
+            record = await asyncio.to_thread(self._read_record)
         except StoredRecordError as exc:  # planted or corrupt: it names nothing to restore
             record = None
             self.log.warning("gkeresume: the paused record is ignored: %s (a pause writes a new "
@@ -149,6 +153,28 @@ class Orchestrator:
         self.log.info("gkeresume: found a paused record from %s", printable(record.paused_at))
         if self.settings.auto_resume:
             await self.start_resume(None, "full", None, None)
+
+    def _read_record(self) -> PausedRecord | None:
+        """The stored paused record; one a killed shutdown checkpoint left is completed
+        (``pause.complete_interrupted``) and stored so. Blocking."""
+        record = self.records.read()
+        completed = complete_interrupted(record, self.store, lambda: self.key) if record else None
+        if completed is not record:
+            if completed is None:
+                self.records.delete()
+            else:
+                self.records.write(completed)
+            self.log.info("gkeresume: completed the record of an interrupted shutdown "
+                          "checkpoint: %s", "nothing was committed" if completed is None else
+                          f"{len(completed.kernels)} kernel(s) to resume")
+        return completed
+
+    def kernel_started(self, kid: str) -> None:
+        """A kernel started (``kernels.guard_kernel_starts``): follow its cells; a person opened
+        a notebook (a resume's own starts are followed by its end, which restarts the idle
+        clock anyway)."""
+        self.gateway.watch_cells(kid)
+        self.activity.touch("kernel")
 
     # -- operations -------------------------------------------------------------------------
     async def start_pause(self, kernel_ids: list[str] | None = None, *, release: bool = True,

@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 from logging import Logger
 from typing import Any
 
@@ -38,6 +40,8 @@ from .kernels import KernelGateway
 from .paused_record import PausedKernel, PausedRecord, PausedRecords
 from .release import ReleaseBackend
 from .snapshot import SigningKey, SnapshotStore
+from .snapshot.format import Manifest
+from .snapshot.manifests import scan_manifests
 from .snapshot.writer import validate_verify_mode, verify_committed
 from .state import Operation, WorkspaceState, server_phase
 from .states import State
@@ -101,10 +105,7 @@ class PauseOperation:
                     await self._wait_for_cells()  # other kernels keep running meanwhile
                 await self._hold_all()  # the cut: no cell runs in these kernels from now on
                 items, gpus = await self.save_all()
-                if self.previous is not None:
-                    items = self.previous.carried_into(items)
-                paused = PausedRecord.new(self.gateway.workspace, op.reason, self.backend.name,
-                                          gpus, items, self.not_saved) if self.record else None
+                paused = self._paused_record(items, gpus, self.not_saved) if self.record else None
                 op.cancellable = False  # from the record on, the pause goes through
                 if paused is not None:
                     await asyncio.to_thread(self.records.write, paused)
@@ -202,6 +203,15 @@ class PauseOperation:
         metrics.PAUSE_SECONDS.labels("verify").observe(time.monotonic() - t1)
         return items, gpus
 
+    def _paused_record(self, items: list[PausedKernel], gpus: int,
+                       not_saved: list[dict[str, Any]]) -> PausedRecord:
+        """The record of ``items`` (and, after a failed resume, of what it did not bring
+        back)."""
+        if self.previous is not None:
+            items = self.previous.carried_into(items)
+        return PausedRecord.new(self.gateway.workspace, self.op.reason, self.backend.name, gpus,
+                                items, not_saved)
+
     async def _checkpoint(self, kid: str, notebook: str | None) -> PausedKernel:
         self.state.set_notebook(kid, notebook)
         notebook = self.state.kernel(kid).notebook
@@ -277,8 +287,16 @@ class ShutdownCheckpoint(PauseOperation):
     (the platform is already taking the pod away). Every kernel of ``op`` (the idle ones) is
     saved at once, within the one budget; a kernel that fails is listed in the record's
     ``not_saved`` with its reason (as are ``not_saved`` given: the busy ones), the others are
-    kept. Only when none could be saved does the checkpoint fail. It never reads blobs back in
-    full (``verify_mode`` metadata): the platform's grace period is short."""
+    kept. Only when none could be saved does the checkpoint fail (and leaves no record). It
+    never reads blobs back in full (``verify_mode`` metadata): the platform's grace period is
+    short.
+
+    The platform may SIGKILL the pod at any moment (a spot node gives about 15 s), so the record
+    is written before the first kernel starts (every kernel ``pending``: ``not_saved`` with the
+    reason ``PENDING``) and again as each kernel's snapshot commits and verifies; the last write
+    is the pause's own. A kill leaves a record naming every kernel recorded so far; one whose
+    snapshot committed after the last write is found by ``complete_interrupted`` at the next
+    start."""
 
     verify_mode = "metadata"
     waits_for_cells = False  # its kernels were idle; a busy one is listed, never waited for
@@ -286,21 +304,93 @@ class ShutdownCheckpoint(PauseOperation):
     def __init__(self, op: Operation, *, not_saved: list[dict[str, Any]], **parts: Any):
         super().__init__(op, name=None, record=True, **parts)
         self.not_saved = list(not_saved)
+        self._saved: list[tuple[PausedKernel, int]] = []  # (item, gpus) in commit order
+        self._pending: dict[str, dict[str, Any]] = {}  # kernel id -> its not_saved entry
+        self._paused_at: str | None = None  # every write keeps the first one's time
+
+    def _paused_record(self, items: list[PausedKernel], gpus: int,
+                       not_saved: list[dict[str, Any]]) -> PausedRecord:
+        """As the pause's, stamped when the first record was written (``complete_interrupted``
+        looks for snapshots taken since)."""
+        record = super()._paused_record(items, gpus, not_saved)
+        self._paused_at = self._paused_at or record.paused_at
+        return replace(record, paused_at=self._paused_at)
 
     async def save_all(self) -> tuple[list[PausedKernel], int]:
         notebooks = await self.gateway.notebooks()
+        self._pending = {kid: {"kernel_id": kid, "notebook": notebooks.get(kid),
+                               "reason": PENDING} for kid in self.op.kernels}
+        writes = asyncio.Lock()  # one write at a time, each with every kernel committed so far
+        await self._write_progress(writes)
 
-        async def save(kid: str) -> tuple[PausedKernel, int] | None:
+        async def save(kid: str) -> None:
             try:
                 item = await self._checkpoint(kid, notebooks.get(kid))
-                return item, await self._verify(item)
+                gpus = await self._verify(item)
             except Exception as exc:  # one kernel's failure must not cost the others
-                self.not_saved.append({"kernel_id": kid, "notebook": notebooks.get(kid),
+                self.not_saved.append({**self._pending.pop(kid),
                                        "reason": f"{type(exc).__name__}: {exc}"})
-                return None
+                return
+            del self._pending[kid]
+            self._saved.append((item, gpus))
+            await self._write_progress(writes)
 
-        saved = [r for r in await asyncio.gather(*(save(k) for k in self.op.kernels)) if r]
-        if not saved:
+        await asyncio.gather(*(save(k) for k in self.op.kernels))
+        if not self._saved:
+            await self._forget_record()
             raise GkeResumeError("no kernel could be saved: " + "; ".join(
                 f"{n['notebook'] or n['kernel_id']}: {n['reason']}" for n in self.not_saved))
-        return [item for item, _ in saved], max(gpus for _, gpus in saved)
+        return [item for item, _ in self._saved], max(gpus for _, gpus in self._saved)
+
+    async def _write_progress(self, writes: asyncio.Lock) -> None:
+        """Store the record as it stands; a failed write is logged (the next one, or the
+        pause's own, tries again)."""
+        async with writes:
+            record = self._paused_record(
+                [item for item, _ in self._saved], max((g for _, g in self._saved), default=0),
+                [*self.not_saved, *self._pending.values()])
+            try:
+                await asyncio.to_thread(self.records.write, record)
+            except GkeResumeError as exc:
+                self.log.warning("gkeresume: shutdown checkpoint: record not updated: %s", exc)
+
+
+PENDING = "being saved when the server stopped"
+NOT_COMMITTED = "the server stopped before its snapshot was committed"
+
+
+def complete_interrupted(record: PausedRecord, store: SnapshotStore,
+                         key: Callable[[], SigningKey]) -> PausedRecord | None:
+    """The record of a shutdown checkpoint that was killed, completed: each ``PENDING`` kernel
+    whose snapshot did commit (a verified manifest of its notebook, reason ``shutdown``, taken
+    since the record's ``paused_at``) joins the kernels; the others are ``NOT_COMMITTED``.
+    ``None`` when no kernel is left to resume. A record without pending kernels is returned as
+    it is, without reading anything (``key`` is called only when needed). Blocking (reads
+    manifests): run it in a thread."""
+    pending = [n for n in record.not_saved if n.get("reason") == PENDING]
+    if not pending:
+        return record
+    since = record.paused_since()
+    committed: dict[str, Manifest] = {}  # notebook -> the newest such manifest
+    for stored in scan_manifests(store, key(), newest_first=True) if since else ():
+        manifest = stored.manifest
+        if (stored.verified and manifest is not None and manifest.reason == "shutdown"
+                and manifest.notebook and _taken_since(manifest, since)):
+            committed.setdefault(manifest.notebook, manifest)
+    kernels, not_saved = list(record.kernels), [n for n in record.not_saved if n not in pending]
+    for entry in pending:
+        manifest = committed.get(entry.get("notebook"))
+        if manifest is None:
+            not_saved.append({**entry, "reason": NOT_COMMITTED})
+        else:
+            kernels.append(PausedKernel(manifest.snapshot_id, entry.get("kernel_id"), None,
+                                        manifest.notebook, manifest.total_bytes, 0,
+                                        manifest.saved_names))
+    return replace(record, kernels=kernels, not_saved=not_saved) if kernels else None
+
+
+def _taken_since(manifest: Manifest, since: datetime) -> bool:
+    try:
+        return datetime.fromisoformat(manifest.created.replace("Z", "+00:00")) >= since
+    except (ValueError, TypeError):  # an unreadable time: not known to be this checkpoint's
+        return False

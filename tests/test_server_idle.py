@@ -1,0 +1,150 @@
+"""Issue 20.3: only what a person does keeps the workspace from its idle pause, on real
+``jupyter server`` processes with a short ``idle_timeout``.
+
+jupyter_server moves its own ``last_activity`` (``/api/status``) on every authenticated API
+request, so a client that only polls (an open JupyterLab tab, Kubeflow's culling controller)
+must not count. Kubeflow's culler (``components/notebook-controller/controllers/
+culling_controller.go`` in kubeflow/kubeflow v1.9.2 and kubeflow/notebooks ``notebooks-v1``,
+``getNotebookApiKernels`` and ``updateTimestampFromKernelsActivity``; ``pkg/culler/culler.go``
+up to v1.6) GETs ``/notebook/{ns}/{name}/api/kernels`` and sets
+``notebooks.kubeflow.org/last-activity`` to now when a kernel's ``execution_state`` is not
+``idle``, else to the newest kernel ``last_activity``: the polling test checks that those fields do not
+move with the polls either, so the culler's clock agrees with ours.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+
+import pytest
+from fixtures_server import server_config
+from tornado.websocket import websocket_connect
+
+IDLE_TIMEOUT = 10  # seconds: short, yet longer than a kernel start here on a loaded machine
+POLL = 1.0  # seconds between two polls, as a client that watches the server closely
+
+
+def gk_config(store, **traits):
+    return {"GkeResume": {"store_url": str(store), "workspace_id": "idle-ws",
+                          "release_backend": "none", "idle_timeout": IDLE_TIMEOUT, **traits}}
+
+
+class Poller(threading.Thread):
+    """GETs ``/api/kernels`` and ``/api/status`` every ``POLL`` seconds until stopped. It keeps
+    each kernels answer read while our status still said ``running`` with no operation after
+    it (so before any pause touched the kernels): what Kubeflow's culler would have read."""
+
+    def __init__(self, server):
+        super().__init__(daemon=True)
+        self.server = server
+        self.stopped = threading.Event()
+        self.kernels_seen: list[list[dict]] = []
+
+    def run(self) -> None:
+        while True:
+            code, kernels = self.server.call("GET", "api/kernels")
+            assert code == 200
+            assert self.server.call("GET", "api/status")[0] == 200
+            status = self.server.status()  # our own status: polled too, like the lab does
+            if status["state"] == "running" and status["operation"] is None:
+                self.kernels_seen.append(kernels)
+            if self.stopped.wait(POLL):
+                return
+
+
+def test_polls_do_not_keep_the_workspace_from_pausing(server_process, tmp_path):
+    store = tmp_path / "store"
+    server = server_process("polled", gk_config(store))
+    kid = server.new_session("polled.ipynb")
+    server.run_cell(kid, "kept = 7")
+    settled = server.wait_for(lambda s: s["kernels"][0]["execution_state"] == "idle", "idle")
+    assert settled["state"] == "running"
+    code, [kernel] = server.call("GET", "api/kernels")
+    assert code == 200
+    after_cell = kernel["last_activity"]
+
+    poller = Poller(server)
+    poller.start()
+    try:
+        status = server.wait_for(lambda s: s["state"] == "paused", "paused while polled")
+    finally:
+        poller.stopped.set()
+        poller.join()
+    assert status["paused"]["reason"] == "idle"
+    # What the culler reads stayed where the cell left it: the polls moved neither field.
+    assert poller.kernels_seen, "the poller never saw the workspace running"
+    for kernels in poller.kernels_seen:
+        assert [(k["last_activity"], k["execution_state"]) for k in kernels] == [
+            (after_cell, "idle")]
+
+
+def terminal_socket_url(server, name: str) -> str:
+    query = urllib.parse.urlencode({"token": server.token})
+    return f"ws://127.0.0.1:{server.port}/terminals/websocket/{name}?{query}"
+
+
+async def test_a_cell_or_terminal_typing_keeps_the_workspace(server_process, tmp_path):
+    """For one and a half idle timeouts a cell runs every moment, then for as long someone types
+    in a terminal every second: the workspace stays ``running`` through both (a cell it
+    refused would fail), and pauses once nobody works."""
+    store = tmp_path / "store"
+    server = server_process("busy", gk_config(store))
+    kid = server.new_session("work.ipynb")
+    deadline = time.monotonic() + 1.5 * IDLE_TIMEOUT
+    while time.monotonic() < deadline:
+        server.run_cell(kid, "import time; time.sleep(0.5)")
+        assert server.status()["state"] == "running"
+
+    code, terminal = server.call("POST", "api/terminals")
+    assert code == 200, terminal
+    socket = await websocket_connect(terminal_socket_url(server, terminal["name"]))
+    try:
+        deadline = time.monotonic() + 1.5 * IDLE_TIMEOUT
+        while time.monotonic() < deadline:
+            await socket.write_message(json.dumps(["stdin", "echo typed\r"]))
+            time.sleep(POLL)
+            assert server.status()["state"] == "running"
+    finally:
+        socket.close()
+
+    status = server.wait_for(lambda s: s["state"] == "paused", "paused once nobody worked")
+    assert status["paused"]["reason"] == "idle"
+
+
+@pytest.fixture
+def jp_server_config(store_dir):
+    return server_config(str(store_dir))
+
+
+async def test_document_changes_count_and_reads_do_not(api):
+    """Documents edited or saved (contents PUT/POST/PATCH/DELETE) are activity; a GET is not."""
+    activity = api.serverapp.web_app.settings["gkeresume_orchestrator"].activity
+    before = activity.last()
+    for method, path, body in (("GET", "api/contents", None), ("GET", "api/kernels", None),
+                               ("GET", "api/status", None)):
+        code, _ = await api.call(method, path, body)
+        assert code == 200
+    assert activity.last() == before
+    moves = [("POST", "api/contents", {"type": "notebook"}),
+             ("PUT", "api/contents/notes.txt", {"type": "file", "format": "text",
+                                                "content": "hello"}),
+             ("PATCH", "api/contents/notes.txt", {"path": "renamed.txt"}),
+             ("DELETE", "api/contents/renamed.txt", None)]
+    for method, path, body in moves:
+        last = activity.last()
+        code, _ = await api.call(method, path, body)
+        assert code in (200, 201, 204), (method, path)
+        await _until(lambda last=last: activity.last() > last, f"{method} {path} counted")
+
+
+async def _until(predicate, what: str) -> None:
+    """The contents events reach their listeners in a task: wait for it (a safety deadline)."""
+    import asyncio
+
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.01)
