@@ -222,6 +222,9 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     # The resume dialog after the reload: when, size, estimate, verdict, the choices.
     for field in ("Paused", "Notebooks", "e2e.ipynb", "Size", "Estimated restore", "exact"):
         assert field in seen["resumeDialog"]
+    # No resume measured here yet: the estimate comes from the pause, measured on this store.
+    assert re.search(r"about [\d a-z]+ for 512 MiB \(measured on this store\)", seen["resumeDialog"]), (
+        seen["resumeDialog"])
     assert seen["resumeButtons"] == ["Later", "Start fresh", "Resume"]
 
     # Resume: the same of the bar, the labels and the notification; then "Running (resumed)".
