@@ -4,13 +4,15 @@ Events live in the store record ``records/events.json``::
 
     {"version": 1, "events": [
       {"at": 1764500000.0, "kind": "activity"},                      user ran or edited a cell
-      {"at": 1764503600.0, "kind": "pause", "seconds": 41.5, "gpus": 1}, a pause took 41.5 s
-      {"at": 1764510000.0, "kind": "resume", "seconds": 33.0}         request -> ready took 33 s
+      {"at": 1764503600.0, "kind": "pause", "seconds": 41.5, "gpus": 1, "bytes": 5368709120},
+      {"at": 1764510000.0, "kind": "resume", "seconds": 33.0, "bytes": 5368709120}
     ]}
 
-``at`` is seconds since the epoch (when the event started); ``seconds`` the measured duration;
-``gpus`` the GPUs the pod held. The server appends with ``record_events`` (activity at most once
-a minute is plenty); the record keeps the newest ``MAX_EVENTS``.
+``at`` is seconds since the epoch (when the event started); ``seconds`` the measured duration (a
+pause: request -> record written; a resume: request -> ready); ``gpus`` the GPUs the pod held;
+``bytes`` what the operation saved or restored (absent in older records: 0), from which
+``rates.expected_seconds`` learns this store's rate. The server appends with ``record_events``
+(activity at most once a minute is plenty); the record keeps the newest ``MAX_EVENTS``.
 
 ``advise(events, thresholds)`` treats activity and resume requests as what the user did, and asks
 for each threshold T: a workspace idle for longer than T is paused at T (taking the measured median
@@ -43,6 +45,7 @@ class Event:
     kind: str
     seconds: float = 0.0
     gpus: int = 1
+    bytes: int = 0
 
 
 @dataclass
@@ -84,10 +87,11 @@ def parse_events(raw: bytes | None) -> list[Event]:
     for i, item in enumerate(items):
         if not (isinstance(item, dict) and item.get("kind") in EVENT_KINDS
                 and _number(item.get("at")) and _number(item.get("seconds", 0))
-                and isinstance(item.get("gpus", 1), int) and item.get("gpus", 1) >= 1):
+                and isinstance(item.get("gpus", 1), int) and item.get("gpus", 1) >= 1
+                and isinstance(item.get("bytes", 0), int) and _number(item.get("bytes", 0))):
             raise ManifestError(f"the events record: event #{i} is malformed")
         events.append(Event(float(item["at"]), item["kind"], float(item.get("seconds", 0)),
-                            item.get("gpus", 1)))
+                            item.get("gpus", 1), item.get("bytes", 0)))
     return sorted(events, key=lambda e: e.at)
 
 
@@ -202,4 +206,6 @@ def _event_dict(e: Event) -> dict[str, object]:
         out["seconds"] = e.seconds
     if e.gpus != 1:
         out["gpus"] = e.gpus
+    if e.bytes:
+        out["bytes"] = e.bytes
     return out

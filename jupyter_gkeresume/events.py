@@ -9,6 +9,10 @@ record (format and replay in ``advisor.py``).
   and resumes also moves it, so activity while an operation is in flight, or before the
   workspace state's ``own_activity_until``, is not the user's and is skipped.
 
+``EventLog.estimate`` is how long the next pause or resume should take (``rates.expected_seconds``
+over this workspace's recorded ones); a first resume learns from the pauses, which moved the same
+bytes through the same store.
+
 Call order: the orchestrator owns an ``EventLog``; the extension starts an ``ActivitySampler``
 (on the orchestrator's ``WorkspaceState`` and ``EventLog``) once the event loop runs and stops it
 on shutdown.
@@ -17,7 +21,6 @@ on shutdown.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -28,13 +31,13 @@ from tornado.ioloop import PeriodicCallback
 
 from .advisor import Event, read_events, record_events
 from .printable import printable
+from .rates import expected_seconds
 from .snapshot.store import SnapshotStore
 
 if TYPE_CHECKING:
     from .state import WorkspaceState
 
 ACTIVITY_INTERVAL = 60.0  # seconds: the advisor's thresholds are minutes
-ESTIMATE_WINDOW = 10  # recent operations an estimate is the median of
 ESTIMATE_RETRY_SECONDS = 60.0  # an unreadable events record is read again after this
 
 
@@ -45,7 +48,7 @@ class EventLog:
         self.store = store
         self.log = log
         self._lock = asyncio.Lock()
-        self._durations: dict[str, list[float]] | None = None  # kind -> seconds, read once
+        self._samples: dict[str, list[tuple[int, float]]] | None = None  # kind -> (bytes, s)
         self._retry_at = 0.0  # after a failed read, not before this (monotonic)
 
     async def record(self, *events: Event) -> bool:
@@ -57,16 +60,17 @@ class EventLog:
                 kinds = ", ".join(e.kind for e in events)
                 self.log.warning("gkeresume: could not record the %s event(s): %s", kinds, exc)
                 return False
-            if self._durations is not None:
-                _add_durations(self._durations, events)
+            if self._samples is not None:
+                _add_samples(self._samples, events)
         return True
 
-    async def estimate(self, kind: str) -> float | None:
-        """The expected duration of a ``pause`` or ``resume``: the median of this workspace's
-        last ``ESTIMATE_WINDOW`` recorded ones (``None`` before the first, or when the record
-        cannot be read). The record is read once; later events are added as they are recorded."""
+    async def estimate(self, kind: str, nbytes: int = 0) -> float | None:
+        """The expected duration of a ``pause`` or ``resume`` of ``nbytes`` (0: not known) from
+        this workspace's recorded ones (``rates.expected_seconds``); a resume with none recorded
+        yet learns from the pauses. ``None`` before the first, or when the record cannot be
+        read. The record is read once; later events are added as they are recorded."""
         async with self._lock:
-            if self._durations is None:
+            if self._samples is None:
                 if time.monotonic() < self._retry_at:
                     return None
                 try:
@@ -76,16 +80,17 @@ class EventLog:
                                      printable(exc))
                     self._retry_at = time.monotonic() + ESTIMATE_RETRY_SECONDS  # status polls
                     return None
-                self._durations = {}
-                _add_durations(self._durations, events)
-        recent = self._durations.get(kind, [])[-ESTIMATE_WINDOW:]
-        return statistics.median(recent) if recent else None
+                self._samples = {}
+                _add_samples(self._samples, events)
+        samples = self._samples.get(kind) or (self._samples.get("pause", []) if kind == "resume"
+                                              else [])
+        return expected_seconds(samples, nbytes)
 
 
-def _add_durations(durations: dict[str, list[float]], events: Iterable[Event]) -> None:
+def _add_samples(samples: dict[str, list[tuple[int, float]]], events: Iterable[Event]) -> None:
     for event in events:
         if event.kind in ("pause", "resume") and event.seconds > 0:
-            durations.setdefault(event.kind, []).append(event.seconds)
+            samples.setdefault(event.kind, []).append((event.bytes, event.seconds))
 
 
 class ActivitySampler:

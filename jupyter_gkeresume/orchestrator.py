@@ -261,7 +261,7 @@ class Orchestrator:
                 items = [await asyncio.to_thread(item_for_snapshot, self.store, self.key,
                                                  snapshot, kernel)]
             op = Operation("resume", mode=mode, kernels=[i.kernel_id for i in items if i.kernel_id],
-                           estimate_seconds=await self.events.estimate("resume"))
+                           estimate_seconds=await self._resume_estimate(snapshot is None))
             self.state.begin(op, State.WAITING_FOR_RESOURCES)
             return self._launch(op, ResumeOperation(
                 op, state=self.state, gateway=self.gateway, records=self.records,
@@ -318,6 +318,13 @@ class Orchestrator:
                 self.retention.schedule()
 
     # -- status and snapshots ---------------------------------------------------------------
+    async def _resume_estimate(self, whole_record: bool) -> float | None:
+        """How long a resume should take (``EventLog.estimate``), sized by the paused record when
+        it resumes the whole record (a snapshot's size is not known before it is read)."""
+        paused = self.state.paused
+        nbytes = paused.bytes_total if whole_record and paused is not None else 0
+        return await self.events.estimate("resume", nbytes)
+
     async def status(self) -> dict[str, Any]:
         notebooks = await self.gateway.notebooks()
         live = set(self.gateway.live_ids())
@@ -327,7 +334,7 @@ class Orchestrator:
             self.state.set_notebook(kid, notebooks.get(kid))
             row = self.state.kernel(kid).to_dict()
             kernels.append({**row, **self.gateway.info(kid)})
-        resume_estimate = await self.events.estimate("resume") if self.state.paused else None
+        resume_estimate = await self._resume_estimate(True) if self.state.paused else None
         return {"workspace": self.store.workspace, "store": _safe_url(self.settings.store_url),
                 "release_backend": self.backend.name, **self.state.to_status(),
                 "resume_estimate_seconds": resume_estimate,

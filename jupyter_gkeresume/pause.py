@@ -123,7 +123,8 @@ class PauseOperation:
                 self._finish(State.RUNNING, t0)
                 return
             await self.events.record(Event(op.started, "pause", seconds=time.monotonic() - t0,
-                                           gpus=max(paused.gpus, 1)))
+                                           gpus=max(paused.gpus, 1),
+                                           bytes=paused.bytes_total))
             self.state.move_kernels(op.kernels, State.RELEASING)
             self.state.move(State.RELEASING)
             for kid in op.kernels:

@@ -105,6 +105,11 @@ class PausedRecord:
         return cls(workspace, now, reason, release_backend, gpus, kernels,
                    not_saved=list(not_saved or []))
 
+    @property
+    def bytes_total(self) -> int:
+        """The bytes of every kernel's snapshot: what a resume of the whole record reads."""
+        return sum(k.bytes_total for k in self.kernels)
+
     @classmethod
     def from_dict(cls, data: Any) -> PausedRecord:
         """The record from its stored fields (signature already checked), strictly."""

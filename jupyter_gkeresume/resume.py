@@ -100,6 +100,7 @@ class ResumeOperation:
         self.timeout = timeout
         self.read_ahead = read_ahead  # blocking; a failure only loses the overlap
         self._restored: set[int] = set()  # indices of the items that came back
+        self._bytes_read = 0  # what the kernels read, as their results say (for the estimates)
         self._ahead: asyncio.Future | None = None  # the read-ahead in its worker thread
 
     async def run(self) -> None:
@@ -133,7 +134,8 @@ class ResumeOperation:
                               snapshots=[i.snapshot_id for i in self.items])
             # a files-only resume restores nothing: its time says nothing of a restore
             await self.events.record(Event(op.started, "activity") if op.mode == "files-only"
-                                     else Event(op.started, "resume", seconds=seconds))
+                                     else Event(op.started, "resume", seconds=seconds,
+                                                bytes=self._bytes_read))
         finally:
             self.state.end(op)
 
@@ -208,6 +210,8 @@ class ResumeOperation:
             kid, reference=item.snapshot_id, only=names, notebook=self.state.kernel(kid).notebook,
             timeout=self.timeout, on_progress=lambda p: self.state.set_progress(kid, p))
         self.state.set_result(kid, item.snapshot_id, reply.data)
+        read = reply.data.get("bytes_read")
+        self._bytes_read += read if isinstance(read, int) and read > 0 else 0
         self.state.move_kernels([kid], State.READY)
 
 

@@ -6,7 +6,8 @@
   last one of any phase (see its docstring); the server's publisher and ``CellProgress`` use it.
 - ``CellProgress``: one display (a ``display_id``) per operation: the first report displays it,
   later ones send ``update_display_data``. Each bundle has ``text/html`` (a ``<progress>`` bar
-  with bytes, rate and time left, as tqdm's notebook bars look) and ``text/plain`` (the same in
+  with bytes, rate and time left, as tqdm's notebook bars look; the rate and the time left only
+  once the rate is known, ``jupyter_gkeresume.rates``) and ``text/plain`` (the same in
   one ASCII line, for terminals and nbconvert), at most every ``MIN_INTERVAL`` seconds.
 """
 
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from jupyter_gkeresume import rates
 from jupyter_gkeresume.units import human_bytes
 
 from .results import Progress
@@ -31,10 +33,9 @@ PHASE_WORDS = {
 
 
 def seconds_left(p: Progress) -> float | None:
-    """What the phase still needs at its rate so far, or None when that is not known."""
-    if p.phase == "done" or not p.total_bytes or p.rate <= 0:
-        return None
-    return max(0, p.total_bytes - p.done_bytes) / p.rate
+    """What the phase still needs at its rate so far, or None until that rate is known
+    (``jupyter_gkeresume.rates``: the kernel knows no learned estimate, so it says none)."""
+    return None if p.phase == "done" else rates.seconds_left(p.done_bytes, p.total_bytes, p.seconds)
 
 
 def _duration(seconds: float) -> str:
@@ -53,7 +54,7 @@ def describe(p: Progress) -> str:
         text += f" {human_bytes(p.done_bytes)} of {human_bytes(p.total_bytes)}"
     if p.phase == "done":
         text += f" in {_duration(p.seconds)}"
-    elif p.rate > 0:
+    elif rates.rate_known(p.done_bytes, p.total_bytes, p.seconds):
         text += f" at {human_bytes(p.rate)}/s"
     left = seconds_left(p)
     if left is not None:

@@ -566,7 +566,8 @@ async def test_estimates_and_server_phases(parts):
     assert op.estimate_seconds is None  # nothing recorded yet
     await settle(orch)
     assert seen == [["releasing"]]
-    assert (await orch.status())["resume_estimate_seconds"] is None
+    # No resume recorded yet: the first resume is estimated from the pause (issue 23.4).
+    assert (await orch.status())["resume_estimate_seconds"] > 0
     gw.before_restore = lambda kid: seen.append(orch.state.kernel(kid).progress["phase"])
     op, _ = await orch.start_resume(None, "full", None, None)
     await settle(orch)

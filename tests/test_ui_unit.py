@@ -1,5 +1,5 @@
 """The lab extension's TypeScript unit tests (node's test runner on the compiled JS), and the
-TypeScript mirror of the Python state enum and compatibility levels."""
+TypeScript mirrors of the Python state enum, compatibility levels and when a rate is known."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 
 from fixtures_ui import ROOT
 
+from jupyter_gkeresume import rates
 from jupyter_gkeresume.snapshot.compat import LEVELS
 from jupyter_gkeresume.states import State
 
@@ -35,3 +36,12 @@ def test_typescript_mirrors_the_python_enums(ui_env, ts_unit_build):
     mirrored = json.loads(run.stdout)
     assert mirrored["states"] == [s.value for s in State]
     assert mirrored["levels"] == list(LEVELS)
+
+
+def test_typescript_mirrors_when_a_rate_is_known(ui_env, ts_unit_build):
+    """progress.ts says a rate, and a time left by it, exactly when rates.py does."""
+    script = (f"const p = require({json.dumps(str(ts_unit_build / 'src' / 'progress.js'))});"
+              "console.log(JSON.stringify([p.RATE_MIN_SECONDS, p.RATE_MIN_FRACTION]))")
+    run = _node(ui_env, "-e", script)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == [rates.RATE_MIN_SECONDS, rates.RATE_MIN_FRACTION]

@@ -3,8 +3,9 @@
  * to pause and follows the operation; when an operation this page followed is over, the user is
  * told what was saved or restored, or why it failed (the server's own message, never swallowed).
  *
- * While an operation runs, one notification (OperationNotifier) follows it in place and closes
- * when it ends, before the message is shown.
+ * While an operation runs, one notification (OperationNotifier) follows it in place; when it
+ * ends, the notifier closes it, awaits its leaving the screen, and only then has the message
+ * shown (`tell`).
  *
  * Call order: `new Controller(...)`, `start()` (first status; offers to resume a paused
  * workspace once per page load), then the command methods.
@@ -24,6 +25,7 @@ import { IFinished, StatusModel } from './model';
 import { OperationNotifier } from './notifier';
 import { resumeOffer } from './offer';
 import { ServerSettings } from './settings';
+import { labNotifications } from './toasts';
 import { IResumeRequest, ISnapshotRow } from './types';
 
 export class Controller {
@@ -34,10 +36,12 @@ export class Controller {
     readonly model: StatusModel,
     private readonly settings: ServerSettings
   ) {
-    this._notifier = new OperationNotifier(model, Notification, () =>
-      void this.run('Cancel failed', () => this.cancel())
+    this._notifier = new OperationNotifier(
+      model,
+      labNotifications,
+      () => void this.run('Cancel failed', () => this.cancel()),
+      finished => this.tell(finished)
     );
-    model.finished.connect(this.onFinished, this);
   }
 
   /** First status, then the resume dialog if the workspace is paused. */
@@ -169,13 +173,7 @@ export class Controller {
     }
   }
 
-  private onFinished(_: StatusModel, finished: IFinished): void {
-    // The notifier has dismissed the operation's toast (it hears `finished` first); let the
-    // page draw that before the message, so the two are never on screen together.
-    requestAnimationFrame(() => requestAnimationFrame(() => this.tell(finished)));
-  }
-
-  /** The message saying how an operation ended. */
+  /** The message saying how an operation ended (the notifier calls it once its toast left). */
   private tell({ operation, status, results }: IFinished): void {
     if (operation.kind === 'resume') {
       void showMessage(resumeSummary(status, operation));

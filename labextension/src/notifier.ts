@@ -1,11 +1,14 @@
 /**
- * One notification per operation, updated in place and closed when the operation ends.
+ * One notification per operation, updated in place and closed when the operation ends; then,
+ * and only then, the message saying how it ended.
  *
- * Call order: `new OperationNotifier(model, sink, cancel)`; it follows the model's signals
- * until `dispose()`. Invariant: at most one notification of ours is open, it belongs to the
+ * Call order: `new OperationNotifier(model, sink, cancel, tell)`; it follows the model's signals
+ * until `dispose()`. Invariants: at most one notification of ours is open, it belongs to the
  * operation in flight (the one `status.operation` names), and it is dismissed as soon as a
- * status without that operation arrives, before the message saying how it ended is shown.
- * `sink` is JupyterLab's `Notification` (an interface here so node's tests can drive it).
+ * status without that operation arrives. When the model reports an operation `finished`, the
+ * notifier dismisses its notification, awaits the sink's word that it is off the screen, and
+ * only then calls `tell` (which shows the final message): the two are never on screen together.
+ * `sink` is JupyterLab's `Notification` (toasts.ts; an interface here so node's tests drive it).
  */
 
 import { describeStatus } from './describe';
@@ -33,14 +36,16 @@ export interface INotificationSink {
     autoClose: false;
     actions: INotificationAction[];
   }): boolean;
-  dismiss(id: string): void;
+  /** Close `id`; resolves once it is off the screen (never rejects). */
+  dismiss(id: string): Promise<void>;
 }
 
 export class OperationNotifier {
   constructor(
     private readonly model: StatusModel,
     private readonly sink: INotificationSink,
-    private readonly cancel: () => void
+    private readonly cancel: () => void,
+    private readonly tell: (finished: IFinished) => void
   ) {
     model.finished.connect(this.onFinished, this);
     model.changed.connect(this.onChanged, this);
@@ -54,11 +59,22 @@ export class OperationNotifier {
   dispose(): void {
     this.model.finished.disconnect(this.onFinished, this);
     this.model.changed.disconnect(this.onChanged, this);
-    this.close();
+    void this.close();
   }
 
-  private onFinished(_: StatusModel, __: IFinished): void {
-    this.close();
+  /** Dismiss the open notification; resolves once the last one dismissed is off the screen. */
+  close(): Promise<void> {
+    if (this._id !== null) {
+      this._closing = this.sink.dismiss(this._id);
+    }
+    this._id = null;
+    this._operation = null;
+    this._shown = '';
+    return this._closing;
+  }
+
+  private onFinished(_: StatusModel, finished: IFinished): void {
+    void this.close().then(() => this.tell(finished));
   }
 
   private onChanged(_: StatusModel, status: IStatus | null): void {
@@ -67,7 +83,7 @@ export class OperationNotifier {
     }
     const operation = status.operation;
     if (!operation) {
-      this.close();
+      void this.close();
       return;
     }
     const view = describeStatus(status);
@@ -80,23 +96,15 @@ export class OperationNotifier {
         this.sink.update({ id: this._id, message: view.label, type: 'in-progress', autoClose: false, actions });
       }
     } else {
-      this.close();
+      void this.close();
       this._id = this.sink.emit(view.label, 'in-progress', { autoClose: false, actions });
       this._operation = operation.id;
     }
     this._shown = shown;
   }
 
-  private close(): void {
-    if (this._id !== null) {
-      this.sink.dismiss(this._id);
-    }
-    this._id = null;
-    this._operation = null;
-    this._shown = '';
-  }
-
   private _id: string | null = null;
   private _operation: string | null = null;
   private _shown = '';
+  private _closing: Promise<void> = Promise.resolve();
 }

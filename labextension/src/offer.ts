@@ -1,31 +1,22 @@
 /**
  * The resume dialog's content for a paused workspace (pure): when, size, the estimated time
- * (learned from this workspace's resumes when the server tells it, else a nominal rate), the
- * worst verdict with every reason, and which choices make sense.
+ * (the server's, learned from this store's recorded pauses and resumes; none before the first:
+ * a constant rate would be a guess about some other store), the worst verdict with every
+ * reason, and which choices make sense.
  */
 
 import { formatBytes, formatDuration } from './format';
 import { recordedResults } from './describe';
 import { ISnapshotRow, IStatus, IVerdict, LEVELS, Level } from './types';
 
-/** A nominal restore rate for the estimate (GCS read into host and device memory). */
-export const NOMINAL_RESTORE_RATE = 200 * 1024 * 1024;
-/** Seconds to start a kernel and import the restore code, added once per notebook. */
-export const KERNEL_START_SECONDS = 5;
-
-/** The guess without history: the size at the nominal rate plus a kernel start per notebook. */
-export function nominalResumeSeconds(bytes: number, kernels: number): number {
-  return bytes / NOMINAL_RESTORE_RATE + KERNEL_START_SECONDS * kernels;
-}
-
 export interface IResumeOffer {
   pausedAt: string;
   reason: string | null;
   notebooks: string[];
   bytes: number;
-  estimateSeconds: number;
-  /** The estimate comes from this workspace's recorded resumes (else a nominal rate). */
-  estimateLearned: boolean;
+  /** From this store's recorded operations (the server's `resume_estimate_seconds`); null
+   * before the first. */
+  estimateSeconds: number | null;
   /** The pause was the shutdown checkpoint: stopping the server paused the workspace. */
   pausedByShutdown: boolean;
   /** The worst verdict over the paused snapshots; null when none could be read. */
@@ -94,8 +85,7 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
     reason: record.reason,
     notebooks: record.kernels.map(k => k.notebook ?? `(kernel ${k.kernel_name ?? '?'})`),
     bytes,
-    estimateSeconds: learned ?? nominalResumeSeconds(bytes, record.kernels.length),
-    estimateLearned: learned !== null,
+    estimateSeconds: learned,
     pausedByShutdown: record.reason === 'shutdown',
     level,
     reasons: verdict?.reasons ?? [],
@@ -115,10 +105,10 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
   };
 }
 
-/** One line for the resume dialog: "about 12 s for 2.0 GiB, from this workspace's resumes". */
+/** One line for the resume dialog: "about 12 s for 2.0 GiB (measured on this store)". */
 export function estimateText(offer: IResumeOffer): string {
-  const basis = offer.estimateLearned
-    ? 'from this workspace’s earlier resumes'
-    : 'a first guess; later estimates learn from this workspace';
-  return `about ${formatDuration(offer.estimateSeconds)} for ${formatBytes(offer.bytes)} (${basis})`;
+  const size = formatBytes(offer.bytes);
+  return offer.estimateSeconds === null
+    ? `${size} (no estimate yet: the first pause or resume here measures this store)`
+    : `about ${formatDuration(offer.estimateSeconds)} for ${size} (measured on this store)`;
 }

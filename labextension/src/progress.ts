@@ -6,8 +6,13 @@
  * - `overallFraction` places a phase inside the whole operation (writing, then verifying, then
  *   releasing; starting, then reading, then unpickling), so the bar moves through every phase
  *   instead of refilling per phase.
- * - `secondsLeft` is the larger of what the current phase still needs at its rate and what the
- *   workspace's recorded operations say is left (`operation.estimate_seconds`).
+ * - `rateKnown`: a phase's rate means something only once it ran `RATE_MIN_SECONDS` over
+ *   `RATE_MIN_FRACTION` of its bytes (jupyter_gkeresume/rates.py, same constants); before, the
+ *   first chunk's timing would promise hours or minutes that never come, so neither the rate
+ *   nor a time left by it is said.
+ * - `secondsLeft` is the larger of what the current phase still needs at its known rate and
+ *   what the workspace's recorded operations say is left (`operation.estimate_seconds`, the
+ *   server's `rates.expected_seconds`); until the rate is known, the latter alone, or none.
  * - `progressSentence` -> "writing 412 MiB of 764 MiB at 95 MiB/s, about 4 s left".
  */
 
@@ -61,6 +66,20 @@ const RESUME_BANDS: Partial<Record<Phase, [number, number]>> = {
   unpickling: [0.9, 1],
   done: [1, 1]
 };
+
+/** A phase's rate is trusted after it ran this long (seconds) ... (rates.py RATE_MIN_SECONDS) */
+export const RATE_MIN_SECONDS = 1;
+/** ... and moved this share of its bytes (rates.py RATE_MIN_FRACTION). */
+export const RATE_MIN_FRACTION = 0.05;
+
+/** The phase ran long enough, over enough of its bytes (a total of 0: not known), for its rate
+ * to mean something (rates.py `rate_known`). */
+export function rateKnown(progress: IProgress): boolean {
+  const { done_bytes: done, total_bytes: total, seconds } = progress;
+  return (
+    progress.rate > 0 && done > 0 && seconds >= RATE_MIN_SECONDS && done >= RATE_MIN_FRACTION * total
+  );
+}
 
 /** The combined progress of the kernels in flight (sums their bytes and rates). */
 export function combinedProgress(kernels: IKernelStatus[]): IProgress | null {
@@ -135,7 +154,7 @@ export function secondsLeft(
   nowSeconds: number
 ): number | null {
   let byRate: number | null = null;
-  if (progress && progress.rate > 0 && progress.total_bytes > 0) {
+  if (progress && progress.total_bytes > 0 && rateKnown(progress)) {
     byRate = Math.max(0, progress.total_bytes - progress.done_bytes) / progress.rate;
   }
   const estimate = operation?.estimate_seconds;
@@ -155,8 +174,8 @@ export function leftText(seconds: number): string {
 }
 
 /**
- * One clause for a progress report: "writing 412 MiB of 764 MiB at 95 MiB/s", with the time
- * left appended when known. A phase without bytes is just its verb ("releasing").
+ * One clause for a progress report: "writing 412 MiB of 764 MiB at 95 MiB/s" (the rate once
+ * known), with the time left appended when known. A phase without bytes is just its verb.
  */
 export function progressSentence(progress: IProgress, left: number | null): string {
   let text = PHASE_WORDS[progress.phase] ?? String(progress.phase);
@@ -165,7 +184,7 @@ export function progressSentence(progress: IProgress, left: number | null): stri
   } else if (progress.done_bytes > 0) {
     text += ` ${formatBytes(progress.done_bytes)}`;
   }
-  if (progress.rate > 0 && progress.phase !== 'done') {
+  if (rateKnown(progress) && progress.phase !== 'done') {
     text += ` at ${formatRate(progress.rate)}`;
   }
   return left === null ? text : `${text}, ${leftText(left)}`;

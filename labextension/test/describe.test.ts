@@ -14,6 +14,7 @@ import {
   waitingText
 } from '../src/describe';
 import { estimateText, resumeOffer, worstVerdict } from '../src/offer';
+import { progressSentence, rateKnown, secondsLeft } from '../src/progress';
 import { ISnapshotRow, IStatus, STATES } from '../src/types';
 import { checkpoint, kernel, operation, status } from './fixtures';
 
@@ -103,6 +104,31 @@ test('the learned estimate gives the time left and moves the bar in phases witho
   );
   assert.equal(starting.label, 'Resuming: starting the kernels');
   assert.equal(starting.progress?.fraction, 0);
+});
+
+test('no rate and no time left from a first sample: the learned estimate, or none', () => {
+  // Issue 23's first samples: 128 B of 1.4 GiB written in 10 ms ("about 30 h 15 min left"),
+  // and 8 MiB of a resume read while its kernel started ("about 2 min 27 s left").
+  const header = { phase: 'writing' as const, done_bytes: 128, total_bytes: 1.4 * 1024 * MIB, rate: 13_517, seconds: 0.0095 };
+  const read = { phase: 'reading' as const, done_bytes: 8 * MIB, total_bytes: 512 * MIB, rate: 3.5 * MIB, seconds: 2.3 };
+  assert.equal(rateKnown(header), false);
+  assert.equal(rateKnown(read), false, '8 MiB of 512 MiB is too little to tell a rate');
+  assert.equal(secondsLeft(operation(), header, NOW / 1000), null);
+  const bare = describeStatus(
+    status('pausing', { operation: operation(), kernels: [kernel({ state: 'pausing', progress: header })] }),
+    NOW
+  );
+  assert.equal(bare.label, 'Pausing: writing 128 B of 1.4 GiB');
+  const learned = operation({ kind: 'resume', started: NOW / 1000 - 2, estimate_seconds: 5 });
+  const resuming = describeStatus(
+    status('restoring', { operation: learned, kernels: [kernel({ state: 'restoring', progress: read })] }),
+    NOW
+  );
+  assert.equal(resuming.label, 'Resuming: reading 8.0 MiB of 512 MiB, about 3 s left');
+  // Once the phase ran a second over 5 % of its bytes, its rate is said and counts.
+  const later = { ...read, done_bytes: 256 * MIB, rate: 128 * MIB, seconds: 2 };
+  assert.equal(rateKnown(later), true);
+  assert.equal(progressSentence(later, secondsLeft(null, later, NOW / 1000)), 'reading 256 MiB of 512 MiB at 128 MiB/s, about 2 s left');
 });
 
 test('the bar only moves forwards through a pause: writing, verifying, releasing', () => {
@@ -343,12 +369,12 @@ test('resume offer: when, size, estimate, the worst verdict with every reason', 
   assert.equal(offer.pausedAt, '2026-11-30T10:15:00Z');
   assert.deepEqual(offer.notebooks, ['work/train.ipynb', 'eval.ipynb']);
   assert.equal(offer.bytes, 1000 * MIB);
-  assert.equal(offer.estimateSeconds, 1000 / 200 + 2 * 5);
-  assert.equal(offer.estimateLearned, false);
-  assert.match(estimateText(offer), /^about 15 s for 1000 MiB \(a first guess/);
+  // No operation measured on this store yet: no estimate, rather than a constant rate's guess.
+  assert.equal(offer.estimateSeconds, null);
+  assert.match(estimateText(offer), /^1000 MiB \(no estimate yet/);
   const learned = resumeOffer(status('paused', { paused: RECORD, resume_estimate_seconds: 42 }), rows)!;
   assert.equal(learned.estimateSeconds, 42);
-  assert.equal(estimateText(learned), 'about 42 s for 1000 MiB (from this workspace’s earlier resumes)');
+  assert.equal(estimateText(learned), 'about 42 s for 1000 MiB (measured on this store)');
   assert.equal(offer.pausedByShutdown, false);
   const shutdown = resumeOffer(status('paused', { paused: { ...RECORD, reason: 'shutdown' } }), rows)!;
   assert.equal(shutdown.pausedByShutdown, true);

@@ -6,10 +6,13 @@ import { INotificationSink, OperationNotifier } from '../src/notifier';
 import { IStatus } from '../src/types';
 import { kernel, operation, status } from './fixtures';
 
-/** A notification sink that keeps what is open, as JupyterLab's manager would. */
+/** A notification sink that keeps what is open, as JupyterLab's manager would; a dismissed
+ * notification leaves the screen when `leave()` is called (the toast's exit, in the page). */
 function sink() {
   const open = new Map<string, string>();
   const log: string[] = [];
+  const leaving: (() => void)[] = [];
+  const leave = () => leaving.splice(0).forEach(left => left());
   let next = 0;
   const fake: INotificationSink = {
     emit(message) {
@@ -29,9 +32,15 @@ function sink() {
     dismiss(id) {
       log.push(`dismiss ${id}`);
       open.delete(id);
+      return new Promise<void>(resolve =>
+        leaving.push(() => {
+          log.push(`left ${id}`);
+          resolve();
+        })
+      );
     }
   };
-  return { fake, open, log };
+  return { fake, open, log, leave };
 }
 
 function scripted(replies: IStatus[]): StatusModel {
@@ -57,7 +66,7 @@ test('one notification per operation, updated in place, closed when it ends', as
   ]);
   const { fake, open, log } = sink();
   let cancelled = 0;
-  const notifier = new OperationNotifier(model, fake, () => cancelled++);
+  const notifier = new OperationNotifier(model, fake, () => cancelled++, () => undefined);
   await model.refresh();
   assert.equal(open.size, 0);
   await model.refresh();
@@ -91,7 +100,7 @@ test('a new operation replaces the old notification; a failed poll keeps it', as
     return next;
   });
   const { fake, open } = sink();
-  const notifier = new OperationNotifier(model, fake, () => undefined);
+  const notifier = new OperationNotifier(model, fake, () => undefined, () => undefined);
   await model.refresh();
   const id = notifier.openId;
   await model.refresh();
@@ -102,5 +111,28 @@ test('a new operation replaces the old notification; a failed poll keeps it', as
   assert.match([...open.values()][0], /^Resuming: starting the kernels/);
   notifier.dispose();
   assert.equal(open.size, 0);
+  model.dispose();
+});
+
+test('the message is shown only once the notification has left the screen', async () => {
+  const op = operation({ release: false });
+  const model = scripted([
+    status('pausing', { operation: op, kernels: [kernel({ state: 'pausing', progress: progress(10) })] }),
+    status('running')
+  ]);
+  const { fake, log, leave } = sink();
+  const told: string[] = [];
+  const notifier = new OperationNotifier(model, fake, () => undefined, finished => {
+    log.push(`tell ${finished.operation.id}`);
+    told.push(finished.operation.id);
+  });
+  await model.refresh();
+  await model.refresh(); // the operation is over
+  await new Promise(resolve => setTimeout(resolve, 0));
+  assert.deepEqual(told, [], 'no message while the notification is still on screen');
+  leave();
+  await new Promise(resolve => setTimeout(resolve, 0));
+  assert.deepEqual(log, ['emit n1', 'dismiss n1', 'left n1', 'tell op-1']);
+  notifier.dispose();
   model.dispose();
 });
