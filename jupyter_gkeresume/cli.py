@@ -564,7 +564,7 @@ class DoctorApp(CommandApp):
             release_backend_setting=settings.release_backend
             if isinstance(settings.release_backend, str) else "configured",
             base_url=server.get("base_url"),
-            shutdown_budget=settings.shutdown_checkpoint_timeout,
+            shutdown_budget=settings.resolved_shutdown_budget(),  # $GKERESUME_SHUTDOWN_BUDGET
             idle_timeout=settings.idle_timeout, idle_pause_busy=settings.idle_pause_busy,
             key_file=self.key_file, podinfo_dir=self.podinfo_dir,
         ))

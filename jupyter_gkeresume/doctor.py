@@ -34,6 +34,7 @@ from typing import Any
 
 from .credentials import mask
 from .errors import GkeResumeError
+from .idle import ACTIVITY_KINDS
 from .platform import Platform, detect
 from .release import ReleaseBackend
 from .snapshot.signing import key_warnings, load_signing_key
@@ -254,6 +255,6 @@ def _idle(inputs: DoctorInputs) -> Check:
         return Check("idle", True, "no idle pause (idle_timeout 0)")
     busy = ("a busy kernel is checkpointed once its cell ends" if inputs.idle_pause_busy
             else "never while a kernel is busy")
-    return Check("idle", True, f"pause with release after {inputs.idle_timeout:g} s without "
-                               f"activity ({busy}); what counts as activity: idle.py, "
-                               "docs/server.md 'Idle pause and the cullers'")
+    return Check("idle", True, f"pause with release after {inputs.idle_timeout:g} s in which no "
+                               f"person did anything ({busy}); what counts: "
+                               f"{', '.join(ACTIVITY_KINDS)} (never a client's polls)")

@@ -127,12 +127,15 @@ def test_a_local_pod_and_the_human_output(monkeypatch, tmp_path, capsys):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GKERESUME_SIGNING_KEY", "k" * 32)
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("GKERESUME_SHUTDOWN_BUDGET", "12")  # a spot profile's budget wins
     code = main(["doctor", f"--store={tmp_path / 'store'}", f"--podinfo-dir={tmp_path}",
                  "--GkeResume.idle_timeout=600"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "ok    release      backend none (auto: platform local)" in out
     assert "pause with release after 600 s" in out
+    assert "kernel, cell, terminal, document" in out
+    assert "budget 12 s" in out
 
 
 @pytest.fixture
