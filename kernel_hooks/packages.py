@@ -6,8 +6,10 @@ Call order:
    this environment's baseline, kept in memory and, the first time this environment (its
    ``sys.prefix`` and image) is seen, in the store's record ``environment-<key>``; a later
    kernel of the same environment reads it back, so a package installed before a kernel restart still counts
-   as installed in the session. ``store=None`` (no store configured yet) keeps it in memory
-   until the first checkpoint.
+   as installed in the session. The record is signed with the workspace key (``sign_record``):
+   one planted by anyone else who can write the prefix, claiming a package for the image so that
+   no snapshot carries it, is ignored and replaced by this kernel's own. ``store=None`` (no store
+   configured yet) keeps it in memory until the first checkpoint.
 2. ``capture_packages(store, write_blob)`` in ``take_checkpoint``: every distribution whose (name,
    version, location) is not in the baseline and whose location is not on the persistent volume
    (home, ``GKERESUME_ROOT_DIR``) becomes one blob, entry ``i`` the bytes of file ``i`` of its
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 import mmap
 import os
 import re
@@ -44,7 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
-from jupyter_gkeresume.errors import GkeResumeError
+from jupyter_gkeresume.errors import GkeResumeError, StoredRecordError
 from jupyter_gkeresume.snapshot import SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import read_verified
 from jupyter_gkeresume.snapshot.compat import (
@@ -54,6 +55,7 @@ from jupyter_gkeresume.snapshot.compat import (
 )
 from jupyter_gkeresume.snapshot.fingerprint import ENV_FACTS
 from jupyter_gkeresume.snapshot.format import PackageRecord
+from jupyter_gkeresume.snapshot.signing import SigningKey, load_signing_key, open_record, sign_record
 from jupyter_gkeresume.units import human_bytes
 
 from .notebooks import ROOT_DIR_ENV
@@ -144,15 +146,30 @@ def remember_environment(store: SnapshotStore | None) -> set[Installed]:
         _baseline = scan(sys.path)
     if store is not None and not _persisted:
         try:
-            raw = store.read_record(environment_record())
-            if raw is None:
-                store.write_record(environment_record(), json.dumps(sorted(_baseline)).encode())
+            key = load_signing_key(workspace=store.workspace)
+            stored = _stored_baseline(store, key)
+            if stored is None:
+                record = {"workspace": store.workspace, "distributions": sorted(_baseline)}
+                store.write_record(environment_record(), sign_record(record, key))
             else:
-                _baseline = {Installed(*map(str, d)) for d in json.loads(raw)}
+                _baseline = stored
             _persisted = True
-        except (GkeResumeError, ValueError, TypeError):
+        except (GkeResumeError, OSError):
             pass  # unreadable or unwritable: the in-memory baseline stands
     return _baseline
+
+
+def _stored_baseline(store: SnapshotStore, key: SigningKey) -> set[Installed] | None:
+    """The baseline this workspace stored for this environment; None when there is none, or
+    the record is not one this workspace's key signed (planted, tampered, malformed)."""
+    raw = store.read_record(environment_record())
+    if raw is None:
+        return None
+    try:
+        record = open_record(raw, key, store.workspace, "the environment baseline")
+        return {Installed(*map(str, d)) for d in record["distributions"]}
+    except (StoredRecordError, KeyError, TypeError, ValueError):
+        return None
 
 
 def capture_packages(store: SnapshotStore,

@@ -61,14 +61,24 @@ def test_the_baseline_is_persisted_beside_the_store_and_outlives_the_kernel(tmp_
     store = SnapshotStore(str(tmp_path / "store"), "ws")
     first = packages.remember_environment(store)
     assert first == {Installed("torch", "2.13.0", str(site))}
-    assert json.loads(store.read_record(packages.environment_record())) == [
-        ["torch", "2.13.0", str(site)]]
+    stored = json.loads(store.read_record(packages.environment_record()))
+    assert stored["distributions"] == [["torch", "2.13.0", str(site)]] and stored["signature"]
 
     (site / "tiny-1.0.dist-info").mkdir()  # installed, then the kernel restarts
     monkeypatch.setattr(packages, "_baseline", None)
     monkeypatch.setattr(packages, "_persisted", False)
     assert packages.remember_environment(store) == first
     assert session_packages(first, scan(sys.path), []) == [Installed("tiny", "1.0", str(site))]
+
+    # issue 22: anyone who can write the prefix could claim an empty baseline, so that every
+    # snapshot carries the whole image; an unsigned record is ignored and replaced by the
+    # kernel's own scan
+    store.write_record(packages.environment_record(),
+                       json.dumps({"workspace": "ws", "distributions": []}).encode())
+    monkeypatch.setattr(packages, "_baseline", None)
+    monkeypatch.setattr(packages, "_persisted", False)
+    assert packages.remember_environment(store) == scan(sys.path)
+    assert json.loads(store.read_record(packages.environment_record()))["signature"]
 
 
 def test_capture_stores_a_new_distribution_by_its_record_and_can_be_turned_off(tmp_path, monkeypatch):
