@@ -30,5 +30,5 @@ def load_ipython_extension(ipython) -> None:
     except (GkeResumeError, OSError, ValueError):  # no usable store yet: kept in memory until one
         store = None
     packages.remember_environment(store)
-    left_behind.remember_threads()  # after the store: its threads are the kernel's own
+    left_behind.remember_baseline()  # after the store: its threads are the kernel's own
     ipython.register_magics(ResumeMagics)

@@ -1,16 +1,19 @@
-"""What a snapshot cannot carry, named at checkpoint time: the kernel's child processes, the
-threads the session started, the files it has open for writing outside the persistent volume.
+"""What a snapshot cannot carry, named at checkpoint time: the kernel's child processes, the threads
+the session started, the files it has open for writing outside the persistent volume.
 
-Call order: ``remember_threads()`` when the extension loads (the threads running then are the
-kernel's own and IPython's); ``left_behind()`` at each checkpoint returns one ``Skipped`` per
-thing that stays on this pod, which the checkpoint report, ``%checkpoint`` and the lab's pause
-message list beside the objects that were not saved. It inspects, never stops anything, and
-what cannot be inspected (a process gone meanwhile, no permission) is left out.
+Call order: ``remember_baseline()`` when the extension loads: the threads, child processes and open
+files of that moment are the kernel's own (IPython's threads; the log file a server's stdout goes
+to, which ipykernel keeps open on another descriptor when it captures output; in a plain process,
+whatever ran before the API was first used); ``left_behind()`` at each checkpoint returns one
+``Skipped`` per other thing that stays on this pod (``KINDS``), which the checkpoint report,
+``%checkpoint`` and the lab's pause message list beside the objects that were not saved. It
+inspects, never stops anything, and what cannot be inspected (a process gone meanwhile, no
+permission) is left out.
 
 Child processes: when the kernel leads its own session (jupyter_client starts kernels with
 ``start_new_session``), every process of that session (``os.system("nohup script &")`` is
-re-parented away from the kernel when its shell exits, but keeps the session; a child that
-starts a session of its own is not seen); otherwise ``psutil``'s tree of the kernel's children.
+re-parented away from the kernel when its shell exits, but keeps the session; a child that starts a
+session of its own is not seen); otherwise ``psutil``'s tree of the kernel's children.
 """
 
 from __future__ import annotations
@@ -31,24 +34,31 @@ OWN_THREADS = ("gkeresume", "fsspecIO")
 KERNEL_MODULES = ("ipykernel.", "IPython.")
 SHOWN_CHARS = 120
 
-_kernel_threads: set[int] = set()
+#: The ``Skipped.type`` of each kind of thing named here.
+KINDS = ("child process", "thread", "open file")
+
+_baseline: dict[str, set] = {}
 
 
-def remember_threads() -> None:
-    """Record the threads running now as the kernel's own (idempotent)."""
-    if not _kernel_threads:
-        _kernel_threads.update(t.ident for t in threading.enumerate() if t.ident is not None)
+def remember_baseline() -> None:
+    """Record the threads, child processes and open files of now as the kernel's own
+    (idempotent)."""
+    if not _baseline:
+        _baseline["threads"] = {t.ident for t in threading.enumerate() if t.ident is not None}
+        _baseline["processes"] = set(_session_processes())
+        _baseline["files"] = {(f.fd, f.path) for f in _files()}
 
 
 def left_behind() -> list[Skipped]:
     """Everything of the session that a snapshot does not carry (see the module docstring).
-    Without the extension loaded (the API used in a plain process) the threads running at the
-    first call are the baseline."""
-    remember_threads()
+    Without the extension loaded (the API used in a plain process) the first call takes the
+    baseline."""
+    remember_baseline()
     return [*_processes(), *_threads(), *_open_files()]
 
 
-def _processes() -> list[Skipped]:
+def _session_processes() -> dict[int, psutil.Process]:
+    """The processes of the kernel's session (see the module docstring), by pid."""
     me = psutil.Process()
     found: dict[int, psutil.Process] = {}
     if os.getsid(0) == me.pid:  # one getsid call per process: about 1 ms for 150
@@ -60,8 +70,14 @@ def _processes() -> list[Skipped]:
                 continue
     else:  # reads every process's parent: tens of ms on a busy machine
         found = {p.pid: p for p in me.children(recursive=True)}
+    return found
+
+
+def _processes() -> list[Skipped]:
     out = []
-    for pid, process in sorted(found.items()):
+    for pid, process in sorted(_session_processes().items()):
+        if pid in _baseline["processes"]:
+            continue
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
@@ -79,19 +95,23 @@ def _threads() -> list[Skipped]:
                     "a thread started in the session does not come back: its work stops with "
                     "this kernel (start it again after resume)")
             for t in threading.enumerate()
-            if t.ident not in _kernel_threads and t.is_alive() and not t.name.startswith(OWN_THREADS)
+            if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
             and not type(t).__module__.startswith(KERNEL_MODULES)]
+
+
+def _files() -> list:
+    try:
+        return psutil.Process().open_files()
+    except psutil.Error:
+        return []
 
 
 def _open_files() -> list[Skipped]:
     kept = [os.path.join(os.path.abspath(d), "") for d in persistent_dirs() if d]
-    try:
-        files = psutil.Process().open_files()
-    except psutil.Error:
-        return []
     return [Skipped(f"file {f.path}", "open file",
                     "open for writing outside the home volume: it stays on this pod, the next "
                     "one will not have it (write it under the home directory)")
-            for f in files
+            for f in _files()
             if f.fd > 2  # stdout and stderr redirected by whoever started the server
+            and (f.fd, f.path) not in _baseline["files"]
             and getattr(f, "mode", "r") != "r" and not any(f.path.startswith(k) for k in kept)]

@@ -41,7 +41,10 @@ def test_resume_takes_this_notebooks_snapshot_not_the_newest(start_kernel, kerne
     assert f"resumed {ids[1]}" in other.run("%resume latest --any")
     assert other.run("print(who)") == "b\n"
     by_id = start_kernel(notebook_env(root, "sub/a.ipynb"))
-    by_id.run(f"%resume {ids[1]}")
+    with pytest.raises(KernelError, match=rf"{ids[1]} was taken in b.ipynb, not in sub/a.ipynb"):
+        by_id.run(f"%resume {ids[1]}")  # issue 22.1: one notebook's state never lands in another
+    assert by_id.run("print('who' in globals())") == "False\n"
+    by_id.run(f"%resume {ids[1]} --any")  # unless asked explicitly
     assert by_id.run("print(who)") == "b\n"
 
     new = start_kernel(notebook_env(root, "c.ipynb"))

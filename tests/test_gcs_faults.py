@@ -8,6 +8,7 @@ import pytest
 from test_gcs_store import CHUNK, make_blob, read_back
 
 from jupyter_gkeresume.errors import CommitConflictError, StoreError
+from jupyter_gkeresume.snapshot import checksum
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 
 SID = "20260101T000000Z-abcdef"
@@ -101,7 +102,7 @@ def test_server_killed_mid_upload_then_back(gcs_faulty):
     store.commit_manifest(SID, b'{"earlier": 1}')
     digest, parts, size = make_blob(8 * CHUNK)
     outcome = gcs_faulty.kill_during_upload(lambda: store.write_blob(digest, parts), 120)
-    assert outcome == [None]
+    assert outcome == [checksum.extend(0, b"".join(bytes(p) for p in parts))]  # crc32c, checked
     outcomes = gcs_faulty.proxy.outcomes("upload_id=")
     # the next chunk met the dead server, then the new server did not know the session: restart
     assert outcomes.index("upstream down") < outcomes.index("404") < outcomes.index("200")

@@ -16,6 +16,7 @@ from fixtures_gpu import SimulatedDriver
 from traitlets.config import Config
 
 import kernel_hooks.cuda_engine as cuda_engine
+import kernel_hooks.left_behind as left_behind
 import kernel_hooks.loader as loader
 import kernel_hooks.resume_plan as resume_plan
 from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore
@@ -39,6 +40,12 @@ class DeviceArray:
     def __cuda_array_interface__(self) -> dict:
         return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, False),
                 "strides": self.strides, "version": 3}
+
+
+def objects_skipped(result) -> list:
+    """What the checkpoint left out of the namespace; in this (pytest) process its child
+    processes and open files (named too, ``left_behind``) are the test run's, not the arrays'."""
+    return [s for s in result.skipped if s.type not in left_behind.KINDS]
 
 
 def use_engine(monkeypatch, gpus: int = 2, memory: int = 1 << 30) -> CudaEngine | None:
@@ -73,7 +80,7 @@ def saved(monkeypatch, tmp_path):
     }
     store = SnapshotStore(str(tmp_path / "store"), "ws-cuda-arrays")
     result = take_checkpoint(namespace, store, KEY, name="arrays")
-    assert result.skipped == []
+    assert objects_skipped(result) == []
     expected = {"weights": matrix, "flat": matrix.reshape(-1), "rows": matrix[::-2, 0]}
     return store, expected
 
@@ -206,8 +213,8 @@ def test_without_an_engine_a_foreign_cuda_array_is_a_named_placeholder(monkeypat
     store = SnapshotStore(str(tmp_path / "store"), "ws-cuda-arrays")
     namespace = {"stats": {"mean": 0.5, "buffer": DeviceArray(0xDEAD0000, (4,), "<f4")}}
     result = take_checkpoint(namespace, store, KEY)
-    assert [s.name for s in result.skipped] == ["stats (inside)"]
-    assert "cuda-python" in result.skipped[0].reason
+    assert [s.name for s in objects_skipped(result)] == ["stats (inside)"]
+    assert "cuda-python" in objects_skipped(result)[0].reason
     restored: dict = {}
     take_resume(restored, store, KEY)
     assert restored["stats"]["mean"] == 0.5
