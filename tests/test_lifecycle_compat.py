@@ -257,3 +257,26 @@ def test_module_checks_run_no_third_party_finder(tmp_path):
     assert (printed, result["at_risk"], created) == ([], {}, [])
     assert not [m for m in result["imported"]
                 if m.split(".")[0] in ("setuptools", "_distutils_hack", "distutils", "pip")]
+
+
+def test_a_listing_asks_a_child_interpreter_once(local_store, signing_key, monkeypatch):
+    """A module that only a third-party finder could know (here: one that is nowhere) is asked
+    in a fresh interpreter. A listing of several snapshots needing it asks once, for all of
+    them, not once per snapshot (each child costs an interpreter start)."""
+    from fixtures_lifecycle import make_snapshot
+
+    from jupyter_gkeresume.snapshot import importable, list_snapshots
+
+    spawned = []
+    run = importable.subprocess.run
+    monkeypatch.setattr(importable.subprocess, "run",
+                        lambda args, **kw: spawned.append(args[3:]) or run(args, **kw))
+    monkeypatch.setattr(importable.sys, "meta_path", [object(), *importable.sys.meta_path])
+    for i in range(3):
+        make_snapshot(local_store, signing_key, [b"a"], fingerprint=copy.deepcopy(BASE),
+                      modules={"x0": [f"gkeresume_vanished_{i}", "json"]})
+    rows = list_snapshots(local_store, signing_key, copy.deepcopy(BASE))
+    assert sorted(r.verdict.objects_at_risk["x0"] for r in rows) == [
+        f"needs {i}, not importable here" for i in
+        ("gkeresume_vanished_0", "gkeresume_vanished_1", "gkeresume_vanished_2")]
+    assert spawned == [["gkeresume_vanished_0", "gkeresume_vanished_1", "gkeresume_vanished_2"]]

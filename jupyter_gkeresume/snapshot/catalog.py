@@ -17,9 +17,16 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import SnapshotNotFoundError, SnapshotRefusedError
-from .compat import Verdict, check_compatible, package_problem, packages_to_install
+from .compat import (
+    Verdict,
+    check_compatible,
+    modules_to_check,
+    package_problem,
+    packages_to_install,
+)
 from .cost import monthly_cost
 from .format import SNAPSHOT_ID_RE, Manifest, validate_snapshot_name
+from .importable import ModuleLookup
 from .manifests import newest_verified, scan_manifests
 from .signing import SigningKey
 from .store import SnapshotStore
@@ -94,12 +101,13 @@ class SnapshotSummary:
         }
 
 
-def summarize(manifest: Manifest, here: dict[str, Any]) -> SnapshotSummary:
+def summarize(manifest: Manifest, here: dict[str, Any],
+              modules: ModuleLookup | None = None) -> SnapshotSummary:
     saved = len(manifest.saved_names)
     return SnapshotSummary(
         manifest.snapshot_id, manifest.name, manifest.created, manifest.notebook,
         manifest.total_bytes, saved, len(manifest.objects) - saved,
-        check_compatible(manifest, here), saved=manifest.saved_names, reason=manifest.reason,
+        check_compatible(manifest, here, modules), saved=manifest.saved_names, reason=manifest.reason,
         packages=[f"{p.name} {p.version}" for p in packages_to_install(manifest.packages)
                   if package_problem(p) is None],
     )
@@ -108,10 +116,14 @@ def summarize(manifest: Manifest, here: dict[str, Any]) -> SnapshotSummary:
 def list_snapshots(store: SnapshotStore, key: SigningKey, here: dict[str, Any]) -> list[SnapshotSummary]:
     """Every committed snapshot, newest first; refused or unreadable ones carry ``error`` (the
     reason) and nothing else: what an unverified manifest claims is not shown as fact."""
+    scanned = list(scan_manifests(store, key, newest_first=True))
+    modules = ModuleLookup()
+    modules.prefetch(name for stored in scanned if stored.verified and stored.manifest
+                     for name in modules_to_check(stored.manifest))
     rows = []
-    for stored in scan_manifests(store, key, newest_first=True):
+    for stored in scanned:
         if stored.verified and stored.manifest is not None:
-            rows.append(summarize(stored.manifest, here))
+            rows.append(summarize(stored.manifest, here, modules))
         else:
             rows.append(SnapshotSummary(stored.snapshot_id, error=stored.refused))
     return rows

@@ -41,7 +41,7 @@ from packaging.tags import parse_tag, sys_tags
 
 from ..printable import printable
 from .format import DIGESTS_BY_VERSION, Manifest, PackageRecord
-from .importable import missing_modules
+from .importable import ModuleLookup
 
 LEVELS = ("exact", "portable", "partial", "incompatible")
 GIB = 1 << 30
@@ -86,8 +86,11 @@ def _show(value: Any) -> str:
     return shown + ("..." if len(text) > SHOWN_CHARS else "")
 
 
-def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
-    """Compare ``manifest.fingerprint`` with ``here`` (an ``environment_fingerprint()``)."""
+def check_compatible(manifest: Manifest, here: dict[str, Any],
+                     modules: ModuleLookup | None = None) -> Verdict:
+    """Compare ``manifest.fingerprint`` with ``here`` (an ``environment_fingerprint()``);
+    ``modules`` answers which of ``modules_to_check(manifest)`` are importable here (pass one
+    lookup for many manifests, prefetched with all their names)."""
     verdict = Verdict("exact")
     there, malformed = _clean(manifest.fingerprint)
     here, _ = _clean(here)
@@ -108,17 +111,21 @@ def check_compatible(manifest: Manifest, here: dict[str, Any]) -> Verdict:
     _compare_gpus(verdict, there.get("cuda", {}), here.get("cuda", {}), manifest)
     _compare_packages(verdict, there.get("packages", {}), here.get("packages", {}), manifest)
     _check_installable(verdict, manifest)
-    saved = [obj for obj in manifest.objects if obj.status == "saved"]
-    carried = {name for record in manifest.packages if package_problem(record) is None
-               for name in top_level_names(record.files)}
-    not_here = set(missing_modules(m for obj in saved for m in obj.modules
-                                   if m.split(".", 1)[0] not in carried))
-    for obj in saved:
+    not_here = set((modules or ModuleLookup()).missing(modules_to_check(manifest)))
+    for obj in manifest.objects:
         missing = sorted(m for m in obj.modules if m in not_here)
-        if missing:
+        if missing and obj.status == "saved":
             shown = ", ".join(_show(m) for m in missing)
             verdict.at_risk(obj.name, f"needs {shown}, not importable here")
     return verdict
+
+
+def modules_to_check(manifest: Manifest) -> set[str]:
+    """The modules the saved objects need, less those of packages the snapshot carries."""
+    carried = {name for record in manifest.packages if package_problem(record) is None
+               for name in top_level_names(record.files)}
+    return {m for obj in manifest.objects if obj.status == "saved" for m in obj.modules
+            if m.split(".", 1)[0] not in carried}
 
 
 def _clean(fingerprint: Any) -> tuple[dict[str, Any], list[str]]:

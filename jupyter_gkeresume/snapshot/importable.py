@@ -1,6 +1,8 @@
 """Which of the modules a manifest names could be imported here, found without executing code.
 
-``missing_modules(names)`` is the one entry point; ``check_compatible`` calls it once per verdict.
+``missing_modules(names)`` answers once; a ``ModuleLookup`` answers many times and remembers, so
+a listing of snapshots asks ``lookup.prefetch(every name of the listing)`` first, then each
+``check_compatible`` asks the same lookup: at most one child interpreter per listing (below).
 
 Only the interpreter's own finders (builtin, frozen, the path finder) are asked in this process:
 they look at files and run nothing. ``importlib.util.find_spec`` is not used on a dotted name (it
@@ -45,15 +47,34 @@ print(json.dumps(found))
 """
 
 
+class ModuleLookup:
+    """Which module names could be imported here, each top-level name found once: call
+    ``prefetch(names)`` with every name that will be asked, then ``missing(names)`` per
+    question. Answers hold for the lookup's life (one listing, one resume): make a new one to
+    see modules installed since."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ModuleSpec | None] = {}
+
+    def prefetch(self, names: Iterable[str]) -> None:
+        """Find every top-level name of ``names`` not found yet, in one child at most."""
+        new = sorted({name.split(".")[0] for name in names if _valid(name)} - self._specs.keys())
+        for top in new:
+            self._specs[top] = _own_spec(top)
+        unknown = [top for top in new if self._specs[top] is None]
+        if unknown and len(sys.meta_path) > len(_OWN_FINDERS):
+            self._specs.update(_specs_in_child(unknown))
+
+    def missing(self, names: Iterable[str]) -> list[str]:
+        """The names in ``names`` (dotted module names) that could not be imported here, sorted."""
+        names = sorted(set(names))
+        self.prefetch(names)
+        return [name for name in names if not _available(name, self._specs.get(name.split(".")[0]))]
+
+
 def missing_modules(names: Iterable[str]) -> list[str]:
-    """The names in ``names`` (dotted module names) that could not be imported here, sorted."""
-    names = sorted(set(names))
-    tops = {name.split(".")[0] for name in names if _valid(name)}
-    specs = {top: _own_spec(top) for top in tops}
-    unknown = sorted(top for top, spec in specs.items() if spec is None)
-    if unknown and len(sys.meta_path) > len(_OWN_FINDERS):
-        specs.update(_specs_in_child(unknown))
-    return [name for name in names if not _available(name, specs.get(name.split(".")[0]))]
+    """The names in ``names`` that could not be imported here, sorted (a lookup of its own)."""
+    return ModuleLookup().missing(names)
 
 
 def _valid(name: str) -> bool:
