@@ -24,7 +24,7 @@ from .errors import GkeResumeError, InvalidInputError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
-from .kernels import HashSeeds, guard_kernel_starts, seed_session_kernels
+from .kernels import guard_kernel_starts, seed_session_kernels
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
 from .snapshot.gc import DEFAULT_GRACE_SECONDS
@@ -181,7 +181,7 @@ class GkeResumeApp(ExtensionApp):
                              "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir),
                              "GKERESUME_PACKAGES": "1" if config.carry_packages else "0"},
                             self.orchestrator.kernel_started)
-        seed_session_kernels(self.serverapp.session_manager, HashSeeds(config.workspace_id))
+        seed_session_kernels(self.serverapp.session_manager, self.orchestrator.gateway.seeds)
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 

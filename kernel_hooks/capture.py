@@ -202,6 +202,7 @@ def take_checkpoint(
         history=session_state.without_credentials(list(history or [])),
         reason=why,
         packages=installed.records,
+        hash_seed=session_state.hash_seed(),
     )
     manifest.totals = {
         "objects": len(ordered), "saved": len(saved), "skipped": len(ordered) - len(saved),
@@ -216,7 +217,7 @@ def take_checkpoint(
         progress(Progress("done", manifest.total_bytes, manifest.total_bytes, seconds))
     return CheckpointResult(
         manifest.snapshot_id, name, manifest.total_bytes, new_bytes, reused_bytes, seconds,
-        saved, skipped, timings, _gpu_warnings(collector.items),
+        saved, skipped, timings, _gpu_warnings(collector.items), manifest.hash_seed,
     )
 
 

@@ -30,6 +30,7 @@ class CheckpointResult:
     skipped: list[Skipped] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    hash_seed: str | None = None  # the kernel's PYTHONHASHSEED, as its manifest says
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

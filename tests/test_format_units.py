@@ -213,6 +213,21 @@ def test_blob_crc32c_is_signed_optional_and_checked(local_store, signing_key):
             Manifest.from_dict({**m.to_dict(), "blob_crc32c": bad})
 
 
+def test_hash_seed_is_signed_optional_and_checked(local_store, signing_key):
+    """``hash_seed`` (the kernel's PYTHONHASHSEED) is covered by the signature, absent from
+    older manifests and from those of a kernel with random hashes (which still parse and keep
+    their signature), and must be a seed Python accepts: it goes into a kernel's environment."""
+    m = make_snapshot(local_store, signing_key)
+    assert "hash_seed" not in m.to_dict() and Manifest.from_json(m.to_json()).hash_seed is None
+    m.hash_seed = "4294967295"
+    assert Manifest.from_json(m.to_json()).hash_seed == "4294967295"
+    with pytest.raises(IntegrityError, match="signature mismatch"):
+        verify(m, signing_key)
+    for bad in ("4294967296", "-1", "1 ", "random", "\u0663", 7):
+        with pytest.raises(ManifestError, match="hash_seed"):
+            Manifest.from_dict({**m.to_dict(), "hash_seed": bad})
+
+
 def test_blobs_are_read_big_ones_first_then_in_the_order_the_unpickler_needs_them():
     """A resume reads the blobs that bound the read time first, then the others in pickling
     order (``s0, s1, ...``: the unpickler waits for each storage's verified blob)."""

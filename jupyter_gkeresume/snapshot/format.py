@@ -18,6 +18,9 @@ object (GCS), so that checking a snapshot by its metadata also catches replaced 
 Packages installed in the session (``packages``, absent when none, so older manifests keep their
 signature) each name one blob whose entry ``i`` holds the bytes of ``files[i]``, a path relative
 to the distribution's location as its RECORD lists it.
+
+``hash_seed`` (absent when the kernel's string hashes were random, and in older manifests) is the
+``PYTHONHASHSEED`` of the kernel the snapshot was taken in: a resume starts its kernel with it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ DIGESTS_BY_VERSION: dict[int, tuple[Digest, ...]] = {1: (SHA256,), 2: ALGORITHMS
 
 SNAPSHOT_ID_RE = re.compile(r"\A[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}\Z")
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+MAX_HASH_SEED = 4294967295  # the largest PYTHONHASHSEED Python accepts
 OBJECT_STATUSES = ("saved", "skipped")
 
 
@@ -60,6 +64,12 @@ def validate_snapshot_name(value: object) -> str:
     if value == "latest":
         raise InvalidInputError("'latest' is reserved: it always means the newest snapshot")
     return value
+
+
+def valid_hash_seed(value: object) -> bool:
+    """``value`` is a ``PYTHONHASHSEED`` a kernel can start with (decimal digits, in range)."""
+    return (isinstance(value, str) and value.isascii() and value.isdigit()
+            and int(value) <= MAX_HASH_SEED)
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,7 @@ class Manifest:
     signature: dict[str, str] | None = None
     format_version: int = FORMAT_VERSION
     packages: list[PackageRecord] = field(default_factory=list)
+    hash_seed: str | None = None  # PYTHONHASHSEED of the kernel it was taken in (None: random)
 
     @property
     def saved_names(self) -> list[str]:
@@ -167,6 +178,8 @@ class Manifest:
             data["packages"] = [asdict(p) for p in self.packages]
         if self.blob_crc32c:  # absent when empty, as ``reason``
             data["blob_crc32c"] = dict(self.blob_crc32c)
+        if self.hash_seed is not None:  # absent when random, as ``reason``
+            data["hash_seed"] = self.hash_seed
         if signed and self.signature is not None:
             data["signature"] = dict(self.signature)
         return data
@@ -257,6 +270,9 @@ class Manifest:
         _check(all(isinstance(h, str) for h in history), "manifest: history must hold strings")
         packages = [_package(raw, i, blobs)
                     for i, raw in enumerate(r.get("packages", list, optional=True) or [])]
+        hash_seed = r.get("hash_seed", str, optional=True)
+        _check(hash_seed is None or valid_hash_seed(hash_seed),
+               "manifest: hash_seed is not a PYTHONHASHSEED (decimal, 0 to 4294967295)")
         return cls(
             snapshot_id=snapshot_id,
             workspace=r.get("workspace", str),
@@ -279,6 +295,7 @@ class Manifest:
             signature=signature,
             format_version=version,
             packages=packages,
+            hash_seed=hash_seed,
         )
 
 

@@ -150,6 +150,8 @@ export interface IPausedKernel {
   bytes_new?: number;
   saved?: string[];
   skipped?: ISkipped[];
+  /** The PYTHONHASHSEED its resume starts the kernel with (absent: random, or an older record). */
+  hash_seed?: string;
 }
 
 /** The paused record (records/paused.json in the store). */
