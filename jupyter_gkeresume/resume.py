@@ -2,7 +2,8 @@
 
 Planning first (``items_from_record`` or ``item_for_snapshot``: one ``ResumeItem`` per kernel),
 then ``ResumeOperation.run``: a kernel for each item in turn (the notebook's session, reused or
-created, unless one was named), each ``restoring`` (one kernel call, unless ``files-only``) as
+created, unless one was named; a kernel started for it gets the snapshot's string hash seed, a
+reused one keeps its own), each ``restoring`` (one kernel call, unless ``files-only``) as
 soon as it started, while the next one starts; ``ready`` when all came back; a resume from the
 paused record then deletes the record. While the kernels start, ``read_ahead``
 (``read_ahead.read_ahead``, in a worker thread) brings the blobs of a local store into the page
