@@ -14,7 +14,11 @@ from safetensors.numpy import load_file
 from jupyter_gkeresume.errors import CommitConflictError, IntegrityError, InvalidInputError, ManifestError
 from jupyter_gkeresume.snapshot import Manifest, StorageRef
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
-from jupyter_gkeresume.snapshot.format import validate_snapshot_id, validate_snapshot_name
+from jupyter_gkeresume.snapshot.format import (
+    PathRecord,
+    validate_snapshot_id,
+    validate_snapshot_name,
+)
 from jupyter_gkeresume.snapshot.signing import verify
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
@@ -226,6 +230,26 @@ def test_hash_seed_is_signed_optional_and_checked(local_store, signing_key):
     for bad in ("4294967296", "-1", "1 ", "random", "\u0663", 7):
         with pytest.raises(ManifestError, match="hash_seed"):
             Manifest.from_dict({**m.to_dict(), "hash_seed": bad})
+
+
+def test_extra_paths_are_optional_and_checked(local_store, signing_key):
+    """``extra_paths`` is absent from older manifests (which keep their signature); each names
+    an absolute normalized directory, a listed blob, one mode per file and files inside it."""
+    m = make_snapshot(local_store, signing_key)
+    assert "extra_paths" not in m.to_dict() and Manifest.from_json(m.to_json()).extra_paths == []
+    good = {"path": "/data/x", "blob": m.graph_blob, "files": ["a", "s/b"], "modes": [420, 493]}
+    parsed = Manifest.from_dict({**m.to_dict(), "extra_paths": [good]}).extra_paths
+    assert parsed == [PathRecord("/data/x", m.graph_blob, ["a", "s/b"], [420, 493])]
+    for bad, fragment in (({"path": "data/x"}, "absolute normalized"),
+                          ({"path": "/data/../x"}, "absolute normalized"),
+                          ({"blob": "b3-" + "0" * 64}, "unlisted blob"),
+                          ({"modes": [420]}, "bad modes"),
+                          ({"modes": [420, 1 << 16]}, "bad modes"),
+                          ({"files": ["a", "../b"]}, "not relative and inside"),
+                          ({"files": ["a", "s/../../b"]}, "not relative and inside"),
+                          ({"files": ["a", "/b"]}, "not relative and inside")):
+        with pytest.raises(ManifestError, match=fragment):
+            Manifest.from_dict({**m.to_dict(), "extra_paths": [{**good, **bad}]})
 
 
 def test_blobs_are_read_big_ones_first_then_in_the_order_the_unpickler_needs_them():

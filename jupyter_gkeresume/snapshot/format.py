@@ -19,6 +19,10 @@ Packages installed in the session (``packages``, absent when none, so older mani
 signature) each name one blob whose entry ``i`` holds the bytes of ``files[i]``, a path relative
 to the distribution's location as its RECORD lists it.
 
+Directories outside the home volume stored with the snapshot (``extra_paths``, absent when none:
+the server's ``c.GkeResume.extra_paths``) each name one blob whose entry ``i`` holds the bytes of
+``files[i]``, a path relative to the directory, with its permission bits ``modes[i]``.
+
 ``hash_seed`` (absent when the kernel's string hashes were random, and in older manifests) is the
 ``PYTHONHASHSEED`` of the kernel the snapshot was taken in: a resume starts its kernel with it.
 """
@@ -26,6 +30,7 @@ to the distribution's location as its RECORD lists it.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -99,6 +104,16 @@ class PackageRecord:
 
 
 @dataclass(frozen=True)
+class PathRecord:
+    """A directory stored with the snapshot: its regular files are the entries of blob ``blob``."""
+
+    path: str  # absolute, normalized
+    blob: str
+    files: list[str]  # relative to ``path``
+    modes: list[int]  # permission bits of each file
+
+
+@dataclass(frozen=True)
 class ObjectRecord:
     """One name of the user namespace: saved, or skipped with the reason why."""
 
@@ -139,6 +154,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     packages: list[PackageRecord] = field(default_factory=list)
     hash_seed: str | None = None  # PYTHONHASHSEED of the kernel it was taken in (None: random)
+    extra_paths: list[PathRecord] = field(default_factory=list)
 
     @property
     def saved_names(self) -> list[str]:
@@ -180,6 +196,8 @@ class Manifest:
             data["blob_crc32c"] = dict(self.blob_crc32c)
         if self.hash_seed is not None:  # absent when random, as ``reason``
             data["hash_seed"] = self.hash_seed
+        if self.extra_paths:  # absent when none, as ``packages``
+            data["extra_paths"] = [asdict(p) for p in self.extra_paths]
         if signed and self.signature is not None:
             data["signature"] = dict(self.signature)
         return data
@@ -270,6 +288,8 @@ class Manifest:
         _check(all(isinstance(h, str) for h in history), "manifest: history must hold strings")
         packages = [_package(raw, i, blobs)
                     for i, raw in enumerate(r.get("packages", list, optional=True) or [])]
+        extra_paths = [_path(raw, i, blobs)
+                       for i, raw in enumerate(r.get("extra_paths", list, optional=True) or [])]
         hash_seed = r.get("hash_seed", str, optional=True)
         _check(hash_seed is None or valid_hash_seed(hash_seed),
                "manifest: hash_seed is not a PYTHONHASHSEED (decimal, 0 to 4294967295)")
@@ -296,6 +316,7 @@ class Manifest:
             format_version=version,
             packages=packages,
             hash_seed=hash_seed,
+            extra_paths=extra_paths,
         )
 
 
@@ -312,6 +333,25 @@ def _package(data: Any, index: int, blobs: dict[str, int]) -> PackageRecord:
     _check(all(isinstance(f, str) and f and not f.startswith("/") and not {"\\", "\0"} & set(f)
                for f in record.files),
            f"manifest: package {record.name!r} has a file path that is not relative")
+    return record
+
+
+def _path(data: Any, index: int, blobs: dict[str, int]) -> PathRecord:
+    """One entry of ``extra_paths``: an absolute normalized directory, its blob listed, one mode
+    per file, every file path relative and inside it."""
+    p = _Reader(data, f"extra path #{index}")
+    record = PathRecord(path=p.get("path", str), blob=p.get("blob", str),
+                        files=p.get("files", list), modes=p.get("modes", list))
+    where = f"manifest: extra path {record.path!r}"
+    _check(record.path.startswith("/") and posixpath.normpath(record.path) == record.path
+           and "\0" not in record.path, f"{where} is not an absolute normalized path")
+    _check(record.blob in blobs, f"{where} names unlisted blob")
+    _check(len(record.modes) == len(record.files)
+           and all(isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= 0o7777
+                   for m in record.modes), f"{where} has bad modes")
+    _check(all(isinstance(f, str) and f and not f.startswith("/") and "\0" not in f
+               and posixpath.normpath(f) == f and not f.startswith("..") for f in record.files),
+           f"{where} has a file path that is not relative and inside it")
     return record
 
 
