@@ -100,8 +100,9 @@ def test_hash_seed_is_chosen_once_per_notebook():
 async def test_a_resume_starts_its_kernel_with_the_snapshots_hash_seed(api, monkeypatch):
     """A snapshot taken in a kernel whose seed is not the notebook's own (here the server's
     environment set one; a renamed notebook or another workspace id does the same) comes back in
-    a kernel with the snapshot's seed, from the paused record and by id; a set of strings built
-    after resume iterates as in the uninterrupted kernel. A session of the notebook already
+    a kernel with the snapshot's seed: one the lab opens while the record is paused, one a
+    resume by id starts; a set of strings built after resume iterates as in the uninterrupted
+    kernel. A session of the notebook already
     running with another seed is the user's kernel: it is reused, and the report says so in one
     line."""
     notebook, taken = "seeded.ipynb", "4242"
@@ -117,12 +118,13 @@ async def test_a_resume_starts_its_kernel_with_the_snapshots_hash_seed(api, monk
     [entry] = status["paused"]["kernels"]
     assert status["state"] == "paused" and entry["hash_seed"] == taken
 
+    lab = await api.new_session(notebook)  # the lab reopens the paused notebook first
     code, body = await api.call("POST", "gkeresume/api/resume", {})
     assert code == 202, body
     [kernel] = (await api.settle())["kernels"]
-    assert kernel["state"] == "ready" and kernel["kernel_id"] != kid, kernel
+    assert kernel["state"] == "ready" and kernel["kernel_id"] == lab, kernel
     assert not any("hash seed" in w for w in kernel["result"]["warnings"]), kernel["result"]
-    assert (await api.run_cell(kernel["kernel_id"], check)).split() == [taken, "True"]
+    assert (await api.run_cell(lab, check)).split() == [taken, "True"]
 
     await api.serverapp.session_manager.delete_session(
         (await api.serverapp.session_manager.get_session(kernel_id=kernel["kernel_id"]))["id"])
