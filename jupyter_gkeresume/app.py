@@ -16,7 +16,7 @@ import math
 import os
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Enum, Float, Integer, Type, Unicode, Union
+from traitlets import Bool, Enum, Float, Integer, List, TraitError, Type, Unicode, Union, validate
 from traitlets.config import LoggingConfigurable
 
 from .doctor import DoctorInputs
@@ -24,7 +24,7 @@ from .errors import GkeResumeError, InvalidInputError
 from .events import ActivitySampler
 from .handlers import handlers
 from .idle import IdleWatcher
-from .kernels import HashSeeds, guard_kernel_starts, seed_session_kernels
+from .kernels import guard_kernel_starts, seed_session_kernels
 from .orchestrator import Orchestrator
 from .release import BACKENDS, ReleaseBackend, autodetect
 from .snapshot.gc import DEFAULT_GRACE_SECONDS
@@ -79,6 +79,26 @@ class GkeResume(LoggingConfigurable):
         "volume) with its snapshots and install them again at resume, before anything is "
         "unpickled. Passed to kernels as GKERESUME_PACKAGES."
     ).tag(config=True)
+    extra_paths = List(
+        Unicode(), help="Directories outside the home volume (absolute paths) whose files are "
+        "stored with every snapshot (content-addressed: unchanged files are not stored twice) "
+        "and put back at resume, before anything is unpickled. Passed to kernels as "
+        "GKERESUME_EXTRA_PATHS; a resume writes only into directories named here."
+    ).tag(config=True)
+    extra_paths_max_bytes = Integer(
+        1 << 30, min=0, help="The most bytes of files extra_paths may add to one snapshot: a directory "
+        "that would go over is not stored and is named in the pause report. Passed to kernels "
+        "as GKERESUME_EXTRA_PATHS_MAX_BYTES."
+    ).tag(config=True)
+
+    @validate("extra_paths")
+    def _absolute_paths(self, proposal: dict) -> list[str]:
+        relative = [p for p in proposal["value"] if not os.path.isabs(p) or os.pathsep in p]
+        if relative:
+            raise TraitError(f"GkeResume.extra_paths: not an absolute directory: "
+                             f"{', '.join(map(repr, relative))}")
+        return [os.path.normpath(p) for p in proposal["value"]]
+
     verify = Enum(
         list(VERIFY_MODES), default_value="metadata",
         help="How a pause checks each snapshot before it releases anything: metadata (the "
@@ -179,9 +199,11 @@ class GkeResumeApp(ExtensionApp):
                              "GKERESUME_WORKSPACE": config.workspace_id,
                              # notebook paths relative to the root, as the lab shows them
                              "GKERESUME_ROOT_DIR": os.path.abspath(self.serverapp.root_dir),
-                             "GKERESUME_PACKAGES": "1" if config.carry_packages else "0"},
+                             "GKERESUME_PACKAGES": "1" if config.carry_packages else "0",
+                             "GKERESUME_EXTRA_PATHS": os.pathsep.join(config.extra_paths),
+                             "GKERESUME_EXTRA_PATHS_MAX_BYTES": str(config.extra_paths_max_bytes)},
                             self.orchestrator.kernel_started)
-        seed_session_kernels(self.serverapp.session_manager, HashSeeds(config.workspace_id))
+        seed_session_kernels(self.serverapp.session_manager, self.orchestrator.gateway.seeds)
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from .errors import InvalidInputError, KernelCallError
+from .snapshot.format import valid_hash_seed
 
 PROGRESS_MIME = "application/vnd.gkeresume.progress+json"
 CALL_PREFIX = '__import__("kernel_hooks.server_api", fromlist=["run"]).run('
@@ -147,14 +148,18 @@ class CheckpointReply:
     saved: list[str]
     skipped: list[dict[str, Any]]
     data: dict[str, Any] = field(repr=False)
+    hash_seed: str | None = None  # the kernel's PYTHONHASHSEED (None: random)
 
     @classmethod
     def from_result(cls, data: dict[str, Any]) -> CheckpointReply:
         if not isinstance(data.get("snapshot_id"), str):
             raise KernelCallError("the kernel's checkpoint result names no snapshot_id")
+        seed = data.get("hash_seed")
+        if seed is not None and not valid_hash_seed(seed):
+            raise KernelCallError(f"the kernel's checkpoint result has a bad hash_seed {seed!r}")
         return cls(data["snapshot_id"], int(data.get("bytes_total", 0)),
                    int(data.get("bytes_new", 0)), int(data.get("bytes_reused", 0)),
-                   _strings(data, "saved"), list(data.get("skipped", [])), data)
+                   _strings(data, "saved"), list(data.get("skipped", [])), data, seed)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ hold a kernel (refuse its cells while a pause takes its cut) and lift the hold.
 ``guard_kernel_starts`` wraps jupyter_server's kernel starts: refused with a 409 while a pause is
 in flight, and otherwise started with the server's resolved store and workspace in their
 environment (one store for the Pause button and the magics). ``seed_session_kernels`` gives the
-kernels of notebook sessions their notebook's string hash seed (``HashSeeds``).
+kernels of notebook sessions their string hash seed (``HashSeeds``: the notebook's own, or the
+seed of the snapshot the kernel is started to take back).
 
 Invariants: a kernel call that does not answer ``ok`` raises ``KernelCallError`` naming the
 kernel, its notebook and the action; a kernel that has gone (``KERNEL_GONE``) is not an error
@@ -22,7 +23,8 @@ import hashlib
 import os
 import posixpath
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from jupyter_client.multikernelmanager import DuplicateKernelError
@@ -39,7 +41,7 @@ from .kernel_protocol import (
     RestoreReply,
     ResumeRequest,
 )
-from .paused_record import safe_notebook_path
+from .paused_record import PausedRecord, safe_notebook_path
 
 KERNEL_GONE = (KeyError, web.HTTPError)  # jupyter_server's kernel manager raises a 404 HTTPError
 Progress = Callable[[dict[str, Any]], None]
@@ -50,11 +52,14 @@ class KernelGateway:
 
     def __init__(self, kernel_manager: Any, session_manager: Any, *, store_url: str,
                  workspace: str, on_cell: Callable[[str], None] | None = None,
-                 on_activity: Callable[[str], None] | None = None):
+                 on_activity: Callable[[str], None] | None = None,
+                 paused: Callable[[], PausedRecord | None] = lambda: None):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
         self.store_url = store_url
         self.workspace = workspace
+        # the seeds of the notebooks' kernels (``seed_session_kernels`` gives them to sessions)
+        self.seeds = HashSeeds(workspace, paused)
         # ``on_cell(kid)``: a user's cell started; ``on_activity(kid)``: any message of one
         self.cells = RunningCells(on_cell, on_activity)
 
@@ -104,18 +109,25 @@ class KernelGateway:
         return {}
 
     # -- start, stop ------------------------------------------------------------------------
-    async def start_for(self, notebook: str | None, kernel_name: str | None) -> str:
-        """A kernel for ``notebook``: its session (reused or created), else a bare kernel."""
+    async def start_for(self, notebook: str | None, kernel_name: str | None, *,
+                        hash_seed: str | None = None) -> str:
+        """A kernel for ``notebook``: its session (reused or created), else a bare kernel. A
+        kernel started here gets ``hash_seed`` (a snapshot's; ``None``: the notebook's own). A
+        session's running kernel is reused as it is, whatever its seed: it is the user's, never
+        restarted behind their back (its restore report says in one line that the seeds
+        differ)."""
         kernel_name = kernel_name or self.kernel_manager.default_kernel_name
         if not notebook:
-            return await self.kernel_manager.start_kernel(kernel_name=kernel_name)
+            env = {"env": {**os.environ, "PYTHONHASHSEED": hash_seed}} if hash_seed else {}
+            return await self.kernel_manager.start_kernel(kernel_name=kernel_name, **env)
         path = safe_notebook_path(notebook)
         for session in await self.session_manager.list_sessions():
             if session.get("path") == path and session.get("kernel"):
                 return session["kernel"]["id"]
-        model = await self.session_manager.create_session(
-            path=path, name=posixpath.basename(path), type="notebook", kernel_name=kernel_name,
-        )
+        with self.seeds.starting(path, hash_seed):
+            model = await self.session_manager.create_session(
+                path=path, name=posixpath.basename(path), type="notebook",
+                kernel_name=kernel_name)
         return model["kernel"]["id"]
 
     def close(self) -> None:
@@ -201,33 +213,74 @@ def guard_kernel_starts(kernel_manager: Any, refusal: Callable[[], str | None],
 
 
 class HashSeeds:
-    """``PYTHONHASHSEED`` for the kernels of notebook sessions, chosen once per notebook: a
-    function of the workspace and the notebook's path (as the sessions API and the lab name it,
-    as snapshots record it), so every kernel of a notebook, on every pod and after every
-    restart, has the same one, and a resume's kernel has the seed its snapshot was taken with
-    (the kernel checks: ``kernel_hooks.session_state``). Sets of strings then iterate in the
-    same order after a resume."""
+    """``PYTHONHASHSEED`` for the kernels of notebook sessions. A notebook's own seed
+    (``for_notebook``) is a function of the workspace and the notebook's path (as the sessions
+    API and the lab name it, as snapshots record it), so every kernel of a notebook, on every pod
+    and after every restart, has the same one. A kernel started to take a snapshot back gets the
+    snapshot's seed instead (``kept``): it travels in the manifest and the paused record, and
+    differs from the notebook's own where the notebook was renamed or moved, the workspace id is
+    another, or the server's environment set one. Sets of strings then iterate after a resume as
+    in the kernel the snapshot was taken in (the kernel checks: ``kernel_hooks.session_state``).
 
-    def __init__(self, workspace: str):
+    ``paused()`` is the workspace's paused record (``None``: nothing paused)."""
+
+    def __init__(self, workspace: str, paused: Callable[[], PausedRecord | None] = lambda: None):
         self.workspace = workspace
+        self.paused = paused
+        self._starting: dict[str, str] = {}  # notebook -> the seed a resume starts it with
 
     def for_notebook(self, path: str) -> str:
-        key = f"{self.workspace}\n{posixpath.normpath(path).lstrip('/')}".encode()
+        key = f"{self.workspace}\n{_notebook_key(path)}".encode()
         return str(int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big"))
+
+    def kept(self, path: str) -> str | None:
+        """The seed a kernel of notebook ``path`` starts with to take a snapshot back: the one a
+        resume starts it with (``starting``), else the paused record's for that notebook (the
+        lab reopens a paused notebook's session before the user resumes); ``None``: none."""
+        path = _notebook_key(path)
+        if path in self._starting:
+            return self._starting[path]
+        record = self.paused()
+        for kernel in record.kernels if record else ():
+            if kernel.hash_seed and kernel.notebook and _notebook_key(kernel.notebook) == path:
+                return kernel.hash_seed
+        return None
+
+    @contextmanager
+    def starting(self, path: str, seed: str | None) -> Iterator[None]:
+        """While a resume starts the session of notebook ``path``: its kernel gets ``seed``
+        (``None``: the seed it would get anyway)."""
+        if seed is None:
+            yield
+            return
+        key = _notebook_key(path)
+        self._starting[key] = seed
+        try:
+            yield
+        finally:
+            self._starting.pop(key, None)
+
+
+def _notebook_key(path: str) -> str:
+    return posixpath.normpath(path).lstrip("/")
 
 
 def seed_session_kernels(session_manager: Any, seeds: HashSeeds) -> None:
     """Add the notebook's seed to the environment of every session's kernel: jupyter_server's
     ``SessionManager.start_kernel_for_session`` takes that environment from
     ``get_kernel_env(path, name)``, ``path`` being the session's (``JPY_SESSION_NAME`` there
-    depends on the name the client gave, so it is not the key). A seed already in the server's
-    environment is the user's choice and stays."""
+    depends on the name the client gave, so it is not the key). A snapshot's seed
+    (``HashSeeds.kept``) wins; else a seed already in the server's environment is the user's
+    choice and stays; else the notebook's own."""
     kernel_env = session_manager.get_kernel_env
 
     def get_kernel_env(path: str | None, name: Any = None) -> dict[str, str]:
         env = kernel_env(path, name)
-        if path and "PYTHONHASHSEED" not in env:
-            env = {**env, "PYTHONHASHSEED": seeds.for_notebook(path)}
-        return env
+        if not path:
+            return env
+        seed = seeds.kept(path)
+        if seed is None and "PYTHONHASHSEED" not in env:
+            seed = seeds.for_notebook(path)
+        return env if seed is None else {**env, "PYTHONHASHSEED": seed}
 
     session_manager.get_kernel_env = get_kernel_env

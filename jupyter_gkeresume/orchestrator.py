@@ -84,7 +84,8 @@ class Orchestrator:
                                                 store_url=settings.store_url,
                                                 workspace=self.store.workspace,
                                                 on_cell=self.state.cell_started,
-                                                on_activity=lambda _: self.activity.touch("cell"))
+                                                on_activity=lambda _: self.activity.touch("cell"),
+                                                paused=lambda: self.state.paused)
         self.records = PausedRecords(self.store, lambda: self.key)
         self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key,
                                                      mode=settings.verify)

@@ -224,7 +224,7 @@ class PauseOperation:
         metrics.SNAPSHOT_BYTES.labels("reused").inc(reply.bytes_reused)
         return PausedKernel(reply.snapshot_id, kid, self.gateway.info(kid)["kernel_name"],
                             notebook, reply.bytes_total, reply.bytes_new, reply.saved,
-                            reply.skipped)
+                            reply.skipped, reply.hash_seed)
 
     async def _verify(self, item: PausedKernel) -> int:
         """Verify one snapshot in a worker thread, reporting progress as phase ``verifying``."""
@@ -386,7 +386,7 @@ def complete_interrupted(record: PausedRecord, store: SnapshotStore,
         else:
             kernels.append(PausedKernel(manifest.snapshot_id, entry.get("kernel_id"), None,
                                         manifest.notebook, manifest.total_bytes, 0,
-                                        manifest.saved_names))
+                                        manifest.saved_names, hash_seed=manifest.hash_seed))
     return replace(record, kernels=kernels, not_saved=not_saved) if kernels else None
 
 

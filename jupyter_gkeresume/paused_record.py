@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import GkeResumeError, StoredRecordError
-from .snapshot.format import validate_snapshot_id
+from .snapshot.format import valid_hash_seed, validate_snapshot_id
 from .snapshot.signing import SigningKey, open_record, sign_record
 from .snapshot.store import SnapshotStore
 
@@ -47,6 +47,7 @@ class PausedKernel:
     bytes_new: int = 0
     saved: list[str] | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    hash_seed: str | None = None  # the snapshot's PYTHONHASHSEED (None: random, or not known)
 
     @classmethod
     def from_dict(cls, data: Any) -> PausedKernel:
@@ -70,15 +71,20 @@ class PausedKernel:
             raise StoredRecordError("paused record: 'skipped' is not a list of objects")
         if data.get("notebook") is not None:
             safe_notebook_path(data["notebook"])
+        seed = data.get("hash_seed")
+        if seed is not None and not valid_hash_seed(seed):
+            raise StoredRecordError("paused record: 'hash_seed' is not a PYTHONHASHSEED")
         return cls(data["snapshot_id"], data.get("kernel_id"), data.get("kernel_name"),
                    data.get("notebook"), data.get("bytes_total", 0), data.get("bytes_new", 0),
-                   data.get("saved"), skipped)
+                   data.get("saved"), skipped, seed)
 
     def to_dict(self) -> dict[str, Any]:
-        """As stored; ``saved`` only when known (a record without it means "not known")."""
+        """As stored; ``saved`` and ``hash_seed`` only when known (a record without them means
+        "not known", as older records say)."""
         data = asdict(self)
-        if self.saved is None:
-            del data["saved"]
+        for name in ("saved", "hash_seed"):
+            if data[name] is None:
+                del data[name]
         return data
 
 

@@ -2,7 +2,8 @@
 
 Planning first (``items_from_record`` or ``item_for_snapshot``: one ``ResumeItem`` per kernel),
 then ``ResumeOperation.run``: a kernel for each item in turn (the notebook's session, reused or
-created, unless one was named), each ``restoring`` (one kernel call, unless ``files-only``) as
+created, unless one was named; a kernel started for it gets the snapshot's string hash seed, a
+reused one keeps its own), each ``restoring`` (one kernel call, unless ``files-only``) as
 soon as it started, while the next one starts; ``ready`` when all came back; a resume from the
 paused record then deletes the record. While the kernels start, ``read_ahead``
 (``read_ahead.read_ahead``, in a worker thread) brings the blobs of a local store into the page
@@ -43,13 +44,16 @@ MODES = ("full", "partial", "files-only")
 @dataclass
 class ResumeItem:
     """One kernel to bring back: into ``kernel_id`` or a kernel started for ``notebook``.
-    ``saved``: the names its snapshot holds, when the paused record says (``None``: unknown)."""
+    ``saved``: the names its snapshot holds, when the paused record says (``None``: unknown).
+    ``hash_seed``: the snapshot's ``PYTHONHASHSEED``, which a kernel started for it gets
+    (``None``: random or not recorded; the notebook's own seed then)."""
 
     snapshot_id: str
     notebook: str | None
     kernel_name: str | None
     kernel_id: str | None = None
     saved: list[str] | None = None
+    hash_seed: str | None = None
 
     def only(self, names: list[str] | None) -> list[str] | None:
         """The names of ``names`` to restore here: one ``only`` list serves every kernel of the
@@ -62,8 +66,8 @@ class ResumeItem:
 def items_from_record(record: PausedRecord, only: list[str] | None) -> list[ResumeItem]:
     """One item per kernel of the paused record. A partial resume: every name of ``only`` must
     be saved by some kernel (when the record says what each saved)."""
-    items = [ResumeItem(k.snapshot_id, k.notebook, k.kernel_name, saved=k.saved)
-             for k in record.kernels]
+    items = [ResumeItem(k.snapshot_id, k.notebook, k.kernel_name, saved=k.saved,
+                        hash_seed=k.hash_seed) for k in record.kernels]
     if only is not None and all(item.saved is not None for item in items):
         held = {name for item in items for name in item.saved or []}
         missing = [n for n in only if n not in held]
@@ -78,7 +82,7 @@ def item_for_snapshot(store: SnapshotStore, key: SigningKey, reference: str,
     """The item of one named snapshot (blocking: reads the manifest)."""
     snapshot_id = resolve(store, reference, key)
     manifest = load_manifest(store, snapshot_id, key)
-    return ResumeItem(snapshot_id, manifest.notebook, None, kernel)
+    return ResumeItem(snapshot_id, manifest.notebook, None, kernel, hash_seed=manifest.hash_seed)
 
 
 class ResumeOperation:
@@ -191,7 +195,8 @@ class ResumeOperation:
 
     async def _kernel_for(self, item: ResumeItem) -> str:
         """The kernel ``item`` goes into, at ``waiting_for_resources``."""
-        kid = item.kernel_id or await self.gateway.start_for(item.notebook, item.kernel_name)
+        kid = item.kernel_id or await self.gateway.start_for(item.notebook, item.kernel_name,
+                                                             hash_seed=item.hash_seed)
         self.state.add_kernel(kid, item.notebook, State.PAUSED)
         if item.kernel_id is None:  # until the kernel answers with its own progress
             self.state.set_progress(kid, server_phase("starting"))

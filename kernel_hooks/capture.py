@@ -4,7 +4,8 @@ Call order inside ``take_checkpoint``: synchronize devices; choose the names (mi
 capture the session record and the interpreter state (``interpreter_state``: one record per entry,
 after the variables); pickle them as one graph (``graph.write_graph``) while storages are
 collected; put storage blobs in parallel, then the graph blob, then the packages installed in the
-session (``packages.capture_packages``), through one ``SnapshotWriter``; build the manifest and
+session (``packages.capture_packages``), then the directories of ``c.GkeResume.extra_paths``
+(``extra_paths.capture_paths``), through one ``SnapshotWriter``; build the manifest and
 hand it to ``SnapshotWriter.commit`` (sign, create-only commit, read back and check, removed again
 if the check fails). What no snapshot carries (child processes, threads of the session, files open
 for writing outside the home volume: ``left_behind``) is reported with the skipped objects. The
@@ -37,6 +38,7 @@ from . import interpreter_state, registry, session_state
 from .blobwriter import BlobWriter, plan_blobs
 from .cuda_engine import get_engine
 from .cuda_plan import cuda_index
+from .extra_paths import capture_paths
 from .graph import write_graph
 from .left_behind import left_behind
 from .packages import capture_packages
@@ -175,9 +177,15 @@ def take_checkpoint(
     timings["packages"] = time.monotonic() - mark
     for package, reason in installed.not_stored.items():
         skipped.append(Skipped(package, "package installed in the session", reason))
-    new_bytes = written.new_bytes + (graph_size if graph_new else 0) + installed.new_bytes
+    mark = time.monotonic()
+    directories = capture_paths(writer.write_views)
+    timings["extra_paths"] = time.monotonic() - mark
+    skipped.extend(directories.skipped)
+    new_bytes = (written.new_bytes + (graph_size if graph_new else 0) + installed.new_bytes
+                 + directories.new_bytes)
     reused_bytes = (written.reused_bytes + (0 if graph_new else graph_size)
-                    + sum(installed.sizes.values()) - installed.new_bytes)
+                    + sum(installed.sizes.values()) - installed.new_bytes
+                    + sum(directories.sizes.values()) - directories.new_bytes)
 
     mark = time.monotonic()
     if progress is not None:
@@ -192,7 +200,8 @@ def take_checkpoint(
         graph_blob=graph_digest,
         objects=ordered,
         storages=written.refs,
-        blobs={**written.sizes, graph_digest: graph_size, **installed.sizes},
+        blobs={**written.sizes, graph_digest: graph_size, **installed.sizes,
+               **directories.sizes},
         records=[r.name for r in records],
         graph_ends=[r.end for r in records],
         name=name,
@@ -202,6 +211,8 @@ def take_checkpoint(
         history=session_state.without_credentials(list(history or [])),
         reason=why,
         packages=installed.records,
+        hash_seed=session_state.hash_seed(),
+        extra_paths=directories.records,
     )
     manifest.totals = {
         "objects": len(ordered), "saved": len(saved), "skipped": len(ordered) - len(saved),
@@ -216,7 +227,7 @@ def take_checkpoint(
         progress(Progress("done", manifest.total_bytes, manifest.total_bytes, seconds))
     return CheckpointResult(
         manifest.snapshot_id, name, manifest.total_bytes, new_bytes, reused_bytes, seconds,
-        saved, skipped, timings, _gpu_warnings(collector.items),
+        saved, skipped, timings, _gpu_warnings(collector.items), manifest.hash_seed,
     )
 
 

@@ -1,5 +1,6 @@
 """What a snapshot cannot carry, named at checkpoint time: the kernel's child processes, the threads
-the session started, the files it has open for writing outside the persistent volume.
+the session started, the files it has open for writing outside the persistent volume (and outside
+the directories stored with each snapshot: ``extra_paths``).
 
 Call order: ``remember_baseline()`` when the extension loads: the threads, child processes and open
 files of that moment are the kernel's own (IPython's threads; the log file a server's stdout goes
@@ -24,6 +25,7 @@ import threading
 
 import psutil
 
+from .extra_paths import configured
 from .packages import persistent_dirs
 from .results import Skipped
 
@@ -107,7 +109,7 @@ def _files() -> list:
 
 
 def _open_files() -> list[Skipped]:
-    kept = [os.path.join(os.path.abspath(d), "") for d in persistent_dirs() if d]
+    kept = [os.path.join(os.path.abspath(d), "") for d in [*persistent_dirs(), *configured()] if d]
     return [Skipped(f"file {f.path}", "open file",
                     "open for writing outside the home volume: it stays on this pod, the next "
                     "one will not have it (write it under the home directory)")

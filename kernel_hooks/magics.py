@@ -83,6 +83,8 @@ def format_resume(r: ResumeResult) -> str:
         lines.append(f"  not restored: {p(s.name)} [{p(s.type)}]: {p(s.reason)}")
     for line in r.packages:
         lines.append(f"  package: {p(line)}")
+    for line in r.paths:
+        lines.append(f"  extra path: {p(line)}")
     for w in r.warnings:
         lines.append(f"  warning: {p(w)}")
     for reason in r.verdict.get("reasons", []):

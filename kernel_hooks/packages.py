@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import mmap
 import os
 import re
 import shutil
@@ -47,7 +46,6 @@ from typing import NamedTuple
 
 from jupyter_gkeresume.errors import GkeResumeError, StoredRecordError
 from jupyter_gkeresume.snapshot import SnapshotStore
-from jupyter_gkeresume.snapshot.blobfile import read_verified
 from jupyter_gkeresume.snapshot.compat import (
     package_problem,
     packages_to_install,
@@ -58,6 +56,7 @@ from jupyter_gkeresume.snapshot.format import PackageRecord
 from jupyter_gkeresume.snapshot.signing import SigningKey, load_signing_key, open_record, sign_record
 from jupyter_gkeresume.units import human_bytes
 
+from .blob_files import mapped, read_entries, write_file
 from .notebooks import ROOT_DIR_ENV
 from .results import Progress
 
@@ -202,17 +201,10 @@ def _store_one(dist: Installed,
     files = [f for f in found.files or [] if "__pycache__" not in f.parts
              and os.path.isfile(found.locate_file(f))]
     with ExitStack() as stack:
-        contents = [_mapped(stack, found.locate_file(f)) for f in files]
+        contents = [mapped(stack, found.locate_file(f)) for f in files]
         digest, size, new = write_blob([("uint8", c) for c in contents])
     return PackageRecord(found.metadata["Name"], dist.version, digest, [str(f) for f in files],
                          dist.location, PYTHON, _wheel_tags(found)), size, new
-
-
-def _mapped(stack: ExitStack, path: os.PathLike) -> object:
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return b""
-        return stack.enter_context(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def _distribution(dist: Installed) -> metadata.Distribution:
@@ -263,14 +255,7 @@ def _install_one(store: SnapshotStore, record: PackageRecord) -> str:
     """Read and verify the record's blob, remove another version from the destination, write
     the files (metadata last); returns the report line."""
     destination = _destination(record)
-    contents: list[bytearray] = []
-
-    def entry(index: int, nbytes: int) -> memoryview:
-        contents.append(bytearray(nbytes))
-        return memoryview(contents[-1])
-
-    with store.open_blob(record.blob) as (f, size):
-        read_verified(f, record.blob, size, entry)
+    contents = read_entries(store, record.blob)
     if len(contents) != len(record.files):
         raise PackageError(f"{record.name} {record.version}: its blob holds {len(contents)} "
                                   f"files, the manifest lists {len(record.files)}")
@@ -278,7 +263,8 @@ def _install_one(store: SnapshotStore, record: PackageRecord) -> str:
     replaced = _remove_other_versions(record, destination)
     order = sorted(range(len(targets)), key=lambda i: ".dist-info/" in record.files[i])
     for i in order:
-        _write(targets[i], contents[i])
+        executable = os.path.basename(os.path.dirname(targets[i])) == "bin"
+        write_file(targets[i], contents[i], 0o755 if executable else None)
     imported = sorted({n for n in top_level_names(record.files) if n in sys.modules})
     line = (f"{record.name} {record.version}: installed into {destination} "
             f"({human_bytes(sum(map(len, contents)))}"
@@ -323,14 +309,3 @@ def _remove_other_versions(record: PackageRecord, destination: str) -> list[str]
         for metadata_dir in {f.parts[0] for f in files if f.parts[0].endswith(".dist-info")}:
             shutil.rmtree(other.locate_file(metadata_dir), ignore_errors=True)
     return removed
-
-
-def _write(target: str, data: bytearray) -> None:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    temporary = f"{target}.gkeresume-{os.getpid()}"
-    with open(temporary, "wb") as f:
-        f.write(data)
-    if os.path.basename(os.path.dirname(target)) == "bin":
-        os.chmod(temporary, 0o755)
-    os.replace(temporary, target)
-

@@ -2,7 +2,8 @@
 
 Call order inside ``take_resume``: resolve the reference; take the snapshot's single-flight
 ``RestoreLease``; load and verify the manifest; judge compatibility (``incompatible`` stops
-here); put back the packages installed in the session (``packages.install_packages``); then the
+here); put back the packages installed in the session (``packages.install_packages``) and the
+directories of ``c.GkeResume.extra_paths`` (``extra_paths.restore_paths``); then the
 stages, each once and in order: plan where every storage goes
 (``resume_plan.make_plan``), allocate (``StorageLoader``), read every blob in parallel, each
 verified against its digest (``start``), unpickle the graph record by record with storages
@@ -38,6 +39,7 @@ from . import interpreter_state, rebuild, session_state
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation, get_engine
 from .errors import OtherNotebookError
+from .extra_paths import restore_paths
 from .graph import read_graph
 from .loader import StorageLoader
 from .notebooks import notebook_path
@@ -144,6 +146,7 @@ def _restore(
     result = ResumeResult(snapshot_id, verdict=verdict.to_dict())
     result.packages = install_packages(store, manifest.packages, manifest.blobs,
                                        progress)  # 0. before any unpickling
+    result.paths = restore_paths(store, manifest.extra_paths)  # 0. an object may open its file
     engine = get_engine()
     priority = list(dict.fromkeys([*(only or []), *manifest.records]))
     plan = make_plan(manifest.storages, priority, engine)  # 1. plan: devices, placement

@@ -30,6 +30,7 @@ class CheckpointResult:
     skipped: list[Skipped] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    hash_seed: str | None = None  # the kernel's PYTHONHASHSEED, as its manifest says
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,6 +48,7 @@ class ResumeResult:
     bytes_read: int = 0
     seconds: float = 0.0
     packages: list[str] = field(default_factory=list)  # one line per package put back (or not)
+    paths: list[str] = field(default_factory=list)  # one line per extra path put back (or not)
     state: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

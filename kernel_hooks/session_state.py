@@ -117,5 +117,6 @@ def restore(state: dict[str, Any], warnings: list[str]) -> None:
     seed = state.get("hash_seed")
     if seed is not None and seed != hash_seed():
         warnings.append(f"string hash seed: this kernel's is {hash_seed() or 'random'}, the "
-                        f"snapshot's {seed}: sets of strings iterate in another order (Resume "
-                        "from the lab starts the kernel with the snapshot's seed)")
+                        f"snapshot's {seed}: sets of strings iterate in another order (a "
+                        "resume from the lab into a notebook without a running kernel starts "
+                        "one with the snapshot's seed)")

@@ -119,8 +119,9 @@ SESSION = [
     "logging.basicConfig(level=logging.INFO, format='%(levelname)s|%(message)s')\n"
     "logging.getLogger('gke.debug').setLevel(logging.DEBUG)\n"
     "logging.getLogger('gke.file').addHandler(logging.FileHandler(LOG_PATH))",
-    # numpy, torch
-    "import numpy as np, torch\nnp.set_printoptions(precision=3)\n"
+    # numpy, pandas, torch
+    "import numpy as np, pandas as pd, torch\nnp.set_printoptions(precision=3)\n"
+    "pd.set_option('display.max_rows', 7); pd.set_option('display.precision', 2)\n"
     "np.seterr(divide='ignore', over='raise')\n"
     "torch.set_default_dtype(torch.float64); torch.set_grad_enabled(False)\n"
     "torch.set_num_threads(2); torch.use_deterministic_algorithms(True, warn_only=True)\n"
@@ -140,7 +141,7 @@ SESSION = [
 
 OBSERVE = r"""
 import hashlib, json, inspect, traceback, warnings, logging, sys
-import numpy as np, torch, matplotlib, matplotlib.pyplot as plt
+import numpy as np, pandas as pd, torch, matplotlib, matplotlib.pyplot as plt
 from matplotlib._pylab_helpers import Gcf
 
 def _figure(num):
@@ -186,6 +187,8 @@ print(json.dumps({
     "debug_level": logging.getLogger('gke.debug').level,
     "file_handler": [type(h).__name__ for h in logging.getLogger('gke.file').handlers],
     "numpy": [np.get_printoptions()['precision'], repr(np.array([1 / 3])), np.geterr()],
+    "pandas": [pd.get_option('display.max_rows'), pd.get_option('display.precision'),
+               repr(pd.Series([1 / 3]))],
     "torch": [str(torch.get_default_dtype()), torch.is_grad_enabled(), torch.get_num_threads(),
               torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -219,6 +222,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["figure_1"][:2] == [[14.0, 5.0], 8]
     assert before["raised"][3] == ["Cell", f"In[{counts[SESSION[8]]}]"]
     assert before["outputs"] == ["xxx", 42, 42, 42]
+    assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
     out = a.run("%checkpoint")
     assert "interpreter state" not in out, out
     a.kill()
@@ -226,7 +230,8 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     b = start_kernel({"PYTHONHASHSEED": "99"})  # not started by the server: another seed
     out = b.run("%resume")
     assert "not restored" not in out, out
-    assert "string hash seed: this kernel's is 99, the snapshot's 1234" in out
+    [line] = [line for line in out.splitlines() if "hash seed" in line]  # said in one line
+    assert "string hash seed: this kernel's is 99, the snapshot's 1234" in line
     after = b.run_json(observe)
     assert after == before, json.dumps({k: (before[k], after[k]) for k in before
                                         if before[k] != after[k]})

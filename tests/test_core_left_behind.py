@@ -1,4 +1,5 @@
-"""What cannot come back is named at pause time (issue 21 item 4): a checkpoint of a real kernel
+"""What cannot come back is named at pause time (issue 21 item 4), and the directories of
+``c.GkeResume.extra_paths`` come back with the snapshot: a checkpoint of a real kernel
 lists its child processes (a ``nohup ... &`` one included, re-parented away from the kernel),
 the threads the session started and the files it holds open for writing outside the home volume,
 in the result the server and the lab show and in ``%checkpoint``'s output; a kernel with none of
@@ -12,7 +13,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+
+from jupyter_gkeresume.snapshot import SnapshotStore
+from jupyter_gkeresume.snapshot.format import PathRecord
+from kernel_hooks import extra_paths
 
 
 def test_processes_threads_and_open_files_are_named_at_checkpoint(tmp_path, start_kernel):
@@ -55,3 +61,68 @@ kept = open({str(home / "kept.log")!r}, "w")
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_extra_paths_are_stored_and_put_back_before_unpickling(tmp_path, start_kernel):
+    """``c.GkeResume.extra_paths`` (kernels get GKERESUME_EXTRA_PATHS): a directory outside the
+    home volume comes back on a fresh pod with its files and modes before the graph is
+    unpickled (an object that opens its file as it loads comes back); a file open for writing
+    there is not named as left behind; what is not a regular file, and a directory over the
+    size limit, are named at checkpoint."""
+    data, big = tmp_path / "data", tmp_path / "big"
+    (data / "sub").mkdir(parents=True)
+    big.mkdir()
+    (data / "vocab.txt").write_text("alpha beta gamma")
+    (data / "sub" / "run.sh").write_text("#!/bin/sh\n")
+    (data / "sub" / "run.sh").chmod(0o750)
+    (data / "link").symlink_to(data / "vocab.txt")
+    (big / "blob.bin").write_bytes(b"x" * 5000)
+    env = {"GKERESUME_EXTRA_PATHS": f"{data}{os.pathsep}{big}",
+           "GKERESUME_EXTRA_PATHS_MAX_BYTES": "4096"}
+    a = start_kernel(env)
+    a.run(f"""
+class Vocab:
+    def __init__(self, path):
+        self.path = path
+        with open(path) as f:
+            self.words = f.read().split()
+
+    def __reduce__(self):
+        return Vocab, (self.path,)
+
+vocab = Vocab({str(data / "vocab.txt")!r})
+log = open({str(data / "train.log")!r}, "w")
+log.write("epoch 1\\n")
+log.flush()
+""")
+    printed = a.run("%checkpoint")
+    assert (f"not saved: {big} [extra path]: not stored: its files hold 4.9 KiB, over the "
+            "4.0 KiB left of the limit (c.GkeResume.extra_paths_max_bytes)") in printed, printed
+    assert (f"not saved: {data} [extra path]: stored without what is not a regular file: "
+            "link") in printed
+    assert "train.log" not in printed  # stored with the snapshot: not left behind
+    a.kill()
+    shutil.rmtree(data)  # the fresh pod
+    shutil.rmtree(big)
+
+    b = start_kernel(env)
+    printed = b.run("%resume")
+    assert f"extra path: {data}: 3 files put back (" in printed, printed
+    assert "restored: Vocab, vocab\n" in printed  # ``log``, an open file, is named: not back
+    assert b.run_json(f"import json, os\nprint(json.dumps([vocab.words, "
+                      f"oct(os.stat({str(data / 'sub' / 'run.sh')!r}).st_mode & 0o777), "
+                      f"open({str(data / 'train.log')!r}).read()]))") == [
+        ["alpha", "beta", "gamma"], "0o750", "epoch 1\n"]
+    assert not big.exists() and not (data / "link").exists()
+
+
+def test_extra_paths_go_back_only_where_this_server_names_them(tmp_path, monkeypatch):
+    """A resume writes into no directory that its own server's ``extra_paths`` does not name
+    (a snapshot from a pod configured otherwise); each directory gets its line."""
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    record = PathRecord(str(tmp_path / "elsewhere"), "b3-" + "0" * 64, ["a.txt"], [0o644])
+    monkeypatch.setenv(extra_paths.PATHS_ENV, str(tmp_path / "data"))
+    assert extra_paths.restore_paths(store, [record]) == [
+        f"{tmp_path / 'elsewhere'}: not put back: this server's c.GkeResume.extra_paths does "
+        "not name it"]
+    assert not (tmp_path / "elsewhere").exists()

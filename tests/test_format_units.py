@@ -14,7 +14,11 @@ from safetensors.numpy import load_file
 from jupyter_gkeresume.errors import CommitConflictError, IntegrityError, InvalidInputError, ManifestError
 from jupyter_gkeresume.snapshot import Manifest, StorageRef
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
-from jupyter_gkeresume.snapshot.format import validate_snapshot_id, validate_snapshot_name
+from jupyter_gkeresume.snapshot.format import (
+    PathRecord,
+    validate_snapshot_id,
+    validate_snapshot_name,
+)
 from jupyter_gkeresume.snapshot.signing import verify
 from jupyter_gkeresume.snapshot.store import SnapshotStore
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
@@ -211,6 +215,41 @@ def test_blob_crc32c_is_signed_optional_and_checked(local_store, signing_key):
                           ({m.graph_blob: "x"}, "wrong type")):
         with pytest.raises(ManifestError, match=fragment):
             Manifest.from_dict({**m.to_dict(), "blob_crc32c": bad})
+
+
+def test_hash_seed_is_signed_optional_and_checked(local_store, signing_key):
+    """``hash_seed`` (the kernel's PYTHONHASHSEED) is covered by the signature, absent from
+    older manifests and from those of a kernel with random hashes (which still parse and keep
+    their signature), and must be a seed Python accepts: it goes into a kernel's environment."""
+    m = make_snapshot(local_store, signing_key)
+    assert "hash_seed" not in m.to_dict() and Manifest.from_json(m.to_json()).hash_seed is None
+    m.hash_seed = "4294967295"
+    assert Manifest.from_json(m.to_json()).hash_seed == "4294967295"
+    with pytest.raises(IntegrityError, match="signature mismatch"):
+        verify(m, signing_key)
+    for bad in ("4294967296", "-1", "1 ", "random", "\u0663", 7):
+        with pytest.raises(ManifestError, match="hash_seed"):
+            Manifest.from_dict({**m.to_dict(), "hash_seed": bad})
+
+
+def test_extra_paths_are_optional_and_checked(local_store, signing_key):
+    """``extra_paths`` is absent from older manifests (which keep their signature); each names
+    an absolute normalized directory, a listed blob, one mode per file and files inside it."""
+    m = make_snapshot(local_store, signing_key)
+    assert "extra_paths" not in m.to_dict() and Manifest.from_json(m.to_json()).extra_paths == []
+    good = {"path": "/data/x", "blob": m.graph_blob, "files": ["a", "s/b"], "modes": [420, 493]}
+    parsed = Manifest.from_dict({**m.to_dict(), "extra_paths": [good]}).extra_paths
+    assert parsed == [PathRecord("/data/x", m.graph_blob, ["a", "s/b"], [420, 493])]
+    for bad, fragment in (({"path": "data/x"}, "absolute normalized"),
+                          ({"path": "/data/../x"}, "absolute normalized"),
+                          ({"blob": "b3-" + "0" * 64}, "unlisted blob"),
+                          ({"modes": [420]}, "bad modes"),
+                          ({"modes": [420, 1 << 16]}, "bad modes"),
+                          ({"files": ["a", "../b"]}, "not relative and inside"),
+                          ({"files": ["a", "s/../../b"]}, "not relative and inside"),
+                          ({"files": ["a", "/b"]}, "not relative and inside")):
+        with pytest.raises(ManifestError, match=fragment):
+            Manifest.from_dict({**m.to_dict(), "extra_paths": [{**good, **bad}]})
 
 
 def test_blobs_are_read_big_ones_first_then_in_the_order_the_unpickler_needs_them():

@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from jupyter_gkeresume.kernel_client import own_client
 from jupyter_gkeresume.kernels import HashSeeds
+from jupyter_gkeresume.paused_record import PausedKernel, PausedRecord
 
 
 @pytest.fixture
@@ -94,6 +95,71 @@ def test_hash_seed_is_chosen_once_per_notebook():
     assert seed == seeds.for_notebook("/work/./a.ipynb") and 0 <= int(seed) < 2**32
     assert seed != seeds.for_notebook("work/b.ipynb")
     assert seed != HashSeeds("other").for_notebook("work/a.ipynb")
+
+
+async def test_a_resume_starts_its_kernel_with_the_snapshots_hash_seed(api, monkeypatch):
+    """A snapshot taken in a kernel whose seed is not the notebook's own (here the server's
+    environment set one; a renamed notebook or another workspace id does the same) comes back in
+    a kernel with the snapshot's seed: one the lab opens while the record is paused, one a
+    resume by id starts; a set of strings built after resume iterates as in the uninterrupted
+    kernel. A session of the notebook already
+    running with another seed is the user's kernel: it is reused, and the report says so in one
+    line."""
+    notebook, taken = "seeded.ipynb", "4242"
+    own = HashSeeds("server-ws").for_notebook(notebook)
+    assert own != taken
+    monkeypatch.setenv("PYTHONHASHSEED", taken)  # the server's environment had a seed
+    kid = await api.new_session(notebook)
+    monkeypatch.delenv("PYTHONHASHSEED")  # the fresh pod's has none
+    check = ("import os\nprint(os.environ['PYTHONHASHSEED'], "
+             "list(set(f'word{i}' for i in range(40))) == order)")
+    await api.run_cell(kid, "order = list(set(f'word{i}' for i in range(40)))")
+    status = await api.pause()
+    [entry] = status["paused"]["kernels"]
+    assert status["state"] == "paused" and entry["hash_seed"] == taken
+
+    lab = await api.new_session(notebook)  # the lab reopens the paused notebook first
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 202, body
+    [kernel] = (await api.settle())["kernels"]
+    assert kernel["state"] == "ready" and kernel["kernel_id"] == lab, kernel
+    assert not any("hash seed" in w for w in kernel["result"]["warnings"]), kernel["result"]
+    assert (await api.run_cell(lab, check)).split() == [taken, "True"]
+
+    await api.serverapp.session_manager.delete_session(
+        (await api.serverapp.session_manager.get_session(kernel_id=kernel["kernel_id"]))["id"])
+    code, body = await api.call("POST", "gkeresume/api/resume", {"snapshot": entry["snapshot_id"]})
+    assert code == 202, body
+    [kernel] = [k for k in (await api.settle())["kernels"] if k["state"] == "ready"]
+    assert (await api.run_cell(kernel["kernel_id"], check)).split() == [taken, "True"]
+
+    await api.serverapp.session_manager.delete_session(
+        (await api.serverapp.session_manager.get_session(kernel_id=kernel["kernel_id"]))["id"])
+    users = await api.new_session(notebook)  # the notebook's own seed, started by the user
+    code, body = await api.call("POST", "gkeresume/api/resume", {"snapshot": entry["snapshot_id"]})
+    assert code == 202, body
+    [kernel] = [k for k in (await api.settle())["kernels"] if k["state"] == "ready"]
+    assert kernel["kernel_id"] == users and users in api.serverapp.kernel_manager
+    [line] = [w for w in kernel["result"]["warnings"] if "hash seed" in w]
+    assert line.startswith(f"string hash seed: this kernel's is {own}, the snapshot's {taken}")
+    assert (await api.run_cell(users, check)).split() == [own, "False"]
+
+
+def test_a_snapshots_hash_seed_is_kept_for_its_notebook():
+    """While a record is paused, a kernel started for one of its notebooks (the lab reopens it
+    before the user resumes) gets that snapshot's seed; a resume's start wins; a notebook, or an
+    older record, without one gets the notebook's own."""
+    record = PausedRecord.new("ws", "user", "none", 0, [
+        PausedKernel("20261130T101500Z-a1b2c3", notebook="work/a.ipynb", hash_seed="7"),
+        PausedKernel.from_dict({"snapshot_id": "20261130T101500Z-a1b2c4",
+                                "notebook": "work/old.ipynb"})])
+    seeds = HashSeeds("ws", lambda: record)
+    assert seeds.kept("/work/./a.ipynb") == "7" and seeds.kept("work/old.ipynb") is None
+    assert seeds.kept("work/b.ipynb") is None
+    with seeds.starting("work/a.ipynb", "8"), seeds.starting("work/b.ipynb", None):
+        assert seeds.kept("work/a.ipynb") == "8" and seeds.kept("work/b.ipynb") is None
+    assert seeds.kept("work/a.ipynb") == "7"
+    assert "hash_seed" not in record.kernels[1].to_dict()  # an older record's bytes, unchanged
 
 
 async def test_checkpoint_without_release_keeps_the_kernel(api, store_dir):

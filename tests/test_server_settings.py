@@ -51,8 +51,20 @@ async def test_a_planted_unsigned_manifest_is_neither_last_nor_usable(api, store
 
 async def test_kernels_get_the_server_root_dir(api, jp_root_dir):
     kid = await api.new_session("where.ipynb")
-    out = await api.run_cell(kid, "import os\nprint(os.environ['GKERESUME_ROOT_DIR'])")
-    assert out.strip() == str(jp_root_dir.resolve())
+    out = await api.run_cell(kid, "import os\nprint(os.environ['GKERESUME_ROOT_DIR'])\n"
+                                  "print(repr(os.environ['GKERESUME_EXTRA_PATHS']), "
+                                  "os.environ['GKERESUME_EXTRA_PATHS_MAX_BYTES'])")
+    assert out.splitlines() == [str(jp_root_dir.resolve()), f"'' {1 << 30}"]
+
+
+def test_extra_paths_are_absolute_directories():
+    """``c.GkeResume.extra_paths``: absolute paths, normalized (a resume compares them)."""
+    assert GkeResume(extra_paths=["/data/./x/"]).extra_paths == ["/data/x"]
+    for bad in (["data"], ["/a:/b"]):
+        with pytest.raises(TraitError, match="not an absolute directory"):
+            GkeResume(extra_paths=bad)
+    with pytest.raises(TraitError):
+        GkeResume(extra_paths_max_bytes=-1)
 
 
 @pytest.mark.parametrize(("mode", "reads"), [("metadata", 0), ("full", 2)])

@@ -18,11 +18,19 @@ object (GCS), so that checking a snapshot by its metadata also catches replaced 
 Packages installed in the session (``packages``, absent when none, so older manifests keep their
 signature) each name one blob whose entry ``i`` holds the bytes of ``files[i]``, a path relative
 to the distribution's location as its RECORD lists it.
+
+Directories outside the home volume stored with the snapshot (``extra_paths``, absent when none:
+the server's ``c.GkeResume.extra_paths``) each name one blob whose entry ``i`` holds the bytes of
+``files[i]``, a path relative to the directory, with its permission bits ``modes[i]``.
+
+``hash_seed`` (absent when the kernel's string hashes were random, and in older manifests) is the
+``PYTHONHASHSEED`` of the kernel the snapshot was taken in: a resume starts its kernel with it.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,6 +45,7 @@ DIGESTS_BY_VERSION: dict[int, tuple[Digest, ...]] = {1: (SHA256,), 2: ALGORITHMS
 
 SNAPSHOT_ID_RE = re.compile(r"\A[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}\Z")
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+MAX_HASH_SEED = 4294967295  # the largest PYTHONHASHSEED Python accepts
 OBJECT_STATUSES = ("saved", "skipped")
 
 
@@ -60,6 +69,12 @@ def validate_snapshot_name(value: object) -> str:
     if value == "latest":
         raise InvalidInputError("'latest' is reserved: it always means the newest snapshot")
     return value
+
+
+def valid_hash_seed(value: object) -> bool:
+    """``value`` is a ``PYTHONHASHSEED`` a kernel can start with (decimal digits, in range)."""
+    return (isinstance(value, str) and value.isascii() and value.isdigit()
+            and int(value) <= MAX_HASH_SEED)
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,16 @@ class PackageRecord:
     location: str  # where it was installed (a site-packages directory)
     python: str  # major.minor of the interpreter it was installed for
     tags: list[str] = field(default_factory=list)  # its wheel tags (WHEEL), empty if unknown
+
+
+@dataclass(frozen=True)
+class PathRecord:
+    """A directory stored with the snapshot: its regular files are the entries of blob ``blob``."""
+
+    path: str  # absolute, normalized
+    blob: str
+    files: list[str]  # relative to ``path``
+    modes: list[int]  # permission bits of each file
 
 
 @dataclass(frozen=True)
@@ -128,6 +153,8 @@ class Manifest:
     signature: dict[str, str] | None = None
     format_version: int = FORMAT_VERSION
     packages: list[PackageRecord] = field(default_factory=list)
+    hash_seed: str | None = None  # PYTHONHASHSEED of the kernel it was taken in (None: random)
+    extra_paths: list[PathRecord] = field(default_factory=list)
 
     @property
     def saved_names(self) -> list[str]:
@@ -167,6 +194,10 @@ class Manifest:
             data["packages"] = [asdict(p) for p in self.packages]
         if self.blob_crc32c:  # absent when empty, as ``reason``
             data["blob_crc32c"] = dict(self.blob_crc32c)
+        if self.hash_seed is not None:  # absent when random, as ``reason``
+            data["hash_seed"] = self.hash_seed
+        if self.extra_paths:  # absent when none, as ``packages``
+            data["extra_paths"] = [asdict(p) for p in self.extra_paths]
         if signed and self.signature is not None:
             data["signature"] = dict(self.signature)
         return data
@@ -257,6 +288,11 @@ class Manifest:
         _check(all(isinstance(h, str) for h in history), "manifest: history must hold strings")
         packages = [_package(raw, i, blobs)
                     for i, raw in enumerate(r.get("packages", list, optional=True) or [])]
+        extra_paths = [_path(raw, i, blobs)
+                       for i, raw in enumerate(r.get("extra_paths", list, optional=True) or [])]
+        hash_seed = r.get("hash_seed", str, optional=True)
+        _check(hash_seed is None or valid_hash_seed(hash_seed),
+               "manifest: hash_seed is not a PYTHONHASHSEED (decimal, 0 to 4294967295)")
         return cls(
             snapshot_id=snapshot_id,
             workspace=r.get("workspace", str),
@@ -279,6 +315,8 @@ class Manifest:
             signature=signature,
             format_version=version,
             packages=packages,
+            hash_seed=hash_seed,
+            extra_paths=extra_paths,
         )
 
 
@@ -295,6 +333,25 @@ def _package(data: Any, index: int, blobs: dict[str, int]) -> PackageRecord:
     _check(all(isinstance(f, str) and f and not f.startswith("/") and not {"\\", "\0"} & set(f)
                for f in record.files),
            f"manifest: package {record.name!r} has a file path that is not relative")
+    return record
+
+
+def _path(data: Any, index: int, blobs: dict[str, int]) -> PathRecord:
+    """One entry of ``extra_paths``: an absolute normalized directory, its blob listed, one mode
+    per file, every file path relative and inside it."""
+    p = _Reader(data, f"extra path #{index}")
+    record = PathRecord(path=p.get("path", str), blob=p.get("blob", str),
+                        files=p.get("files", list), modes=p.get("modes", list))
+    where = f"manifest: extra path {record.path!r}"
+    _check(record.path.startswith("/") and posixpath.normpath(record.path) == record.path
+           and "\0" not in record.path, f"{where} is not an absolute normalized path")
+    _check(record.blob in blobs, f"{where} names unlisted blob")
+    _check(len(record.modes) == len(record.files)
+           and all(isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= 0o7777
+                   for m in record.modes), f"{where} has bad modes")
+    _check(all(isinstance(f, str) and f and not f.startswith("/") and "\0" not in f
+               and posixpath.normpath(f) == f and not f.startswith("..") for f in record.files),
+           f"{where} has a file path that is not relative and inside it")
     return record
 
 

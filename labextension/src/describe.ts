@@ -325,6 +325,7 @@ export function resumeSummary(status: IStatus, operation: IOperation): IMessage 
     lines.push(`Not restored: ${s.name} (${s.type}): ${s.reason}`);
   }
   lines.push(...results.flatMap(r => r.packages ?? []).map(p => `Package: ${p}`));
+  lines.push(...results.flatMap(r => r.paths ?? []).map(p => `Extra path: ${p}`));
   lines.push(...results.flatMap(r => r.warnings).map(w => `Warning: ${w}`));
   return { title: 'Workspace resumed', lines };
 }

@@ -80,6 +80,8 @@ export interface IResumeResult {
   seconds: number;
   /** One line per package installed in the session it put back (or could not). */
   packages?: string[];
+  /** One line per directory of `c.GkeResume.extra_paths` it put back (or could not). */
+  paths?: string[];
 }
 
 /** A queued pause waits for a running cell (`operation.waiting_for`). */
@@ -150,6 +152,8 @@ export interface IPausedKernel {
   bytes_new?: number;
   saved?: string[];
   skipped?: ISkipped[];
+  /** The PYTHONHASHSEED its resume starts the kernel with (absent: random, or an older record). */
+  hash_seed?: string;
 }
 
 /** The paused record (records/paused.json in the store). */

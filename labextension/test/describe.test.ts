@@ -429,7 +429,8 @@ test('resume summary: restored objects, the rest with reasons, or the failure', 
           warnings: ['cuda:1 mapped to cuda:0'],
           verdict: {},
           bytes_read: 10,
-          seconds: 1
+          seconds: 1,
+          paths: ['/data/cache: 3 files put back (34 B)']
         }
       })
     ]
@@ -439,6 +440,7 @@ test('resume summary: restored objects, the rest with reasons, or the failure', 
   assert.equal(message.lines[0], 'Restored 2 objects into 1 kernel: x, model');
   assert.ok(message.lines.includes('Not restored: gen (generator): was not saved'));
   assert.ok(message.lines.includes('Warning: cuda:1 mapped to cuda:0'));
+  assert.ok(message.lines.includes('Extra path: /data/cache: 3 files put back (34 B)'));
   const failed = resumeSummary(status('failed', { reason: 'resume failed: boom' }), op);
   assert.equal(failed.title, 'Resume failed');
   assert.equal(failed.lines[0], 'resume failed: boom');
