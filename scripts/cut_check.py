@@ -1,0 +1,98 @@
+"""Cut a script at every cell boundary, pause it through a real server, resume it on a fresh
+one, run the rest, and compare what it prints with the uninterrupted run.
+
+    .venv/bin/python scripts/cut_check.py SCRIPT.py [SCRIPT.py ...]
+
+Cells are split at lines of 20 or more ``#`` (the sphinx-gallery separator of PyTorch's
+tutorials; put such lines into any script). For each script: one server runs every cell in a
+notebook session and keeps the stdout of each cell. Then, for each cut point k: a server (the
+extension, release backend ``none``, a local store) runs cells [0, k) in a session of the same
+notebook, pauses through ``POST gkeresume/api/pause`` and stops; a fresh server process on the
+same store and workspace (a fresh pod) resumes through ``POST gkeresume/api/resume`` and runs
+cells [k, n) in the resumed kernel. Outputs are compared after masking object addresses and
+ipykernel's per-process cell directory. Exit status: the number of cuts that differed.
+
+Not part of the test suite: public scripts stay out of this repository, and a run takes
+minutes (two server starts and a pause and a resume per cut).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fixtures_server import ServerProcess  # the tests' server subprocess
+
+SIGNING_KEY = "cut-check-key-" + "4" * 32
+VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+")  # addresses, ipykernel's cell dir
+
+
+def cells_of(script: Path) -> list[str]:
+    parts = re.split(r"^#{20,}.*$", script.read_text(), flags=re.M)
+    return [part.strip("\n") for part in parts if part.strip()]
+
+
+def start_server(work: Path, store: Path) -> ServerProcess:
+    config = {"GkeResume": {"store_url": str(store), "workspace_id": "cut-check",
+                            "release_backend": "none", "checkpoint_on_shutdown": False}}
+    server = ServerProcess(work, config, {"GKERESUME_SIGNING_KEY": SIGNING_KEY,
+                                          "MPLBACKEND": "agg"})
+    server.start()
+    return server
+
+
+def run_cells(server: ServerProcess, kernel_id: str, cells: list[str]) -> list[str]:
+    return [VOLATILE.sub("?", server.run_cell(kernel_id, cell)) for cell in cells]
+
+
+def settle(server: ServerProcess, method: str, path: str) -> dict:
+    code, body = server.call(method, path, {})
+    if code != 202:
+        raise RuntimeError(f"{method} {path}: {code} {body}")
+    return server.wait_for(lambda status: status["operation"] is None, path)
+
+
+def check(script: Path, work: Path) -> int:
+    cells, notebook = cells_of(script), script.stem + ".ipynb"
+    server = start_server(work / "whole", work / "store-whole")
+    expected = run_cells(server, server.new_session(notebook), cells)
+    server.stop()
+    differed = 0
+    for cut in range(1, len(cells)):
+        store = work / f"store-{cut}"
+        server = start_server(work / f"before-{cut}", store)
+        run_cells(server, server.new_session(notebook), cells[:cut])
+        paused = settle(server, "POST", "gkeresume/api/pause")
+        server.stop()
+        if paused["state"] != "paused":
+            raise RuntimeError(f"cut {cut}: the pause ended {paused['state']}: {paused.get('reason')}")
+        server = start_server(work / f"after-{cut}", store)
+        resumed = settle(server, "POST", "gkeresume/api/resume")
+        kernel = resumed["kernels"][0]
+        got = run_cells(server, kernel["kernel_id"], cells[cut:])
+        server.stop()
+        result = kernel.get("result") or {}
+        same = got == expected[cut:]
+        differed += not same
+        print(f"{script.name} cut {cut}/{len(cells)}: {'identical' if same else 'DIFFERENT'}; "
+              f"{resumed['state']}; warnings {result.get('warnings') or []}", flush=True)
+        for index, (want, have) in enumerate(zip(expected[cut:], got, strict=True)):
+            if want != have:
+                print(f"  cell {cut + index}\n  whole run: {want[:800]!r}\n  resumed:   {have[:800]!r}")
+    return differed
+
+
+def main() -> None:
+    differed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, name in enumerate(sys.argv[1:]):
+            differed += check(Path(name), Path(tmp) / str(index))
+    sys.exit(min(differed, 100))
+
+
+if __name__ == "__main__":
+    main()
