@@ -207,14 +207,18 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
 
     # Pause: the bar moved forwards at least three times, one sentence a label, one notification
     # that closed before the message; the status and the notebook say "Paused".
+    # The page polls every 0.4 s and the kernel reports every 0.25 s: how many byte counts a
+    # page sees depends on how fast this machine writes 512 MiB (on a quiet one the writing may
+    # be over between two polls). What every run shows: the bar moved forwards from the hold to
+    # the kernel stop (phases that take the kernel's own time); labels with bytes or a rate are
+    # well formed. The bar and labels over many byte counts, with a fake clock and recorded
+    # statuses: labextension/test/describe.test.ts ("the bar only moves forwards ..."), run by
+    # test_ui_unit.py.
     rising = _check_operation(seen["pauseNotes"], {"pausing", "releasing"}, "Pausing")
-    assert len(rising) >= 3, f"pause progress {rising}; labels {[n['label'] for n in seen['pauseNotes']]}"
-    # Bytes are shown from the first sample; the rate only once the writing ran a second over 5 %
-    # of the bytes (rates.py), which a fast write may never do: unit-tested with a fake clock.
+    assert len(rising) >= 2, f"pause progress {rising}; labels {[n['label'] for n in seen['pauseNotes']]}"
     labels = [n["label"] for n in seen["pauseNotes"]]
-    assert any(re.search(r"MiB of [\d.]+ MiB", label) for label in labels), labels
-    assert all(re.search(r"MiB of [\d.]+ MiB at [\d.]+ [KMG]?i?B/s", label)
-               for label in labels if " at " in label), labels
+    assert all(re.search(r"writing [\d.]+ (B|[KMG]iB) of [\d.]+ MiB( at [\d.]+ [KMG]?i?B/s)?(,|$)", label)
+               for label in labels if " of " in label), labels
     assert seen["pausedLabel"] == "Paused" and seen["cancelAfterPause"] is False
     assert seen["badge"] == "Paused"
     # (the names come from the paused record, which status returns once the kernels are gone)
@@ -234,7 +238,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
 
     # Resume: the same of the bar, the labels and the notification; then "Running (resumed)".
     rising = _check_operation(seen["resumeNotes"], {"waiting_for_resources", "restoring"}, "Resuming")
-    assert len(rising) >= 3, f"resume progress {rising}; labels {[n['label'] for n in seen['resumeNotes']]}"
+    assert len(rising) >= 2, f"resume progress {rising}; labels {[n['label'] for n in seen['resumeNotes']]}"
     assert seen["readyLabel"] == "Running (resumed)" and seen["cancelAfterResume"] is False
     assert seen["badgeAfterResume"] is False
     assert seen["resumeMessage"].startswith("Restored 4 objects into 1 kernel: x, np, big, parts")
