@@ -205,7 +205,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert "Saved 1 object (" in seen["checkpointMessage"]
     assert "The kernels keep running." in seen["checkpointMessage"]
 
-    # Pause: the bar moved forwards at least three times, one sentence a label, one notification
+    # Pause: the bar moved forwards, one sentence a label, one notification
     # that closed before the message; the status and the notebook say "Paused".
     # The page polls every 0.4 s and the kernel reports every 0.25 s: how many byte counts a
     # page sees depends on how fast this machine writes 512 MiB (on a quiet one the writing may
