@@ -58,7 +58,7 @@ def test_a_kernel_exit_freezes_the_heap_only_after_ipython_cleared_the_user_name
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == ["user object finalized", "at the end: frozen True"]
-    assert "Error" not in proc.stderr, proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr  # how a failed atexit handler shows
 
 
 def test_a_paused_kernel_flushed_the_users_open_files_first(server_process, tmp_path):
