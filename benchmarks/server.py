@@ -1,14 +1,17 @@
 """Pause and resume through a real jupyter_server, side by side with the disk and a bare kernel.
 
-One ``jupyter server`` subprocess per directory, with the extension (release backend ``none``,
-the local store in that directory), and one notebook session whose kernel builds the session of
-``core.build_session`` (a model with AdamW state, arrays, small objects). Then, in one run:
+One ``jupyter server`` subprocess per session and directory, with the extension (release backend
+``none``, the local store in that directory). Then, in one run per directory:
 
-- ``pause``: POST /gkeresume/api/pause, poll the status until ``paused`` (checkpoint, verify,
-  record, release, kernel stop); ``raw_write`` is a write+fsync of the store's byte count in the
-  same directory (``core.py --case raw_write``);
-- ``resume``: the store's page cache dropped, POST /gkeresume/api/resume until ``ready`` (a new
-  kernel started, then restored); its limit is ``raw_read`` (a cold read of the same bytes,
+- ``pause_empty``: the pause of a session of a few KB whose kernel imported torch and numpy (as
+  the big one did): POST /gkeresume/api/pause, poll the status until ``paused`` (hold,
+  checkpoint, verify, record, release, kernel stop). That is the pause's fixed cost;
+- ``pause``: the same for a session of ``--gb`` (``core.build_session``: a model with AdamW
+  state, arrays, small objects) in a fresh server; ``raw_write`` is a write+fsync of its store's
+  byte count in the same directory (``core.py --case raw_write``). The per-byte cost is
+  ``(pause - pause_empty) / raw_write``;
+- ``resume``: the big store's page cache dropped, POST /gkeresume/api/resume until ``ready`` (a
+  new kernel started, then restored); its limit is ``raw_read`` (a cold read of the same bytes,
   ``core.py --case raw_read``) plus ``kernel_torch``: a fresh kernel of the same server until
   ``import torch`` returned in it.
 
@@ -42,6 +45,9 @@ from fixtures_server import ServerProcess  # noqa: E402  (the tests' server subp
 
 SIGNING_KEY = "bench-server-key-" + "3" * 32
 DEADLINE = 1800.0  # a safety net against a hung operation, not a measurement
+
+
+EMPTY_CELL = "import numpy, torch\nnote = {'what': 'a session of a few KB', 'n': list(range(100))}"
 
 
 def build_cell(gb: float) -> str:
@@ -126,27 +132,41 @@ def core_case(case: str, gb: float, work: Path) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def start_server(work: Path) -> ServerProcess:
+    """A server with the local store ``work/store``; no checkpoint when it stops (the run is
+    over by then)."""
+    config = {"GkeResume": {"store_url": str(work / "store"), "workspace_id": "bench",
+                            "release_backend": "none", "checkpoint_on_shutdown": False}}
+    server = ServerProcess(work / "server", config, {"GKERESUME_SIGNING_KEY": SIGNING_KEY})
+    server.start()
+    return server
+
+
 def measure_dir(folder: str, gb: float, poll: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        server = start_server(Path(tmp))
+        try:
+            server.run_cell(server.new_session("empty.ipynb"), EMPTY_CELL)
+            out["pause_empty"] = operation(server, "gkeresume/api/pause", "paused", poll)
+        finally:
+            server.stop()
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         work = Path(tmp)
-        store = work / "store"
-        # no checkpoint when the server stops: the run is over by then
-        config = {"GkeResume": {"store_url": str(store), "workspace_id": "bench",
-                                "release_backend": "none", "checkpoint_on_shutdown": False}}
-        server = ServerProcess(work / "server", config, {"GKERESUME_SIGNING_KEY": SIGNING_KEY})
-        server.start()
+        server = start_server(work)
         try:
-            kid = server.new_session("bench.ipynb")
-            server.run_cell(kid, build_cell(gb))
-            out = {"pause": operation(server, "gkeresume/api/pause", "paused", poll)}
+            server.run_cell(server.new_session("bench.ipynb"), build_cell(gb))
+            out["pause"] = operation(server, "gkeresume/api/pause", "paused", poll)
             out["raw_write"] = core_case("raw_write", gb, work)
             out["kernel_torch"] = kernel_with_torch(server)
             out["raw_read"] = core_case("raw_read", gb, work)
-            drop_cache(store)
+            drop_cache(work / "store")
             out["resume"] = operation(server, "gkeresume/api/resume", "ready", poll)
         finally:
             server.stop()
     out["bytes"] = out["raw_write"]["bytes"]
+    out["per_byte"] = (out["pause"]["seconds"] - out["pause_empty"]["seconds"]) \
+        / out["raw_write"]["seconds"]
     return out
 
 
@@ -155,14 +175,18 @@ def report(r: dict[str, Any], gb: float, folder: str) -> None:
     print(f"\n### {folder}: session of ~{gb} GB ({r['bytes'] / 1e9:.2f} GB stored); "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n")
     print("| case | seconds |\n|---|---:|")
-    for case in ("pause", "raw_write", "resume", "raw_read", "kernel_torch"):
+    for case in ("pause_empty", "pause", "raw_write", "resume", "raw_read", "kernel_torch"):
         print(f"| {case} | {r[case]['seconds']:.2f} |")
-    print("\n| ratio | value | target (issue 16) |\n|---|---:|---|")
+    print("\n| figure | value | target |\n|---|---:|---|")
+    print(f"| fixed cost: pause of the empty session | {r['pause_empty']['seconds']:.2f} s "
+          "| <= 0.5 s (issue 23) |")
+    print(f"| per-byte cost: (pause - pause_empty) / raw write+fsync | {r['per_byte']:.2f}x "
+          "| <= 1.1x (issue 23) |")
     print(f"| pause / raw write+fsync | {r['pause']['seconds'] / r['raw_write']['seconds']:.2f}x "
-          "| <= 1.25x |")
+          "| <= 1.25x (issue 16) |")
     print(f"| resume / (raw cold read + kernel importing torch) | "
-          f"{r['resume']['seconds'] / limit:.2f}x | <= 1.15x |")
-    for case in ("pause", "resume"):
+          f"{r['resume']['seconds'] / limit:.2f}x | <= 1.15x (issue 16) |")
+    for case in ("pause_empty", "pause", "resume"):
         print(f"\n{case}, where the time goes (status phases: workspace, kernel:phase):\n")
         phases = r[case]["phases"]
         for (at, label), (nxt, _) in itertools.pairwise(phases):

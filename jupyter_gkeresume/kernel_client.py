@@ -45,13 +45,13 @@ async def call_kernel(
     client = own_client(kernel_manager.get_kernel(kernel_id))
     client.start_channels()
     try:
+        deadline = time.monotonic() + timeout
         if not queue_now:
-            await client.wait_for_ready(timeout=timeout)  # a busy kernel answers after its cell
+            await _wait_for_ready(client, deadline)  # a busy kernel answers after its cell
         code = call_code(action, request.to_json())
         msg_id = client.execute(
             code, silent=True, store_history=False, user_expressions={"result": RESULT_EXPR}
         )
-        deadline = time.monotonic() + timeout
         reply_task = asyncio.ensure_future(_shell_reply(client, msg_id, deadline))
         try:
             if not queue_now:
@@ -59,8 +59,6 @@ async def call_kernel(
             reply = await reply_task
         finally:
             reply_task.cancel()
-    except RuntimeError as exc:  # wait_for_ready: the kernel died or never answered
-        raise KernelCallError(f"kernel {kernel_id} did not answer: {exc}") from None
     finally:
         client.stop_channels()
     content = reply["content"]
@@ -90,6 +88,31 @@ def own_client(kernel: Any) -> Any:
     client = kernel.client()
     client.session.session = str(uuid.uuid4())
     return client
+
+
+async def _wait_for_ready(client: Any, deadline: float) -> None:
+    """Until the kernel answered a ``kernel_info`` request and IOPub is seen connected (a
+    message arrived on it after the reply; otherwise ask again): jupyter_client's
+    ``wait_for_ready`` without its last step, which drains IOPub until it has been quiet for
+    0.2 s. That cost every call 0.2 s, and never ended while a thread of the kernel kept
+    printing. What is left on IOPub does no harm: ``_follow_iopub`` takes only the messages of
+    its own request."""
+    while True:
+        client.kernel_info()  # a busy kernel answers after its cell (then, each one asked)
+        try:
+            reply = await client.get_shell_msg(timeout=1)
+        except (Empty, asyncio.TimeoutError):
+            reply = None
+        if reply is not None and reply["msg_type"] == "kernel_info_reply":
+            try:
+                await client.get_iopub_msg(timeout=0.2)
+                return
+            except (Empty, asyncio.TimeoutError):
+                pass  # IOPub not connected yet: its status messages were lost
+        if not await client.is_alive():
+            raise KernelCallError("the kernel died before it answered")
+        if time.monotonic() > deadline:
+            raise KernelCallError(f"the kernel did not answer within {TIMEOUT_HINT}")
 
 
 async def _follow_iopub(client: Any, msg_id: str, deadline: float, on_progress, reply_task) -> None:

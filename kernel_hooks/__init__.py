@@ -14,15 +14,17 @@ __all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume"
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register the magics and remember the session's starting sys.path, environment, warnings
-    filters, loggers and extensions (``interpreter_state``), installed distributions
-    (``packages.remember_environment``) and threads (``left_behind``)."""
+    """Register the magics, shorten the kernel's exit (``teardown``) and remember the session's
+    starting sys.path, environment, warnings filters, loggers and extensions
+    (``interpreter_state``), installed distributions (``packages.remember_environment``) and
+    threads (``left_behind``)."""
     from jupyter_gkeresume.errors import GkeResumeError
 
-    from . import interpreter_state, left_behind, packages, session_state
+    from . import interpreter_state, left_behind, packages, session_state, teardown
     from .api import open_store
     from .magics import ResumeMagics
 
+    teardown.install(ipython)
     session_state.remember_baseline()
     interpreter_state.remember_baseline(ipython)
     try:

@@ -369,3 +369,19 @@ async def test_files_only_resume_starts_fresh_kernels_for_the_notebooks(api, sto
     assert await api.run_cell(kernel["kernel_id"], "print('gone' in dir())") == "False\n"
     code, body = await api.call("GET", "gkeresume/api/snapshots")
     assert len(body["snapshots"]) == 1  # the snapshot stays, for a later resume
+
+
+async def test_a_pause_goes_through_while_a_thread_of_the_kernel_keeps_printing(api, tmp_path):
+    # a training loop's logger, a progress bar: IOPub is never quiet for long. The server's
+    # calls wait for the kernel's own replies, never for IOPub to fall silent (jupyter_client's
+    # wait_for_ready drains it until 0.2 s pass without a message: never, here)
+    kid = await api.new_session("chatty.ipynb")
+    quiet = tmp_path / "quiet"
+    await api.run_cell(kid, f"import os, threading, time\n"
+                            f"def chatter():\n    while not os.path.exists({str(quiet)!r}):\n"
+                            "        print('.', end='', flush=True)\n        time.sleep(0.02)\n"
+                            "threading.Thread(target=chatter, daemon=True).start()\nkept = 1")
+    status = await api.pause({"release": False})
+    quiet.write_text("")  # the test's own cells wait for a quiet IOPub
+    assert status["state"] == "running" and status["last_snapshot"] is not None, status
+    assert await api.run_cell(kid, "time.sleep(0.1)\nprint(kept)") == "1\n"
