@@ -3,13 +3,15 @@
 Call order inside ``take_checkpoint``: synchronize devices; choose the names (minus IPython's own);
 capture the session record and the interpreter state (``interpreter_state``: one record per entry,
 after the variables); pickle them as one graph (``graph.write_graph``) while storages are
-collected; put storage blobs in parallel, then the graph blob, then the packages installed in the
-session (``packages.capture_packages``), through one ``SnapshotWriter``; build the manifest and
-hand it to ``SnapshotWriter.commit`` (sign, create-only commit, read back and check, removed again
-if the check fails). What no snapshot carries (child processes, threads of the session, files open
-for writing outside the home volume: ``left_behind``) is reported with the skipped objects. The
-kernel side captures; the writer commits. Any exception leaves no visible snapshot and the
-namespace untouched (capture only reads it).
+collected, the names that seem to hold no storages first (``storages.seems_to_hold_storages``: a
+resume then unpickles them while the blobs are still being read, instead of after the last one; the
+namespace keeps its order, ``Manifest.objects``); put storage blobs in parallel, then the graph
+blob, then the packages installed in the session (``packages.capture_packages``), through one
+``SnapshotWriter``; build the manifest and hand it to ``SnapshotWriter.commit`` (sign, create-only
+commit, read back and check, removed again if the check fails). What no snapshot carries (child
+processes, threads of the session, files open for writing outside the home volume: ``left_behind``)
+is reported with the skipped objects. The kernel side captures; the writer commits. Any exception
+leaves no visible snapshot and the namespace untouched (capture only reads it).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from .left_behind import left_behind
 from .packages import capture_packages
 from .placeholders import type_name, uncapturable_reason
 from .results import CheckpointResult, Progress, Skipped
-from .storages import CollectedStorage, StorageCollector
+from .storages import CollectedStorage, StorageCollector, seems_to_hold_storages
 
 SESSION_RECORD = "__session__"
 HOOKS_RECORD = "__resume_hooks__"
@@ -126,6 +128,7 @@ def take_checkpoint(
             skipped.append(Skipped(var, type_name(namespace[var]), reason))
             continue
         items.append((var, value))
+    items.sort(key=lambda item: seems_to_hold_storages(item[1]))  # stable: see the docstring
     session, secret_env = session_state.capture(execution_count)
     for env_name in secret_env:
         skipped.append(Skipped(f"${env_name}", "environment variable", "looks like a credential"))
