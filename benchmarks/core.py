@@ -243,18 +243,20 @@ def measure(case: str, gb: float, work: Path, shape: str = "default") -> dict:
     elif case == "st_pickle_save":
         (work / "st").mkdir(exist_ok=True)
         with PeakRss() as rss:
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             nbytes = safetensors_pickle_save(ns, work / "st")
             out["seconds"] = time.perf_counter() - t
+            out["cpu_seconds"] = time.process_time() - cpu
         out.update(bytes=nbytes, extra_rss=rss.extra)
     elif case == "st_pickle_load":
         drop_cache(work / "st")
         with PeakRss() as rss:
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             _, tensors = safetensors_pickle_load(work / "st")
             out["untouched_seconds"] = time.perf_counter() - t
             touch_pages(tensors)
             out["seconds"] = time.perf_counter() - t
+            out["cpu_seconds"] = time.process_time() - cpu
         out.update(bytes=tree_bytes(work / "st"), extra_rss=rss.extra)
     elif case in ("dill_save", "dill_save_no_opt"):
         import dill
