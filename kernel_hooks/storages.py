@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import itertools
 import sys
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,7 +171,8 @@ def seems_to_hold_storages(value: object, numpy_min_bytes: int = NUMPY_MIN_BYTES
             continue
         if getattr(type(obj), "__cuda_array_interface__", None) is not None:
             return True
-        if isinstance(obj, (str, bytes, bytearray, int, float, complex, type(None), type)):
+        if isinstance(obj, (str, bytes, bytearray, int, float, complex, type(None), type,
+                            types.ModuleType)):  # modules pickle by reference
             continue
         if isinstance(obj, dict):
             queue.extend(itertools.islice(obj.values(), LOOK_AT_MOST))

@@ -22,6 +22,7 @@ from kernel_hooks.storages import seems_to_hold_storages
     (np.zeros(10), False),  # small arrays stay in the pickle
     ({f"k{i}": [i, str(i), {"v": i / 7}] for i in range(10_000)}, False),
     ("text", False),
+    (np, False),  # a module pickles by reference
 ])
 def test_seems_to_hold_storages(value, holds):
     assert seems_to_hold_storages(value) is holds
