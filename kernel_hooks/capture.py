@@ -3,15 +3,16 @@
 Call order inside ``take_checkpoint``: synchronize devices; choose the names (minus IPython's own);
 capture the session record and the interpreter state (``interpreter_state``: one record per entry,
 after the variables); pickle them as one graph (``graph.write_graph``) while storages are
-collected, the names that seem to hold no storages first (``storages.seems_to_hold_storages``: a
-resume then unpickles them while the blobs are still being read, instead of after the last one; the
-namespace keeps its order, ``Manifest.objects``); put storage blobs in parallel, then the graph
-blob, then the packages installed in the session (``packages.capture_packages``), through one
-``SnapshotWriter``; build the manifest and hand it to ``SnapshotWriter.commit`` (sign, create-only
-commit, read back and check, removed again if the check fails). What no snapshot carries (child
-processes, threads of the session, files open for writing outside the home volume: ``left_behind``)
-is reported with the skipped objects. The kernel side captures; the writer commits. Any exception
-leaves no visible snapshot and the namespace untouched (capture only reads it).
+collected; put storage blobs in parallel, then the graph blob, then the packages installed in the
+session (``packages.capture_packages``), through one ``SnapshotWriter``; build the manifest and
+hand it to ``SnapshotWriter.commit`` (sign, create-only commit, read back and check, removed again
+if the check fails). What no snapshot carries (child processes, threads of the session, files open
+for writing outside the home volume: ``left_behind``) is reported with the skipped objects. The
+kernel side captures; the writer commits. Any exception leaves no visible snapshot and the
+namespace untouched (capture only reads it). The user's names
+that seem to hold no storages are pickled first (``storages.seems_to_hold_storages``): a resume
+then unpickles them while the blobs are still being read, not after the last one; the namespace
+keeps its order (``Manifest.objects``).
 """
 
 from __future__ import annotations
