@@ -14,8 +14,11 @@ Where the time goes (all threads, sampled; setup and imports left out):
     .venv/bin/python benchmarks/core.py --summarize ckpt.txt
 
 Every directory in ``--dirs`` gets the same cases in one run (ours, the raw limits, the
-tensors-only second checkpoint); ``--peers`` adds torch.save/load and dill (slow). Prints a
+tensors-only second checkpoint); ``--peers`` adds safetensors + pickle (what a user does by hand:
+tensors and arrays to safetensors, the rest pickled), torch.save/load and dill (slow). Prints a
 markdown table per directory with times, bytes, extra peak RSS, and the ratios the issues target.
+``--session issue23 --gb 5`` is the session of issue 23 (``SHAPES``); ``--cases`` runs a subset;
+``--cpus 0`` runs every case under ``taskset -c 0`` (how a figure scales with the cores).
 """
 
 from __future__ import annotations
@@ -39,21 +42,102 @@ from jupyter_gkeresume.snapshot.backends import fsync_path
 HERE = Path(__file__).resolve()
 
 
-def build_session(gb: float) -> dict:
+#: Session shapes: (share of the bytes in the model with its AdamW state, share in numpy arrays,
+#: small records). ``default``: 75 % / 22 % / 200,000 records. ``issue23``: the session of issue
+#: 23 (at --gb 5: a 1.5 GB model, 3 GB of AdamW state, 0.5 GB of arrays, 100,000 records).
+SHAPES = {"default": (0.75, 0.22, 200_000), "issue23": (0.9, 0.1, 100_000)}
+
+
+def build_session(gb: float, shape: str = "default") -> dict:
     import numpy as np
     import torch
 
+    model_share, array_share, records = SHAPES[shape]
     torch.manual_seed(0)
     width = 2048
-    # params P, AdamW state 2P: spend 75% of the budget on the model, 22% on arrays.
-    layers = max(1, round(gb * 0.75 * 1e9 / 3 / (width * width * 4)))
+    # params P, AdamW state 2P
+    layers = max(1, round(gb * model_share * 1e9 / 3 / (width * width * 4)))
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(torch.randn(4, width)).sum().backward()
-    opt.step()
-    arrays = {f"a{i}": np.random.rand(int(gb * 0.22e9 / 8 / 4)) for i in range(4)}
-    small = {f"k{i}": [i, str(i) * 3, {"v": i / 7}] for i in range(200_000)}
+    for _ in range(2 if shape == "issue23" else 1):  # "after training": a step count > 1
+        model(torch.randn(4, width)).sum().backward()
+        opt.step()
+    arrays = {f"a{i}": np.random.rand(int(gb * array_share * 1e9 / 8 / 4)) for i in range(4)}
+    small = {f"k{i}": [i, str(i) * 3, {"v": i / 7}] for i in range(records)}
     return {"model": model, "opt": opt, "arrays": arrays, "small": small, "note": "benchmark"}
+
+
+def safetensors_pickle_save(ns: dict, work: Path) -> int:
+    """What a user who knows safetensors does by hand: every tensor and numpy array of the
+    session into one safetensors file, the rest (modules, optimizer, records) into a pickle that
+    refers to them by name (``persistent_id``); both fsynced. Returns the bytes written."""
+    import pickle
+
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    names: dict[int, str] = {}
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, torch.Tensor):
+                kind = "param" if isinstance(obj, torch.nn.Parameter) else "tensor"
+                tensor = obj.detach()
+            elif isinstance(obj, np.ndarray) and obj.dtype != object:
+                kind, tensor = "numpy", torch.from_numpy(obj)
+            else:
+                return None
+            if id(obj) not in names:
+                names[id(obj)] = name = str(len(names))
+                tensors[name] = tensor.contiguous()
+            return (kind, names[id(obj)], obj.requires_grad if kind == "param" else False)
+
+    with open(work / "rest.pkl", "wb") as f:
+        Pickler(f, protocol=5).dump(ns)
+        f.flush()
+        os.fsync(f.fileno())
+    save_file(tensors, str(work / "tensors.safetensors"))
+    fsync_path(str(work / "tensors.safetensors"))
+    return tree_bytes(work / "rest.pkl") + tree_bytes(work / "tensors.safetensors")
+
+
+def safetensors_pickle_load(work: Path) -> tuple[dict, dict]:
+    """The restore of ``safetensors_pickle_save``: ``load_file`` as a user calls it, then the
+    pickle loaded with each reference resolved (one object per name). Returns the session and
+    the tensors (safetensors' default ``mmap`` backend: whatever it leaves mapped and unread
+    comes in when a page is first touched, hence ``touch_pages`` after it). No digest is
+    checked."""
+    import pickle
+
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(work / "tensors.safetensors"))
+    made: dict[str, object] = {}
+
+    class Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid):
+            kind, name, grad = pid
+            if name not in made:
+                tensor = tensors[name]
+                made[name] = (torch.nn.Parameter(tensor, requires_grad=grad) if kind == "param"
+                              else tensor.numpy() if kind == "numpy" else tensor)
+            return made[name]
+
+    with open(work / "rest.pkl", "rb") as f:
+        return Unpickler(f).load(), tensors
+
+
+def touch_pages(tensors: dict) -> None:
+    """Read one byte of every page of every tensor: what the first use of a lazily mapped
+    tensor pays, so that its bytes are in memory as a resume leaves them."""
+    import torch
+
+    for tensor in tensors.values():
+        if tensor.numel():
+            tensor.reshape(-1).view(torch.uint8)[::4096].sum()
 
 
 class PeakRss:
@@ -94,7 +178,7 @@ def tree_bytes(root: Path) -> int:
         p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-def measure(case: str, gb: float, work: Path) -> dict:
+def measure(case: str, gb: float, work: Path, shape: str = "default") -> dict:
     """Run one case in this process; returns seconds, bytes, extra peak RSS."""
     os.environ.setdefault("GKERESUME_SIGNING_KEY", "bench-key-" + "0" * 32)  # >= 32 bytes
     import numpy  # noqa: F401  (imports are not what is measured: every case pays them first)
@@ -104,8 +188,9 @@ def measure(case: str, gb: float, work: Path) -> dict:
 
     store = work / "store"
     out: dict = {"case": case}
-    if case in ("ours_save", "ours_save_tensors", "torch_save", "dill_save", "dill_save_no_opt"):
-        ns = build_session(gb)
+    if case in ("ours_save", "ours_save_tensors", "torch_save", "dill_save", "dill_save_no_opt",
+                "st_pickle_save"):
+        ns = build_session(gb, shape)
     if case in ("ours_save", "ours_save_tensors"):  # a first checkpoint, in every round
         shutil.rmtree(store if case == "ours_save" else work / "store-tensors", ignore_errors=True)
     if case == "ours_save_tensors":  # without the 200,000 small objects: tensors dominate
@@ -155,6 +240,24 @@ def measure(case: str, gb: float, work: Path) -> dict:
             torch.load(path, weights_only=False)
             out["seconds"] = time.perf_counter() - t
         out.update(bytes=tree_bytes(path), extra_rss=rss.extra)
+    elif case == "st_pickle_save":
+        (work / "st").mkdir(exist_ok=True)
+        with PeakRss() as rss:
+            t, cpu = time.perf_counter(), time.process_time()
+            nbytes = safetensors_pickle_save(ns, work / "st")
+            out["seconds"] = time.perf_counter() - t
+            out["cpu_seconds"] = time.process_time() - cpu
+        out.update(bytes=nbytes, extra_rss=rss.extra)
+    elif case == "st_pickle_load":
+        drop_cache(work / "st")
+        with PeakRss() as rss:
+            t, cpu = time.perf_counter(), time.process_time()
+            _, tensors = safetensors_pickle_load(work / "st")
+            out["untouched_seconds"] = time.perf_counter() - t
+            touch_pages(tensors)
+            out["seconds"] = time.perf_counter() - t
+            out["cpu_seconds"] = time.process_time() - cpu
+        out.update(bytes=tree_bytes(work / "st"), extra_rss=rss.extra)
     elif case in ("dill_save", "dill_save_no_opt"):
         import dill
 
@@ -238,10 +341,14 @@ def best_of(best: dict | None, row: dict) -> dict:
     return merged
 
 
-def run_case(case: str, gb: float, work: str) -> dict:
-    """One case in a fresh process: its result row, or its error."""
+def run_case(case: str, gb: float, work: str, shape: str = "default",
+             cpus: str | None = None) -> dict:
+    """One case in a fresh process (on the CPUs ``cpus`` names, taskset's list, where given):
+    its result row, or its error."""
+    pin = ["taskset", "-c", cpus] if cpus else []
     proc = subprocess.run(
-        [sys.executable, str(HERE), "--case", case, "--gb", str(gb), "--work", work],
+        [*pin, sys.executable, str(HERE), "--case", case, "--gb", str(gb), "--work", work,
+         "--session", shape],
         capture_output=True, text=True, check=False,
     )
     if proc.returncode:
@@ -261,7 +368,8 @@ def _none():
 
 CASES = ["ours_save", "ours_load", "raw_write", "raw_read", "raw_read_blake3", "raw_read_sha256",
          "raw_read_fresh", "fresh_memory", "ours_save_tensors"]
-PEERS = ["torch_save", "torch_load", "dill_save", "dill_save_no_opt", "dill_load_no_opt"]
+PEERS = ["st_pickle_save", "st_pickle_load", "torch_save", "torch_load", "dill_save",
+         "dill_save_no_opt", "dill_load_no_opt"]
 
 
 def main() -> None:
@@ -269,7 +377,13 @@ def main() -> None:
     parser.add_argument("--gb", type=float, default=1.5)
     parser.add_argument("--dirs", default=os.environ.get("BENCH_DIR") or tempfile.gettempdir(),
                         help="comma-separated directories to measure in (e.g. /var/tmp,/dev/shm)")
-    parser.add_argument("--peers", action="store_true", help="also torch.save/load and dill")
+    parser.add_argument("--session", choices=sorted(SHAPES), default="default",
+                        help="session shape (SHAPES): default, or issue23's (use --gb 5)")
+    parser.add_argument("--peers", action="store_true",
+                        help="also safetensors + pickle, torch.save/load and dill")
+    parser.add_argument("--cpus", help="run every case under taskset -c CPUS (e.g. 0 or 0,1)")
+    parser.add_argument("--cases", help="comma-separated cases instead of all (e.g. "
+                        "ours_save,ours_load,raw_read_fresh)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="rounds of every case; each timing is its best round")
     parser.add_argument("--case")
@@ -281,19 +395,19 @@ def main() -> None:
         summarize(Path(args.summarize))
         return
     if args.case:
-        print(json.dumps(measure(args.case, args.gb, Path(args.work))))
+        print(json.dumps(measure(args.case, args.gb, Path(args.work), args.session)))
         return
-    cases = CASES + (PEERS if args.peers else [])
+    cases = args.cases.split(",") if args.cases else CASES + (PEERS if args.peers else [])
     results: dict[str, dict] = {}
     for folder in args.dirs.split(","):
         results[folder] = {}
         with tempfile.TemporaryDirectory(dir=folder) as work:
             for round_ in range(args.repeat):  # rounds of every case, so noise hits them alike
                 for case in cases:
-                    row = run_case(case, args.gb, work)
+                    row = run_case(case, args.gb, work, args.session, args.cpus)
                     print(f"# {folder} round {round_ + 1} {case}: {row}", file=sys.stderr)
                     results[folder][case] = best_of(results[folder].get(case), row)
-        report(results[folder], args.gb, folder, cases)
+        report(results[folder], args.gb, folder, cases, args)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
 
@@ -312,6 +426,8 @@ def summarize(path: Path, top: int = 14) -> None:
         if not stack or any(m in stack for m in NOT_MEASURED):
             continue
         thread, *rest = stack.split(";")
+        if "MainThread" in thread and "measure (" not in stack:  # start-up, imports, exit
+            continue
         # threads without Python frames are native ones: BLAKE3's worker threads
         frames = [_frame(f) for f in rest] or [f"native thread {thread.rpartition(': ')[2]}"]
         n = int(count)
@@ -333,7 +449,7 @@ def _frame(raw: str) -> str:
     return f"{name} ({where.rsplit('/', 1)[-1].split(':')[0].rstrip(')')})"
 
 
-def report(r: dict, gb: float, folder: str, cases: list[str]) -> None:
+def report(r: dict, gb: float, folder: str, cases: list[str], args: argparse.Namespace) -> None:
     def s(case, key="seconds"):
         return r.get(case, {}).get(key)
 
@@ -342,8 +458,9 @@ def report(r: dict, gb: float, folder: str, cases: list[str]) -> None:
 
     gbs = lambda case: (f"{r[case]['bytes'] / s(case) / 1e9:.2f} GB/s"  # noqa: E731
                         if s(case) and r[case].get("bytes") else "n/a")
-    print(f"\n### {folder}: session of ~{gb} GB; {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.1f}\n")
+    pinned = f", taskset -c {args.cpus}" if args.cpus else ""
+    print(f"\n### {folder}: session {args.session} of ~{gb} GB; {os.cpu_count()} CPUs{pinned}, "
+          f"load average {os.getloadavg()[0]:.1f}\n")
     print("| operation | seconds | CPU seconds (all threads) | bytes | throughput | extra peak RSS |")
     print("|---|---:|---:|---:|---:|---:|")
     for case in cases:
@@ -355,32 +472,42 @@ def report(r: dict, gb: float, folder: str, cases: list[str]) -> None:
         cpu = f"{row['cpu_seconds']:.2f}" if "cpu_seconds" in row else ""
         print(f"| {case} | {row['seconds']:.2f} | {cpu} | {row['bytes'] / 1e9:.2f} GB | {gbs(case)} "
               f"| {rss} |")
+        if "untouched_seconds" in row:
+            print(f"| {case}, before one byte of each page is touched | "
+                  f"{row['untouched_seconds']:.2f} | | | | |")
     again = s("ours_save", "again_seconds")
-    print(f"| ours_save, unchanged session again | {again:.2f} | | "
-          f"{r['ours_save']['again_new_bytes'] / 1e3:.1f} kB new | | |")
+    if again is not None:
+        print(f"| ours_save, unchanged session again | {again:.2f} | | "
+              f"{r['ours_save']['again_new_bytes'] / 1e3:.1f} kB new | | |")
+    rows = [
+        ("checkpoint / raw write+fsync", s("ours_save"), s("raw_write"), "<= 1.1x"),
+        ("resume / raw cold read (16 MiB buffer)", s("ours_load"), s("raw_read"), ""),
+        ("resume / raw cold read + blake3", s("ours_load"), s("raw_read_blake3"), ""),
+        ("resume / raw cold read into new memory", s("ours_load"), s("raw_read_fresh"),
+         "<= 1.1x"),
+        ("second checkpoint / first, tensors only", s("ours_save_tensors", "again_seconds"),
+         s("ours_save_tensors"), "<= 0.05x"),
+        ("second checkpoint / first, with the small records", again, s("ours_save"),
+         "(pickling bounds it)"),
+        ("safetensors + pickle save / checkpoint", s("st_pickle_save"), s("ours_save"), "> 1x"),
+        ("safetensors + pickle load / resume", s("st_pickle_load"), s("ours_load"), "> 1x"),
+        ("torch.save / checkpoint", s("torch_save"), s("ours_save"), ">= 3.5x"),
+        ("torch.load / resume", s("torch_load"), s("ours_load"), ">= 3.5x"),
+    ]
+    for case, ours in (("dill_save_no_opt", "ours_save"), ("dill_load_no_opt", "ours_load")):
+        if s(case) and s(ours):  # per byte: dill cannot pickle the optimizer
+            per_byte = s(case) / r[case]["bytes"] * r[ours]["bytes"]
+            rows.append((f"{case.replace('_no_opt', '')} (per byte, without the optimizer) / "
+                         f"{'checkpoint' if ours == 'ours_save' else 'resume'}", per_byte, s(ours),
+                         ">= 2.5x"))
     print("\n| ratio | value | target |")
     print("|---|---:|---|")
-    print(f"| checkpoint / raw write+fsync | {ratio(s('ours_save'), s('raw_write'))} | <= 1.1x |")
-    print(f"| resume / raw cold read | {ratio(s('ours_load'), s('raw_read'))} | <= 1.1x |")
-    print(f"| resume / raw cold read + blake3 | {ratio(s('ours_load'), s('raw_read_blake3'))} | |")
-    print(f"| resume / raw cold read into new memory | {ratio(s('ours_load'), s('raw_read_fresh'))} | |")
-    print(f"| second checkpoint / first, tensors only | "
-          f"{ratio(s('ours_save_tensors', 'again_seconds'), s('ours_save_tensors'))} | <= 0.05x |")
-    print(f"| second checkpoint / first, with 200,000 small objects | {ratio(again, s('ours_save'))} "
-          "| (pickling bounds it) |")
+    for label, a, b, target in rows:
+        if a and b:
+            print(f"| {label} | {ratio(a, b)} | {target} |")
     rss = r.get("ours_save", {}).get("extra_rss")
-    print(f"| extra peak RSS during checkpoint | {rss / 2**20:.0f} MiB | <= 512 MiB |" if rss else "")
-    if "torch_save" not in cases:
-        return
-    print(f"| torch.save / checkpoint | {ratio(s('torch_save'), s('ours_save'))} | >= 3.5x |")
-    print(f"| torch.load / resume | {ratio(s('torch_load'), s('ours_load'))} | >= 3.5x |")
-    dill_save = ((s("dill_save_no_opt") or 0) / r["dill_save_no_opt"]["bytes"]
-                 * r["ours_save"]["bytes"]) if s("dill_save_no_opt") else None
-    dill_load = ((s("dill_load_no_opt") or 0) / r["dill_load_no_opt"]["bytes"]
-                 * r["ours_save"]["bytes"]) if s("dill_load_no_opt") else None
-    print(f"| dill (per byte, without the optimizer it cannot pickle) / checkpoint | "
-          f"{ratio(dill_save, s('ours_save'))} | >= 2.5x |")
-    print(f"| dill load (per byte) / resume | {ratio(dill_load, s('ours_load'))} | >= 2.5x |")
+    if rss:
+        print(f"| extra peak RSS during checkpoint | {rss / 2**20:.0f} MiB | <= 512 MiB |")
 
 
 if __name__ == "__main__":

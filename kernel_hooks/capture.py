@@ -10,7 +10,10 @@ hand it to ``SnapshotWriter.commit`` (sign, create-only commit, read back and ch
 if the check fails). What no snapshot carries (child processes, threads of the session, files open
 for writing outside the home volume: ``left_behind``) is reported with the skipped objects. The
 kernel side captures; the writer commits. Any exception leaves no visible snapshot and the
-namespace untouched (capture only reads it).
+namespace untouched (capture only reads it). The user's names
+that seem to hold no storages are pickled first (``storages.seems_to_hold_storages``): a resume
+then unpickles them while the blobs are still being read, not after the last one; the namespace
+keeps its order (``Manifest.objects``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from .left_behind import left_behind
 from .packages import capture_packages
 from .placeholders import type_name, uncapturable_reason
 from .results import CheckpointResult, Progress, Skipped
-from .storages import CollectedStorage, StorageCollector
+from .storages import CollectedStorage, StorageCollector, seems_to_hold_storages
 
 SESSION_RECORD = "__session__"
 HOOKS_RECORD = "__resume_hooks__"
@@ -128,6 +131,7 @@ def take_checkpoint(
             skipped.append(Skipped(var, type_name(namespace[var]), reason))
             continue
         items.append((var, value))
+    items.sort(key=lambda item: seems_to_hold_storages(item[1]))  # stable: see the docstring
     session, secret_env = session_state.capture(execution_count)
     for env_name in secret_env:
         skipped.append(Skipped(f"${env_name}", "environment variable", "looks like a credential"))

@@ -36,6 +36,7 @@ from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError
 from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import EntryTarget, read_verified
 from jupyter_gkeresume.snapshot.fingerprint import cuda_status
+from jupyter_gkeresume.snapshot.format import StorageRef
 
 from .blobwriter import remember_blob
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
@@ -70,7 +71,7 @@ class StorageLoader:
             if memory is not None:
                 self._on_device[key] = memory
             else:
-                self._buffers[key] = _allocate(ref.kind, ref.nbytes)
+                self._buffers[key] = _allocate(ref)
         self._untyped: dict[str, Any] = {}
         self._made: dict[str, list[Any]] = {}  # key -> the CUDA arrays made over it
         self._reading = PhaseBytes("reading", sum(s.nbytes for s in manifest.storages.values()),
@@ -291,7 +292,7 @@ class StorageLoader:
         unverified bytes, is never handed out)."""
         if key in self._on_device:
             ref = self.manifest.storages[key]
-            self._buffers[key] = _allocate(ref.kind, ref.nbytes)
+            self._buffers[key] = _allocate(ref)
         ctypes.memset(_address(self._buffers[key]), 0, self.manifest.storages[key].nbytes)
 
     def _landed(self, key: str) -> bool:
@@ -331,15 +332,35 @@ def read_order(manifest: Manifest, concurrency: int) -> list[str]:
                   else (1, first_need[d]))
 
 
-def _allocate(kind: str, nbytes: int) -> Any:
-    """A host buffer for one storage: a torch uint8 tensor, or a numpy uint8 array."""
-    if kind == "torch":
+def _allocate(ref: StorageRef) -> Any:
+    """A host buffer for one storage: a torch uint8 tensor, or a numpy array. A numpy
+    storage's buffer has the dtype its root array had (the entry's, when numpy has it and the
+    size is a whole number of items), so the arrays restored over it have the same root as
+    before: the next checkpoint labels the entry alike and reuses its blob."""
+    if ref.kind == "torch":
         import torch
 
-        return torch.empty(nbytes, dtype=torch.uint8)
+        return torch.empty(ref.nbytes, dtype=torch.uint8)
     import numpy
 
-    return numpy.empty(nbytes, dtype=numpy.uint8)
+    dtype = _plain_numpy_dtype(ref.dtype) if ref.kind == "numpy" else None
+    if dtype is None or ref.nbytes % dtype.itemsize:
+        dtype = numpy.dtype(numpy.uint8)
+    return numpy.empty(ref.nbytes // dtype.itemsize, dtype=dtype)
+
+
+def _plain_numpy_dtype(name: str) -> Any:
+    """The numpy dtype ``name`` labels (as ``StorageCollector`` writes it: ``dtype.name`` of a
+    native dtype without fields), or None for anything else: never one holding objects."""
+    import numpy
+
+    try:
+        dtype = numpy.dtype(name)
+    except (TypeError, ValueError):
+        return None
+    if dtype.hasobject or dtype.names or not dtype.itemsize or not dtype.isnative:
+        return None
+    return dtype
 
 
 def _address(memory: Any) -> int:

@@ -20,7 +20,10 @@ blobs are written.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import sys
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,3 +144,40 @@ class StorageCollector:
             CollectedStorage(key, kind, dtype, nbytes, device, self.owner, source, address)
         )
         return key
+
+
+#: How many objects ``seems_to_hold_storages`` looks at, at most, per value.
+LOOK_AT_MOST = 256
+
+
+def seems_to_hold_storages(value: object, numpy_min_bytes: int = NUMPY_MIN_BYTES) -> bool:
+    """A cheap guess whether pickling ``value`` meets storages: a tensor, a large array or a
+    CUDA array among the first ``LOOK_AT_MOST`` objects reached breadth-first (container items,
+    instance attributes). Only an order is decided by it (``capture``: names without storages
+    are pickled first, so that a resume unpickles them while the blobs are still being read);
+    a wrong guess costs that overlap, nothing else."""
+    torch = sys.modules.get("torch")
+    numpy = sys.modules.get("numpy")
+    leaves = tuple(t for t in (torch and torch.Tensor, torch and torch.UntypedStorage) if t)
+    queue, looked = collections.deque([value]), 0
+    while queue and looked < LOOK_AT_MOST:
+        obj = queue.popleft()
+        looked += 1
+        if leaves and isinstance(obj, leaves):
+            return True
+        if numpy is not None and isinstance(obj, numpy.ndarray):
+            if obj.nbytes >= numpy_min_bytes and not obj.dtype.hasobject:
+                return True
+            continue
+        if getattr(type(obj), "__cuda_array_interface__", None) is not None:
+            return True
+        if isinstance(obj, (str, bytes, bytearray, int, float, complex, type(None), type,
+                            types.ModuleType)):  # modules pickle by reference
+            continue
+        if isinstance(obj, dict):
+            queue.extend(itertools.islice(obj.values(), LOOK_AT_MOST))
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            queue.extend(itertools.islice(obj, LOOK_AT_MOST))
+        elif isinstance(getattr(obj, "__dict__", None), dict):
+            queue.extend(itertools.islice(vars(obj).values(), LOOK_AT_MOST))
+    return False

@@ -190,3 +190,36 @@ def test_new_content_the_store_already_has_is_reported_reused(tmp_path, empty_ca
     empty_cache.clear()
     assert blob_writer(store).write_views([("int64", array.copy())]) == (first[0], first[1], False)
     assert store.list_partial_writes() == []
+
+
+def test_a_resume_seeds_the_skip_cache_so_nothing_it_read_is_written_again(tmp_path, monkeypatch,
+                                                                           empty_cache):
+    """Every storage blob a resume read and verified (a tensor and an array alone, a pack of two
+    arrays) is in the skip-cache after it: the next checkpoint claims them, the files are not
+    written again. (Restored arrays once sat on uint8 buffers: labelled uint8, their blobs got
+    other headers and were written again at the first checkpoint after every resume.)"""
+    import torch
+
+    import kernel_hooks
+    from jupyter_gkeresume.snapshot import load_manifest, load_signing_key
+
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "skip-cache-test-key-" + "3" * 32)
+    root = str(tmp_path / "store")
+    saved = {"w": torch.randn(300_000), "a": np.arange(300_000.0),
+             "pack": [np.arange(20_000.0), np.arange(30_000, dtype=np.int32)]}
+    first = kernel_hooks.checkpoint(namespace=saved, store=root, workspace="ws")
+    store = SnapshotStore(root, "ws")
+    manifest = load_manifest(store, first.snapshot_id, load_signing_key(workspace="ws"))
+    ours = [ref for ref in manifest.storages.values() if ref.owner in saved]
+    blobs = {ref.blob for ref in ours}
+    assert len(blobs) == 3 and len(ours) == 4
+    inodes = {d: os.stat(store.blob_path(d)).st_ino for d in blobs}
+    empty_cache.clear()  # a fresh kernel: nothing learned from the checkpoint
+
+    restored: dict = {}
+    kernel_hooks.resume(first.snapshot_id, namespace=restored, store=root, workspace="ws")
+    assert blobs <= set(empty_cache.values())
+    again = kernel_hooks.checkpoint(namespace=restored, store=root, workspace="ws")
+    assert again.bytes_reused >= sum(manifest.blobs[d] for d in blobs)
+    assert {d: os.stat(store.blob_path(d)).st_ino for d in blobs} == inodes
+    assert restored["pack"][1].dtype == np.int32 and restored["a"].base.dtype == np.float64

@@ -99,8 +99,17 @@ class LocalBackend:
 
     @contextmanager
     def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
+        """The file and its size; once the caller is done with it, its cached pages are dropped
+        (``posix_fadvise(DONTNEED)``): a blob is read once, into the reader's own memory, so a
+        second copy in the page cache only costs memory. Measured on a 5 GB resume (2 vCPUs, 24
+        GiB): 4.2-8.0 s with 3.6-6.4 s of system time without it, 3.2-3.5 s and 2.2 s with it
+        (docs/benchmarks.md)."""
         with open(path, "rb") as f:
-            yield f, os.fstat(f.fileno()).st_size
+            try:
+                yield f, os.fstat(f.fileno()).st_size
+            finally:
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
     def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> None:
         self._write(path, parts, create_only=False,

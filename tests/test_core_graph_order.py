@@ -1,0 +1,59 @@
+"""The graph's record order: names that seem to hold no storages are pickled first, so that a
+resume unpickles them while the storage blobs are still being read (each storage waits for its
+verified blob); the namespace keeps its own order and aliases across names survive. In process,
+on a local store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import kernel_hooks
+from jupyter_gkeresume.snapshot import SnapshotStore, load_manifest, load_signing_key
+from kernel_hooks.storages import seems_to_hold_storages
+
+
+@pytest.mark.parametrize("value, holds", [
+    (torch.zeros(3), True),
+    (torch.nn.Linear(4, 4), True),
+    (np.zeros(1 << 14), True),  # 128 KiB: leaves the pickle
+    ({"a": [1, 2], "b": {"w": np.zeros(1 << 14)}}, True),
+    (np.zeros(10), False),  # small arrays stay in the pickle
+    ({f"k{i}": [i, str(i), {"v": i / 7}] for i in range(10_000)}, False),
+    ("text", False),
+    (np, False),  # a module pickles by reference
+])
+def test_seems_to_hold_storages(value, holds):
+    assert seems_to_hold_storages(value) is holds
+
+
+def test_an_optimizer_holds_storages():
+    model = torch.nn.Linear(4, 4)
+    assert seems_to_hold_storages(torch.optim.AdamW(model.parameters()))
+
+
+def test_records_without_storages_come_first_and_the_namespace_keeps_its_order(tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "graph-order-test-key-" + "4" * 32)
+    model = torch.nn.Linear(64, 64)
+    namespace = {
+        "model": model,
+        "arr": np.arange(100_000.0),
+        "records": {f"k{i}": [i, str(i)] for i in range(1000)},
+        "alias": {"w": model.weight},
+        "note": "kept",
+    }
+    root = str(tmp_path / "store")
+    result = kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
+    store = SnapshotStore(root, "ws")
+    manifest = load_manifest(store, result.snapshot_id, load_signing_key(workspace="ws"))
+    user_records = [r for r in manifest.records if r in namespace]
+    assert user_records == ["records", "note", "model", "arr", "alias"]
+
+    restored: dict = {}
+    kernel_hooks.resume(result.snapshot_id, namespace=restored, store=root, workspace="ws")
+    assert list(restored) == list(namespace)
+    assert restored["alias"]["w"] is restored["model"].weight
+    assert restored["records"] == namespace["records"] and restored["note"] == "kept"
+    assert np.array_equal(restored["arr"], namespace["arr"])
