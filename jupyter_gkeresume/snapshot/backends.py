@@ -266,8 +266,7 @@ class FsspecBackend:
         self.fs, self.chunk_bytes, self.retries = fs, chunk_bytes, retries
 
     def size(self, path: str) -> int:
-        self.fs.invalidate_cache(path)  # never trust a cached listing: a gc may have removed it
-        return int(self.fs.info(path).get("size") or 0)
+        return stored_checksum(self.fs, path)[0]  # never a cached listing: gc may have removed it
 
     def stat(self, path: str) -> tuple[int, int | None]:
         return stored_checksum(self.fs, path)
@@ -281,7 +280,7 @@ class FsspecBackend:
     def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
         # The first window tells the size of a blob smaller than it: no metadata request.
         first = self.fs.cat_file(path, start=0, end=READ_WINDOW)
-        size = len(first) if len(first) < READ_WINDOW else self.fs.info(path)["size"]
+        size = len(first) if len(first) < READ_WINDOW else stored_checksum(self.fs, path)[0]
         with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
             yield f, size
 

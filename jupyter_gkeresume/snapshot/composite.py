@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from . import checksum
+from . import checksum, gcs_api
 from .gcs_upload import GCS_CHUNK_QUANTUM, GcsUpload
 from .transfer_types import ChecksumMismatch, StoredObject, UploadInterrupted
 
@@ -101,9 +101,7 @@ def upload_composite(fs: Any, path: str, views: list[memoryview], chunk_bytes: i
             assert part.crc32c is not None
             expected = checksum.combine(expected, part.crc32c, part.size)
         fs.merge(path, names)
-        fs.invalidate_cache(path)
-        info = fs.info(path)
-        stored = StoredObject(int(info.get("size", -1)), checksum.from_base64(info.get("crc32c")))
+        stored = StoredObject(*gcs_api.stat(fs, path))
         if stored != StoredObject(size, expected):
             with contextlib.suppress(FileNotFoundError):
                 fs.rm_file(path)

@@ -10,12 +10,14 @@ credentials and error classes:
 - ``fs._location``: the endpoint (``STORAGE_EMULATOR_HOST`` and ``endpoint_url`` aware) and
   ``gcsfs.core.quote``, to build the upload URL;
 - ``fs.call``: one request with gcsfs's retries (session start, simple upload);
+- ``fs._get_object``: an object's metadata in one GET (``fs.info`` lists the prefix beside it,
+  a second request, and a Class A operation on GCS, for every blob checked);
 - ``fs._set_session``, ``fs.session``, ``fs._get_headers``, ``fs._get_params``,
   ``fs.requests_timeout``, ``fs.url``: one request *without* retries (a resumable chunk, whose retry
   must first ask the session what it holds) and a ranged GET streamed into a caller's buffer;
 - ``gcsfs.retry.is_retriable`` / ``validate_response``: gcsfs's own notion of a transient error.
 
-Public gcsfs APIs serve the rest: ``fs.info`` (stored size and crc32c), ``fs.merge`` (compose),
+Public gcsfs APIs serve the rest: ``fs.merge`` (compose),
 ``fs.rm``/``rm_file``. Tested with the oldest and newest gcsfs the floor allows (docs/gcs.md).
 """
 
@@ -27,6 +29,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from fsspec.asyn import sync
+
+from . import checksum
 
 #: Attempts of one request, as gcsfs retries its own (waits 1, 2, 4, 8, 16 s plus jitter).
 ATTEMPTS = 6
@@ -56,6 +60,14 @@ def start_session(fs: Any, bucket: str, key: str) -> str:
                          headers={"X-Upload-Content-Type": "application/octet-stream"})
     location = headers["Location"]
     return location[0] if isinstance(location, list) else location
+
+
+def stat(fs: Any, path: str) -> tuple[int, int | None]:
+    """``(size, crc32c)`` of the object from one metadata GET, retried by gcsfs (crc32c None
+    when GCS reports none); ``FileNotFoundError`` when absent. Never from a cached listing."""
+    fs.invalidate_cache(path)
+    info = sync(fs.loop, fs._get_object, path)
+    return int(info.get("size", -1)), checksum.from_base64(info.get("crc32c"))
 
 
 def simple_upload(fs: Any, bucket: str, body: memoryview, content_type: str) -> dict:

@@ -87,6 +87,8 @@ def upload_object(fs: Any, path: str, parts: Iterable[object], chunk_bytes: int,
 def stored_checksum(fs: Any, path: str) -> tuple[int, int | None]:
     """``(size, crc32c)`` of the stored object from one metadata request (never a cached listing);
     crc32c is None where the store keeps none. ``FileNotFoundError`` when absent."""
+    if is_gcs(fs):
+        return gcs_api.stat(fs, path)
     fs.invalidate_cache(path)
     info = fs.info(path)
     return int(info.get("size") or 0), checksum.from_base64(info.get("crc32c"))
