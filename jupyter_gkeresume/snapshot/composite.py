@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import checksum, gcs_api
-from .gcs_upload import GCS_CHUNK_QUANTUM, GcsUpload
+from .gcs_upload import GCS_CHUNK_QUANTUM, GcsUpload, slice_views
 from .transfer_types import ChecksumMismatch, StoredObject, UploadInterrupted
 
 MAX_COMPONENTS = 32
@@ -70,17 +70,6 @@ def plan_parts(size: int, part_bytes: int) -> list[tuple[int, int]]:
     per = max(part_bytes, -(-size // MAX_COMPONENTS))
     per = -(-per // GCS_CHUNK_QUANTUM) * GCS_CHUNK_QUANTUM
     return [(start, min(size, start + per)) for start in range(0, size, per)]
-
-
-def slice_views(views: list[memoryview], start: int, end: int) -> list[memoryview]:
-    """The bytes ``start:end`` of the concatenated ``views``, as views into them (no copy)."""
-    out, at = [], 0
-    for view in views:
-        lo, hi = max(start, at), min(end, at + len(view))
-        if lo < hi:
-            out.append(view[lo - at : hi - at])
-        at += len(view)
-    return out
 
 
 def upload_composite(fs: Any, path: str, views: list[memoryview], chunk_bytes: int,

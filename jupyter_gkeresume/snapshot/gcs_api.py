@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aiohttp.payload import Payload
 from fsspec.asyn import sync
 
 from . import checksum
@@ -70,25 +71,46 @@ def stat(fs: Any, path: str) -> tuple[int, int | None]:
     return int(info.get("size", -1)), checksum.from_base64(info.get("crc32c"))
 
 
-def simple_upload(fs: Any, bucket: str, body: memoryview, content_type: str) -> dict:
-    """One multipart upload request (retried by gcsfs); returns the stored object resource."""
-    return fs.call("POST", upload_url(fs, bucket), uploadType="multipart", data=body,
+def simple_upload(fs: Any, bucket: str, body: Sequence[memoryview], content_type: str) -> dict:
+    """One multipart upload request whose body is ``body``'s buffers one after another (sent
+    from them, never joined into one copy; a retry sends them again), retried by gcsfs; returns
+    the stored object resource."""
+    return fs.call("POST", upload_url(fs, bucket), uploadType="multipart", data=_Pieces(body),
                    json_out=True, headers={"Content-Type": content_type})
 
 
-def request_once(fs: Any, method: str, url: str, data: memoryview,
+class _Pieces(Payload):
+    """An aiohttp request body made of buffers, written in order; its size (Content-Length) is
+    known up front. Holds no resources, so it may be written again (gcsfs's retries)."""
+
+    _autoclose = True
+
+    def __init__(self, pieces: Sequence[memoryview]):
+        super().__init__(tuple(pieces))
+        self._size = sum(len(piece) for piece in pieces)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return b"".join(self._value).decode(encoding, errors)
+
+    async def write(self, writer: Any) -> None:
+        for piece in self._value:
+            if len(piece):
+                await writer.write(piece)
+
+
+def request_once(fs: Any, method: str, url: str, data: Sequence[memoryview],
                  headers: dict[str, str]) -> tuple[int, Mapping[str, str], bytes]:
     """One request, no retries: ``(status, headers, body)``; errors as gcsfs raises them
     (``FileNotFoundError`` for 404, ``HttpError`` with ``code`` for other statuses >= 400)."""
     return sync(fs.loop, _request_once, fs, method, url, data, headers)
 
 
-async def _request_once(fs: Any, method: str, url: str, data: memoryview,
+async def _request_once(fs: Any, method: str, url: str, data: Sequence[memoryview],
                         headers: dict[str, str]) -> tuple[int, Mapping[str, str], bytes]:
     from gcsfs.retry import validate_response
 
     await fs._set_session()
-    async with fs.session.request(method, url, data=data, headers=fs._get_headers(headers),
+    async with fs.session.request(method, url, data=_Pieces(data), headers=fs._get_headers(headers),
                                   timeout=fs.requests_timeout) as response:
         body = await response.read()
         validate_response(response.status, body, url)
