@@ -200,8 +200,13 @@ def report(rows: list[dict], args) -> None:
     for (shape, cpus), group in groups.items():
         up = statistics.median(r["put"][0] / r["checkpoint"][0] for r in group)
         down = statistics.median(r["cat"][0] / r["resume"][0] for r in group)
+        cpu_up = statistics.median((r["checkpoint"][1] + r["checkpoint"][2]) / (r["put"][1] + r["put"][2])
+                                   for r in group)
+        cpu_down = statistics.median((r["resume"][1] + r["resume"][2]) / (r["cat"][1] + r["cat"][2])
+                                     for r in group)
         print(f"- {shape}, cpus {cpus}: median over {len(group)} rounds: checkpoint {up:.2f}x "
-              f"the plain upload, resume {down:.2f}x the plain download")
+              f"the plain upload, resume {down:.2f}x the plain download; CPU seconds (client + "
+              f"emulator) ours / plain: checkpoint {cpu_up:.2f}, resume {cpu_down:.2f}")
 
 
 if __name__ == "__main__":
