@@ -372,3 +372,16 @@ def test_a_blob_costs_one_metadata_request_per_check_and_no_listing(gcs_faulty):
     metadata = [r for r in requests if r.startswith("GET") and "/o/" in r and "alt=media" not in r]
     assert listings == []
     assert len(metadata) == 3, requests
+
+
+def test_reading_a_big_blob_is_two_requests_the_first_window_telling_its_size(gcs_faulty):
+    """Opening a blob bigger than the read window fetches the window, whose answer tells the
+    blob's size (``Content-Range``): no metadata request; the rest is one streamed GET."""
+    store = SnapshotStore(gcs_faulty.bucket.url, "ws", gcs_faulty.bucket.storage_options,
+                          chunk_bytes=CHUNK)
+    digest, parts, _ = make_blob(3 << 20)
+    store.write_blob(digest, parts)
+    gcs_faulty.proxy.log.clear()
+    assert read_back(store, digest) == b"".join(bytes(p) for p in parts[1:])
+    requests = [f"{method} {path}" for method, path, _ in gcs_faulty.proxy.log]
+    assert len(requests) == 2 and all("alt=media" in r for r in requests), requests

@@ -35,7 +35,14 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import StoreError
-from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, stored_checksum, upload_object
+from .transfer import (
+    READ_WINDOW,
+    RangedReader,
+    UploadInterrupted,
+    read_first,
+    stored_checksum,
+    upload_object,
+)
 
 WRITE_CHUNK = 16 << 20
 RETRY_BASE_DELAY = 0.5
@@ -278,9 +285,8 @@ class FsspecBackend:
 
     @contextmanager
     def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
-        # The first window tells the size of a blob smaller than it: no metadata request.
-        first = self.fs.cat_file(path, start=0, end=READ_WINDOW)
-        size = len(first) if len(first) < READ_WINDOW else stored_checksum(self.fs, path)[0]
+        # The first window's answer tells the blob's size: no metadata request.
+        first, size = read_first(self.fs, path, READ_WINDOW)
         with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
             yield f, size
 

@@ -119,12 +119,22 @@ async def _request_once(fs: Any, method: str, url: str, data: Sequence[memoryvie
 
 def read_range_into(fs: Any, path: str, start: int, view: memoryview) -> int:
     """Read ``len(view)`` bytes of ``path`` from ``start`` straight into ``view``."""
-    return sync(fs.loop, _read_range_into, fs, path, start, view)
+    return sync(fs.loop, _read_range_into, fs, path, start, view)[0]
 
 
-async def _read_range_into(fs: Any, path: str, start: int, view: memoryview) -> int:
+def read_first(fs: Any, path: str, window: int) -> tuple[bytearray, int]:
+    """The first ``window`` bytes of ``path`` (fewer when it is smaller) and the object's size,
+    which the ranged answer tells (``Content-Range``): one request."""
+    buffer = bytearray(window)
+    got, size = sync(fs.loop, _read_range_into, fs, path, 0, memoryview(buffer))
+    del buffer[got:]
+    return buffer, size
+
+
+async def _read_range_into(fs: Any, path: str, start: int, view: memoryview) -> tuple[int, int]:
     """One streamed ranged GET. Retried like gcsfs retries its own requests (transient errors,
-    same backoff), resuming after the bytes already in."""
+    same backoff), resuming after the bytes already in. Returns the bytes read and the object's
+    size (from ``Content-Range``; from ``Content-Length`` when the whole object came back)."""
     from gcsfs.retry import validate_response
 
     got, attempt = 0, 0
@@ -138,13 +148,25 @@ async def _read_range_into(fs: Any, path: str, start: int, view: memoryview) -> 
                     validate_response(response.status, await response.read(), path)
                 if response.status != 206 and start + got > 0:
                     raise OSError(f"the service ignored the byte range (status {response.status})")
+                size = _object_size(response.status, response.headers)
                 async for data in response.content.iter_any():
                     n = min(len(data), len(view) - got)
                     view[got : got + n] = data[:n]
                     got += n
-            return got
+            return got, size
         except Exception as exc:
             attempt += 1
             if attempt >= ATTEMPTS or not is_retriable(exc):
                 raise
             await asyncio.sleep(backoff(attempt))
+
+
+def _object_size(status: int, headers: Mapping[str, str]) -> int:
+    """The whole object's size from a GET's answer: ``Content-Range: bytes A-B/SIZE`` (206), or
+    ``Content-Length`` (200: the whole object). ``OSError`` when neither tells it."""
+    try:
+        if status == 206:
+            return int(headers["Content-Range"].rsplit("/", 1)[1])
+        return int(headers["Content-Length"])
+    except (KeyError, ValueError):
+        raise OSError(f"the service did not tell the object's size (status {status})") from None
