@@ -63,6 +63,7 @@ class GcsUpload:
             raise
 
     def _run_views(self, views: list[memoryview], size: int) -> StoredObject:
+        """Chunks of ``size`` bytes (more than one chunk) as views into ``views``, the last final."""
         stored = None
         for start in range(0, size, self.chunk_bytes):
             end = min(size, start + self.chunk_bytes)
@@ -71,6 +72,8 @@ class GcsUpload:
         return stored
 
     def _run_stream(self, parts: Iterable[object]) -> StoredObject:
+        """Chunks from parts read once, in order (the total is unknown until the end: a final
+        request, possibly empty, finishes the object; no chunk at all: a simple upload)."""
         chunk = self.chunk_bytes
         staging: bytearray | None = None
         fill = 0
