@@ -18,7 +18,7 @@ from jupyter_gkeresume.errors import (
     ManifestError,
     StoreError,
 )
-from jupyter_gkeresume.snapshot import Manifest
+from jupyter_gkeresume.snapshot import Manifest, checksum
 from jupyter_gkeresume.snapshot import store as store_module
 from jupyter_gkeresume.snapshot.backends import LocalBackend
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
@@ -350,3 +350,38 @@ def test_metadata_verification_compares_the_signed_crc32c(either_store, signing_
     plant(store, digest, size)
     with pytest.raises(IntegrityError, match="holds other bytes than the manifest signed"):
         verify_committed(store, signing_key, manifest.snapshot_id)
+
+
+def test_a_blob_costs_one_metadata_request_per_check_and_no_listing(gcs_faulty):
+    """Claiming a new blob, writing it and checking it: each check is one object GET (404 while
+    absent), never a bucket listing beside it (gcsfs's ``info`` lists the prefix too, which on
+    GCS is a Class A operation and on the emulator scans the bucket)."""
+    store = SnapshotStore(gcs_faulty.bucket.url, "ws", gcs_faulty.bucket.storage_options,
+                          chunk_bytes=CHUNK)
+    digest, parts, size = make_blob(CHUNK + 5, 9)
+    writer = SnapshotWriter(store, SigningKey(b"k" * 32))
+    gcs_faulty.proxy.log.clear()
+    assert writer.put_blob(digest, size, lambda: parts)  # absent: claimed no, written
+    crc = 0
+    for part in parts:
+        crc = checksum.extend(crc, part)
+    assert store.blob_stat(digest) == (size, crc)
+    assert store.blob_stat(DEFAULT.of([b"absent"])) is None
+    requests = [f"{method} {path}" for method, path, _ in gcs_faulty.proxy.log]
+    listings = [r for r in requests if r.startswith("GET") and r.split("?")[0].endswith("/o")]
+    metadata = [r for r in requests if r.startswith("GET") and "/o/" in r and "alt=media" not in r]
+    assert listings == []
+    assert len(metadata) == 3, requests
+
+
+def test_reading_a_big_blob_is_two_requests_the_first_window_telling_its_size(gcs_faulty):
+    """Opening a blob bigger than the read window fetches the window, whose answer tells the
+    blob's size (``Content-Range``): no metadata request; the rest is one streamed GET."""
+    store = SnapshotStore(gcs_faulty.bucket.url, "ws", gcs_faulty.bucket.storage_options,
+                          chunk_bytes=CHUNK)
+    digest, parts, _ = make_blob(3 << 20)
+    store.write_blob(digest, parts)
+    gcs_faulty.proxy.log.clear()
+    assert read_back(store, digest) == b"".join(bytes(p) for p in parts[1:])
+    requests = [f"{method} {path}" for method, path, _ in gcs_faulty.proxy.log]
+    assert len(requests) == 2 and all("alt=media" in r for r in requests), requests

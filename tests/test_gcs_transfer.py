@@ -89,6 +89,30 @@ def test_corrupted_simple_upload_is_caught(gcs_faulty):
     assert not fs.exists(path)
 
 
+def test_simple_upload_from_several_parts_is_sent_again_whole_on_a_retry(gcs_faulty):
+    """The multipart body is sent from the caller's parts as they are (no joined copy); a
+    transient failure sends all of it again and the stored object is exactly the parts."""
+    fs, path = filesystem(gcs_faulty.bucket), f"{gcs_faulty.bucket.url}/o"
+    parts = blob_bytes(CHUNK - 100)
+    gcs_faulty.proxy.inject("drop_request", match="uploadType=multipart", after_bytes=3000)
+    gcs_faulty.proxy.inject("status", match="uploadType=multipart", status=503)
+    upload_and_read_back(fs, path, parts, NO_COMPOSITE)
+    outcomes = gcs_faulty.proxy.outcomes("uploadType=multipart")
+    assert outcomes[-1] == "200" and len(outcomes) == 3, outcomes
+
+
+def test_a_resumable_upload_of_parts_sends_each_chunk_once_the_last_with_the_checksum(gcs_faulty):
+    """Parts of exactly three chunks, cut unevenly: three chunk requests, each a chunk gathered
+    from the parts as they are; the third finishes the object (with the crc32c), no empty
+    finalizing request after it."""
+    fs, path = filesystem(gcs_faulty.bucket), f"{gcs_faulty.bucket.url}/o"
+    parts = blob_bytes(3 * CHUNK)
+    upload_and_read_back(fs, path, parts, NO_COMPOSITE)
+    chunks = [f for f in gcs_faulty.proxy.forwarded if "upload_id=" in f.path]
+    assert [f.size for f in chunks] == [CHUNK] * 3
+    assert "X-Goog-Hash" in chunks[-1].headers and "X-Goog-Hash" not in chunks[0].headers
+
+
 def test_corrupted_chunk_is_caught(gcs_faulty):
     fs, path = filesystem(gcs_faulty.bucket), f"{gcs_faulty.bucket.url}/o"
     parts = blob_bytes(4 * CHUNK)

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jupyter_gkeresume.snapshot import checksum
-from jupyter_gkeresume.snapshot.composite import MAX_COMPONENTS, plan_parts, slice_views
-from jupyter_gkeresume.snapshot.gcs_upload import GCS_CHUNK_QUANTUM
+from jupyter_gkeresume.snapshot.composite import MAX_COMPONENTS, plan_parts
+from jupyter_gkeresume.snapshot.gcs_upload import GCS_CHUNK_QUANTUM, slice_views
 
 
 @given(st.binary(max_size=3000), st.binary(max_size=3000), st.integers(0, 2**32 - 1))

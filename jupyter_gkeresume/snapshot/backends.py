@@ -35,7 +35,14 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import StoreError
-from .transfer import READ_WINDOW, RangedReader, UploadInterrupted, stored_checksum, upload_object
+from .transfer import (
+    READ_WINDOW,
+    RangedReader,
+    UploadInterrupted,
+    read_first,
+    stored_checksum,
+    upload_object,
+)
 
 WRITE_CHUNK = 16 << 20
 RETRY_BASE_DELAY = 0.5
@@ -275,8 +282,7 @@ class FsspecBackend:
         self.fs, self.chunk_bytes, self.retries = fs, chunk_bytes, retries
 
     def size(self, path: str) -> int:
-        self.fs.invalidate_cache(path)  # never trust a cached listing: a gc may have removed it
-        return int(self.fs.info(path).get("size") or 0)
+        return stored_checksum(self.fs, path)[0]  # never a cached listing: gc may have removed it
 
     def stat(self, path: str) -> tuple[int, int | None]:
         return stored_checksum(self.fs, path)
@@ -288,9 +294,8 @@ class FsspecBackend:
 
     @contextmanager
     def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
-        # The first window tells the size of a blob smaller than it: no metadata request.
-        first = self.fs.cat_file(path, start=0, end=READ_WINDOW)
-        size = len(first) if len(first) < READ_WINDOW else self.fs.info(path)["size"]
+        # The first window's answer tells the blob's size: no metadata request.
+        first, size = read_first(self.fs, path, READ_WINDOW)
         with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
             yield f, size
 

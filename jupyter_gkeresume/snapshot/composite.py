@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from . import checksum
-from .gcs_upload import GCS_CHUNK_QUANTUM, GcsUpload
+from . import checksum, gcs_api
+from .gcs_upload import GCS_CHUNK_QUANTUM, GcsUpload, slice_views
 from .transfer_types import ChecksumMismatch, StoredObject, UploadInterrupted
 
 MAX_COMPONENTS = 32
@@ -72,17 +72,6 @@ def plan_parts(size: int, part_bytes: int) -> list[tuple[int, int]]:
     return [(start, min(size, start + per)) for start in range(0, size, per)]
 
 
-def slice_views(views: list[memoryview], start: int, end: int) -> list[memoryview]:
-    """The bytes ``start:end`` of the concatenated ``views``, as views into them (no copy)."""
-    out, at = [], 0
-    for view in views:
-        lo, hi = max(start, at), min(end, at + len(view))
-        if lo < hi:
-            out.append(view[lo - at : hi - at])
-        at += len(view)
-    return out
-
-
 def upload_composite(fs: Any, path: str, views: list[memoryview], chunk_bytes: int,
                      policy: CompositePolicy) -> StoredObject:
     """Upload ``views`` (the blob, in order) to ``path`` as composed parts; returns the checked
@@ -101,9 +90,7 @@ def upload_composite(fs: Any, path: str, views: list[memoryview], chunk_bytes: i
             assert part.crc32c is not None
             expected = checksum.combine(expected, part.crc32c, part.size)
         fs.merge(path, names)
-        fs.invalidate_cache(path)
-        info = fs.info(path)
-        stored = StoredObject(int(info.get("size", -1)), checksum.from_base64(info.get("crc32c")))
+        stored = StoredObject(*gcs_api.stat(fs, path))
         if stored != StoredObject(size, expected):
             with contextlib.suppress(FileNotFoundError):
                 fs.rm_file(path)

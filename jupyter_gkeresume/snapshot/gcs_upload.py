@@ -45,44 +45,63 @@ class GcsUpload:
         self.crc = 0  # over every byte handed to the service so far
 
     def run(self, parts: Iterable[object]) -> StoredObject:
-        """``parts``: buffers in order (a list or tuple of at most one chunk in all goes as one
-        simple upload). Returns what the service stored (already compared with ours)."""
-        if isinstance(parts, Sequence):
-            views = [memoryview(p).cast("B") for p in parts]
-            if sum(len(v) for v in views) <= self.chunk_bytes:
-                return self._simple(views)
-            parts = views
-        chunk = self.chunk_bytes
-        staging: bytearray | None = None
-        fill = 0
+        """``parts``: buffers in order. A list or tuple of at most one chunk in all goes as one
+        simple upload, a longer one as chunks gathered from views into it (no copy; the last
+        chunk finishes the object); an iterator's chunks are views into the part in hand or the
+        staging buffer, finished by a final request. Returns what the service stored (already
+        compared with ours)."""
         try:
-            for part in parts:
-                view, pos = memoryview(part).cast("B"), 0
-                while pos < len(view):
-                    if fill == 0 and len(view) - pos >= chunk:
-                        self._send(view[pos : pos + chunk], final=False)  # no copy
-                        pos += chunk
-                        continue
-                    # a chunk that spans parts (or the tail): gathered in the staging buffer
-                    staging = staging if staging is not None else bytearray(chunk)
-                    take = min(len(view) - pos, chunk - fill)
-                    staging[fill : fill + take] = view[pos : pos + take]
-                    fill, pos = fill + take, pos + take
-                    if fill == chunk:
-                        self._send(memoryview(staging), final=False)
-                        fill = 0
-            rest = memoryview(staging)[:fill] if staging is not None else memoryview(b"")
-            if self.location is None:
-                return self._simple([rest])
-            stored = self._send(rest, final=True)
-            assert stored is not None
-            return stored
+            if isinstance(parts, Sequence):
+                views = [memoryview(p).cast("B") for p in parts]
+                size = sum(len(v) for v in views)
+                if size <= self.chunk_bytes:
+                    return self._simple(views)
+                return self._run_views(views, size)
+            return self._run_stream(parts)
         except BaseException:
             self._cancel()
             raise
 
+    def _run_views(self, views: list[memoryview], size: int) -> StoredObject:
+        """Chunks of ``size`` bytes (more than one chunk) as views into ``views``, the last final."""
+        stored = None
+        for start in range(0, size, self.chunk_bytes):
+            end = min(size, start + self.chunk_bytes)
+            stored = self._send(slice_views(views, start, end), final=end == size)
+        assert stored is not None
+        return stored
+
+    def _run_stream(self, parts: Iterable[object]) -> StoredObject:
+        """Chunks from parts read once, in order (the total is unknown until the end: a final
+        request, possibly empty, finishes the object; no chunk at all: a simple upload)."""
+        chunk = self.chunk_bytes
+        staging: bytearray | None = None
+        fill = 0
+        for part in parts:
+            view, pos = memoryview(part).cast("B"), 0
+            while pos < len(view):
+                if fill == 0 and len(view) - pos >= chunk:
+                    self._send([view[pos : pos + chunk]], final=False)  # no copy
+                    pos += chunk
+                    continue
+                # a chunk that spans parts (or the tail): gathered in the staging buffer
+                staging = staging if staging is not None else bytearray(chunk)
+                take = min(len(view) - pos, chunk - fill)
+                staging[fill : fill + take] = view[pos : pos + take]
+                fill, pos = fill + take, pos + take
+                if fill == chunk:
+                    self._send([memoryview(staging)], final=False)
+                    fill = 0
+        rest = memoryview(staging)[:fill] if staging is not None else memoryview(b"")
+        if self.location is None:
+            return self._simple([rest])
+        stored = self._send([rest], final=True)
+        assert stored is not None
+        return stored
+
     def _simple(self, views: list[memoryview]) -> StoredObject:
-        """One multipart request (metadata with the crc32c + bytes), built with a single copy."""
+        """One multipart request (metadata with the crc32c + bytes), sent from ``views`` as they
+        are (no copy into one body)."""
         for view in views:
             self.crc = checksum.extend(self.crc, view)
         meta = {"name": self.key, "crc32c": checksum.to_base64(self.crc)}
@@ -90,41 +109,39 @@ class GcsUpload:
                 f"{json.dumps(meta)}\r\n--{BOUNDARY}\r\n"
                 f"Content-Type: application/octet-stream\r\n\r\n").encode()
         tail = f"\r\n--{BOUNDARY}--".encode()
-        body = bytearray(len(head) + sum(len(v) for v in views) + len(tail))
-        at = 0
-        for piece in (head, *views, tail):
-            body[at : at + len(piece)] = piece
-            at += len(piece)
-        self.offset = len(body) - len(head) - len(tail)
+        self.offset = sum(len(v) for v in views)
         try:
-            stored = gcs_api.simple_upload(self.fs, self.bucket, memoryview(body),
+            stored = gcs_api.simple_upload(self.fs, self.bucket,
+                                           [memoryview(head), *views, memoryview(tail)],
                                            f'multipart/related; boundary="{BOUNDARY}"')
         except Exception as exc:
             _raise_if_checksum_refused(exc)
             raise
         return self._check(stored, self.offset)
 
-    def _send(self, view: memoryview, *, final: bool) -> StoredObject | None:
-        """Hand the service ``view`` (the next chunk); on the final one, returns the stored object.
+    def _send(self, pieces: list[memoryview], *, final: bool) -> StoredObject | None:
+        """Hand the service ``pieces`` (the next chunk, in order); on the final one, returns the
+        stored object.
 
         Transient failures: wait, ask the session what it holds, send only the rest (gcsfs's
         attempts and waits). A session the service forgot (404) raises ``UploadInterrupted``."""
         if self.location is None:
             self.location = gcs_api.start_session(self.fs, self.bucket, self.key)
-        self.crc = checksum.extend(self.crc, view)
-        start, end = self.offset, self.offset + len(view)
+        for piece in pieces:
+            self.crc = checksum.extend(self.crc, piece)
+        start, end = self.offset, self.offset + sum(len(p) for p in pieces)
         total = end if final else None
         attempt, ask = 0, False
         while True:
             try:
-                data = memoryview(b"") if ask else view[self.offset - start :]
+                data = [] if ask else slice_views(pieces, self.offset - start, end - start)
                 status, headers, body = self._request(data, total)
                 if status in (200, 201):
                     return self._check(json.loads(body), total)
                 held = _persisted_end(headers)
                 if not start <= held <= end:
                     raise UploadInterrupted(f"the session holds {held} bytes, not {start} to {end}")
-                if not ask and len(data) and held <= self.offset:
+                if not ask and data and held <= self.offset:
                     raise UploadInterrupted("the upload session did not keep the chunk it was sent")
                 self.offset, ask = held, False
                 if held == end and not final:
@@ -141,9 +158,10 @@ class GcsUpload:
                 time.sleep(gcs_api.backoff(attempt))
                 ask = True
 
-    def _request(self, data: memoryview, total: int | None) -> tuple[int, Mapping[str, str], bytes]:
+    def _request(self, data: list[memoryview], total: int | None) -> tuple[int, Mapping[str, str], bytes]:
         """One chunk from ``self.offset`` (or, with no data, the status query / finalization)."""
-        span = f"{self.offset}-{self.offset + len(data) - 1}" if len(data) else "*"
+        length = sum(len(piece) for piece in data)
+        span = f"{self.offset}-{self.offset + length - 1}" if length else "*"
         headers = {"Content-Range": f"bytes {span}/{'*' if total is None else total}",
                    "Content-Type": "application/octet-stream"}
         if total is not None:
@@ -175,8 +193,19 @@ class GcsUpload:
         GCS drops an unfinished session by itself after a week)."""
         if self.location is not None:
             with contextlib.suppress(Exception):  # the original failure is what counts
-                gcs_api.request_once(self.fs, "DELETE", self.location, memoryview(b""), {})
+                gcs_api.request_once(self.fs, "DELETE", self.location, [], {})
             self.location = None
+
+
+def slice_views(views: list[memoryview], start: int, end: int) -> list[memoryview]:
+    """The bytes ``start:end`` of the concatenated ``views``, as views into them (no copy)."""
+    out, at = [], 0
+    for view in views:
+        lo, hi = max(start, at), min(end, at + len(view))
+        if lo < hi:
+            out.append(view[lo - at : hi - at])
+        at += len(view)
+    return out
 
 
 def _persisted_end(headers: Mapping[str, str]) -> int:

@@ -11,7 +11,8 @@ The store and the verifier call only this module:
   name only when complete. Other filesystems write a temporary name and move it into place.
 - ``stored_checksum(fs, path) -> (size, crc32c | None)``: one metadata request, no read of the
   bytes (metadata verification).
-- ``RangedReader`` / ``read_range_into``: ranged GETs streamed into the caller's buffers.
+- ``read_first``: a blob's first window and its size (on GCS one request);
+  ``RangedReader`` / ``read_range_into``: ranged GETs streamed into the caller's buffers.
 
 All are safe to call from many threads at once: each call owns its session/reader, and gcsfs runs
 every request on its own event-loop thread. Faults: gcsfs retries single requests (5xx, 408, 429,
@@ -36,8 +37,8 @@ from .transfer_types import ChecksumMismatch, StoredObject, UploadInterrupted
 
 __all__ = [
     "GCS_CHUNK_QUANTUM", "READ_WINDOW", "ChecksumMismatch", "CompositePolicy", "RangedReader",
-    "StoredObject", "UploadInterrupted", "is_gcs", "read_range_into", "stored_checksum", "upload",
-    "upload_object",
+    "StoredObject", "UploadInterrupted", "is_gcs", "read_first", "read_range_into", "stored_checksum",
+    "upload", "upload_object",
 ]
 
 #: Reads smaller than this go through the reader's window (see ``RangedReader``).
@@ -87,6 +88,8 @@ def upload_object(fs: Any, path: str, parts: Iterable[object], chunk_bytes: int,
 def stored_checksum(fs: Any, path: str) -> tuple[int, int | None]:
     """``(size, crc32c)`` of the stored object from one metadata request (never a cached listing);
     crc32c is None where the store keeps none. ``FileNotFoundError`` when absent."""
+    if is_gcs(fs):
+        return gcs_api.stat(fs, path)
     fs.invalidate_cache(path)
     info = fs.info(path)
     return int(info.get("size") or 0), checksum.from_base64(info.get("crc32c"))
@@ -147,6 +150,16 @@ class RangedReader(io.RawIOBase):
         view[:got] = memoryview(self.cached)[start : start + got]
         self.pos += got
         return got
+
+
+def read_first(fs: Any, path: str, window: int) -> tuple[bytes | bytearray, int]:
+    """The first ``window`` bytes of ``path`` (fewer when it is smaller) and its size: on GCS
+    from one ranged GET (its answer tells the size), elsewhere a metadata request when the
+    object fills the window."""
+    if is_gcs(fs):
+        return gcs_api.read_first(fs, path, window)
+    first = fs.cat_file(path, start=0, end=window)
+    return first, len(first) if len(first) < window else stored_checksum(fs, path)[0]
 
 
 def read_range_into(fs: Any, path: str, start: int, view: memoryview) -> int:
