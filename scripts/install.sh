@@ -40,10 +40,10 @@ install_python_env() {  # $1: "test" or "lab"; pip builds the lab extension (nee
   require_node
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q "$TORCH_PIN" numpy
+  # One pip run (one resolve) for the pinned torch, numpy and the package.
   if [ "$1" = "test" ]; then
-    .venv/bin/python -m pip install -q -e ".[test]"
+    .venv/bin/python -m pip install -q "$TORCH_PIN" numpy -e ".[test]"
   else
-    .venv/bin/python -m pip install -q -e ".[gcs,kubeflow]" jupyterlab
+    .venv/bin/python -m pip install -q "$TORCH_PIN" numpy -e ".[gcs,kubeflow]" jupyterlab
   fi
 }

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fixtures_lifecycle import make_snapshot
 
+from jupyter_gkeresume.cli import CommandApp
 from jupyter_gkeresume.snapshot import SnapshotStore
 
 JUPYTER = str(Path(sys.executable).with_name("jupyter"))
@@ -85,8 +86,11 @@ def test_unreachable_bucket_is_one_line(tmp_path):
     env = {**os.environ, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "FSSPEC_GS_TOKEN": "anon",
            "GKERESUME_SIGNING_KEY": "k" * 32, "JUPYTER_CONFIG_DIR": str(tmp_path)}
-    runs = {  # the default deadline (10 s), and one set through the config system
-        "10": ["list", "--store", "gs://nowhere/p", "--workspace", "w"],
+    assert CommandApp.class_traits()["store_timeout"].default_value == 10  # the default deadline
+    # Waited out: one set in the config file, one on the command line (which wins over it).
+    (tmp_path / "jupyter_server_config.json").write_text('{"CommandApp": {"store_timeout": 1}}')
+    runs = {
+        "1": ["list", "--store", "gs://nowhere/p", "--workspace", "w"],
         "2": ["gc", "--all-workspaces", "--store", "gs://nowhere/p", "--CommandApp.store_timeout=2"],
     }
     for seconds, args in runs.items():

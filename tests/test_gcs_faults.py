@@ -4,6 +4,8 @@ clean StoreError; a partial blob or manifest is never visible."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from test_gcs_store import CHUNK, make_blob, read_back
 
@@ -111,15 +113,24 @@ def test_server_killed_mid_upload_then_back(gcs_faulty):
     assert store.read_manifest_bytes(SID) == b'{"earlier": 1}'
 
 
-@pytest.mark.slow
-def test_server_gone_for_good_is_a_bounded_clean_failure(gcs_faulty):
-    """Every request is retried by gcsfs for about 35 s, then the write fails cleanly."""
+def test_server_gone_for_good_is_a_bounded_clean_failure(gcs_faulty, monkeypatch):
+    """Every request is retried by gcsfs (6 attempts), then the write fails cleanly. gcsfs's
+    waits between attempts (1, 2, 4, 8, 16 s plus jitter: about 35 s) are noted, not slept."""
+    import gcsfs.retry
+
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(gcsfs.retry, "asyncio", SimpleNamespace(sleep=no_wait))
     store = store_on(gcs_faulty)
     store.commit_manifest(SID, b'{"earlier": 1}')
     digest, parts, _ = make_blob(2 * CHUNK)
     gcs_faulty.emulator.kill()
     with pytest.raises(StoreError, match="write blob failed"):
         store.write_blob(digest, parts)
+    assert gcs_faulty.proxy.outcomes().count("upstream down") == 6 and len(waits) == 5, waits
     gcs_faulty.emulator.start()
     assert not store.has_blob(digest)
     assert store.read_manifest_bytes(SID) == b'{"earlier": 1}'

@@ -146,14 +146,25 @@ c.JupyterHub.load_roles = [{{"name": "tester", "services": ["tester"],
                 self.process.kill()
 
 
-@pytest.fixture
-def hub(tmp_path):
-    hub = Hub(tmp_path)
+def _running(hub: Hub):
     hub.start()
     try:
         yield hub
     finally:
         hub.stop()
+
+
+@pytest.fixture
+def hub(tmp_path):
+    """A Hub of its own, for a test that starts and stops alice's server."""
+    yield from _running(Hub(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def token_hub(tmp_path_factory):
+    """One Hub for the tests that only ask it about tokens: alice's server never starts, and
+    each test makes its own token (and checks the server is still stopped)."""
+    yield from _running(Hub(tmp_path_factory.mktemp("token-hub")))
 
 
 def test_pause_stops_the_hub_server_and_resume_brings_the_tensor_back(hub):
@@ -194,24 +205,24 @@ def test_pause_stops_the_hub_server_and_resume_brings_the_tensor_back(hub):
     assert out == "True True True\n"
 
 
-def test_a_token_without_delete_scope_gets_the_admin_advice(hub, monkeypatch):
+def test_a_token_without_delete_scope_gets_the_admin_advice(token_hub, monkeypatch):
     import asyncio
 
     from jupyter_gkeresume.errors import ReleaseError
     from jupyter_gkeresume.release import JupyterHubRelease
 
-    code, token = hub.call("POST", "hub/api/users/alice/tokens",
+    code, token = token_hub.call("POST", "hub/api/users/alice/tokens",
                            {"scopes": ["read:users:name!user=alice"], "note": "no delete"})
     assert code == 201, token
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
-    backend = JupyterHubRelease(api_url=f"{hub.url}/hub/api", user="alice")
+    backend = JupyterHubRelease(api_url=f"{token_hub.url}/hub/api", user="alice")
     with pytest.raises(ReleaseError, match="server_token_scopes") as refused:
         asyncio.run(backend.release())
     assert "requires any of [delete:servers]" in str(refused.value)  # the Hub's own words
-    assert hub.server_state() == "stopped"
+    assert token_hub.server_state() == "stopped"
 
 
-def test_an_expired_token_is_reported_as_the_hub_says_not_as_missing_scopes(hub, monkeypatch):
+def test_an_expired_token_is_reported_as_the_hub_says_not_as_missing_scopes(token_hub, monkeypatch):
     """The Hub answers 403 for a token it does not accept as well as for missing scopes
     (jupyterhub ``scopes.py`` ``needs_scope``: "Missing or invalid credentials." when nobody is
     authenticated, "Action is not authorized with current scopes; requires any of [...]"
@@ -221,12 +232,12 @@ def test_an_expired_token_is_reported_as_the_hub_says_not_as_missing_scopes(hub,
     from jupyter_gkeresume.errors import ReleaseError
     from jupyter_gkeresume.release import JupyterHubRelease
 
-    code, token = hub.call("POST", "hub/api/users/alice/tokens",
+    code, token = token_hub.call("POST", "hub/api/users/alice/tokens",
                            {"scopes": ["delete:servers!user=alice"], "expires_in": 1})
     assert code == 201, token
 
     def expired() -> bool:
-        request = urllib.request.Request(f"{hub.url}/hub/api/user",
+        request = urllib.request.Request(f"{token_hub.url}/hub/api/user",
                                          headers={"Authorization": f"token {token['token']}"})
         try:
             urllib.request.urlopen(request, timeout=30).close()
@@ -234,9 +245,9 @@ def test_an_expired_token_is_reported_as_the_hub_says_not_as_missing_scopes(hub,
             return exc.code == 403
         return False
 
-    hub.wait(expired, "the token expired")
+    token_hub.wait(expired, "the token expired")
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
-    backend = JupyterHubRelease(api_url=f"{hub.url}/hub/api", user="alice")
+    backend = JupyterHubRelease(api_url=f"{token_hub.url}/hub/api", user="alice")
     with pytest.raises(ReleaseError) as refused:
         asyncio.run(backend.release())
     message = str(refused.value)
@@ -244,7 +255,7 @@ def test_an_expired_token_is_reported_as_the_hub_says_not_as_missing_scopes(hub,
     assert "credentials" in message.lower() or "expired" in message.lower(), message
 
 
-def test_doctor_reads_the_hub_tokens_scopes(hub, monkeypatch, tmp_path, capsys):
+def test_doctor_reads_the_hub_tokens_scopes(token_hub, monkeypatch, tmp_path, capsys):
     """``release`` asks the Hub which scopes this token has (``GET /hub/api/user``, whose model
     lists the requesting token's expanded scopes: jupyterhub ``apihandlers/users.py``
     ``SelfAPIHandler``: ``model["scopes"]``), and stops nothing."""
@@ -254,13 +265,13 @@ def test_doctor_reads_the_hub_tokens_scopes(hub, monkeypatch, tmp_path, capsys):
                  "GKERESUME_SIGNING_KEY_FILE", "GKERESUME_NAMESPACE_KEY_FILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")
-    monkeypatch.setenv("JUPYTERHUB_API_URL", f"{hub.url}/hub/api")
+    monkeypatch.setenv("JUPYTERHUB_API_URL", f"{token_hub.url}/hub/api")
     monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("GKERESUME_SIGNING_KEY", "k" * 32)
 
     def release_check(scopes: list[str]) -> tuple[int, dict]:
-        code, token = hub.call("POST", "hub/api/users/alice/tokens", {"scopes": scopes})
+        code, token = token_hub.call("POST", "hub/api/users/alice/tokens", {"scopes": scopes})
         assert code == 201, token
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
         code = main(["doctor", "--json", f"--store={tmp_path / 'store'}",
@@ -276,4 +287,4 @@ def test_doctor_reads_the_hub_tokens_scopes(hub, monkeypatch, tmp_path, capsys):
     assert "delete:servers!user=alice" in release["detail"]
     code, release = release_check(["read:users:name!user=alice"])
     assert code == 1 and not release["ok"] and "server_token_scopes" in release["detail"]
-    assert hub.server_state() == "stopped"
+    assert token_hub.server_state() == "stopped"

@@ -23,7 +23,7 @@ import pytest
 from fixtures_server import server_config
 from tornado.websocket import websocket_connect
 
-IDLE_TIMEOUT = 10  # seconds: short, yet longer than a kernel start here on a loaded machine
+IDLE_TIMEOUT = 6  # seconds: short, yet twice a kernel start here under load 8 (~2.5 s: the longest gap)
 POLL = 1.0  # seconds between two polls, as a client that watches the server closely
 
 

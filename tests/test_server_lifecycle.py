@@ -64,7 +64,7 @@ def test_sigterm_without_kernels_and_with_checkpoint_disabled(server_process, tm
 
 def test_idle_server_pauses_itself(server_process, tmp_path):
     store = tmp_path / "store"
-    server = server_process("idle", gk_config(store, idle_timeout=10))  # > kernel start to 1st cell
+    server = server_process("idle", gk_config(store, idle_timeout=6))  # > kernel start to 1st cell: ~2.5 s
     kid = server.new_session("idle.ipynb")
     server.run_cell(kid, "counter = 12345")
     status = server.wait_for(lambda s: s["state"] == "paused", "paused when idle")

@@ -13,7 +13,8 @@ from datetime import datetime
 from fixtures_ui import ROOT
 from test_ui_e2e import Lab, _get, chromium  # noqa: F401  (chromium: the fixture)
 
-IDLE_TIMEOUT = 20  # seconds: longer than the lab's poll intervals, so that they are seen
+IDLE_TIMEOUT = 12  # seconds: longer than the lab's poll intervals (kernels, sessions, terminals 10 s;
+# our status 5 s), so that each is seen while the workspace is idle
 SAFETY = 240.0  # a safety net against hangs, not a speed check
 
 

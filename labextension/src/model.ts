@@ -163,6 +163,9 @@ export class StatusModel {
   }
 
   dispose(): void {
+    // Stopping clears the Poll's pending timer (its dispose() leaves it set, so a disposed
+    // model kept the event loop alive up to `slowMs` or a 60 s backoff), then dispose.
+    void this._poll.stop();
     this._poll.dispose();
     Signal.clearData(this);
   }

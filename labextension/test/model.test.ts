@@ -114,6 +114,8 @@ test('once started, the Poll asks again by itself, fast while an operation is in
   }, 5, 60_000);
   const finished: IFinished[] = [];
   model.finished.connect((_, done) => finished.push(done));
+  const timers = () => process.getActiveResourcesInfo().filter(r => r === 'Timeout').length;
+  const before = timers();
   await model.start();
   // No timer is awaited with a time: the Poll's own ticks bring the end of the operation.
   while (!finished.length) {
@@ -122,4 +124,5 @@ test('once started, the Poll asks again by itself, fast while an operation is in
   assert.equal(finished[0].operation.id, 'op-p');
   assert.ok(asked >= 3);
   model.dispose();
+  assert.equal(timers(), before, 'a disposed model leaves no timer behind (the next slow poll)');
 });
