@@ -8,6 +8,7 @@ first, manifest last) with the snapshot package itself: the same path the kernel
 from __future__ import annotations
 
 import itertools
+import os
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -81,3 +82,17 @@ def signing_key() -> SigningKey:
 @pytest.fixture
 def local_store(tmp_path) -> SnapshotStore:
     return SnapshotStore(str(tmp_path / "store"), "ws-lifecycle")
+
+
+@pytest.fixture
+def advised(monkeypatch):
+    """The paths ``posix_fadvise`` was asked about, and with which advice (the real call runs)."""
+    calls: list[tuple[str, int]] = []
+    real = os.posix_fadvise
+
+    def recording(fd, offset, length, advice):
+        calls.append((os.readlink(f"/proc/self/fd/{fd}"), advice))
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", recording)
+    return calls

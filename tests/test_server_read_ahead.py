@@ -43,20 +43,6 @@ def snapshot(tmp_path, monkeypatch):
     return store, result.snapshot_id
 
 
-@pytest.fixture
-def advised(monkeypatch):
-    """The paths ``posix_fadvise`` was asked about, and with which advice (the real call runs)."""
-    calls: list[tuple[str, int]] = []
-    real = os.posix_fadvise
-
-    def recording(fd, offset, length, advice):
-        calls.append((os.readlink(f"/proc/self/fd/{fd}"), advice))
-        return real(fd, offset, length, advice)
-
-    monkeypatch.setattr(os, "posix_fadvise", recording)
-    return calls
-
-
 def blob_paths_largest_first(store, snapshot_id):
     blobs = load_manifest(store, snapshot_id, load_signing_key()).blobs
     return [store.blob_path(d) for d, _ in sorted(blobs.items(), key=lambda kv: -kv[1])]
