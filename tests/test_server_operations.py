@@ -77,7 +77,7 @@ class FakeGateway:
     async def notebooks(self):
         return dict(self.notebook_of)
 
-    async def start_for(self, notebook, kernel_name):
+    async def start_for(self, notebook, kernel_name, *, hash_seed=None):
         self.calls.append(("start", notebook))
         return self.add(notebook)
 
@@ -353,7 +353,7 @@ async def test_a_kernel_restores_while_the_next_one_starts_and_a_failed_start_wa
     restoring, second_start = asyncio.Event(), asyncio.Event()
     original_start, original_restore = gw.start_for, gw.restore
 
-    async def start(notebook, kernel_name):
+    async def start(notebook, kernel_name, *, hash_seed=None):
         if notebook == "b.ipynb":
             await asyncio.wait_for(restoring.wait(), 5)  # a's restore is in flight already
             second_start.set()
@@ -381,7 +381,7 @@ async def test_a_failed_resume_keeps_the_record(parts):
     await settle(orch)
     original = gw.start_for
 
-    async def start_failing(notebook, kernel_name):
+    async def start_failing(notebook, kernel_name, *, hash_seed=None):
         kid = await original(notebook, kernel_name)
         gw.fail[("restore", kid)] = KernelCallError("out of memory")
         return kid
@@ -535,8 +535,8 @@ async def test_after_a_failed_resume_the_shutdown_checkpoint_keeps_what_did_not_
     lost = {k.notebook: k.snapshot_id for k in orch.state.paused.kernels}["b.ipynb"]
     original = gw.start_for
 
-    async def b_fails(notebook, kernel_name):
-        kid = await original(notebook, kernel_name)
+    async def b_fails(notebook, kernel_name, *, hash_seed=None):
+        kid = await original(notebook, kernel_name, hash_seed=hash_seed)
         if notebook == "b.ipynb":
             gw.fail[("restore", kid)] = KernelCallError("out of memory")
         return kid
