@@ -1,7 +1,7 @@
 """Files as the entries of one blob: what ``packages`` and ``extra_paths`` share.
 
 ``mapped(stack, path)`` is a file's bytes for ``BlobWriter.write_views`` (mapped, not read into
-memory first). ``read_entries(store, digest, size)`` is every entry of a stored blob, returned only
+memory first). ``read_entries(store, digest)`` is every entry of a stored blob, returned only
 once the whole blob matched its digest (``read_verified``): no byte of a file is written before.
 ``write_file(target, data, mode)`` writes one file atomically (a temporary beside it, renamed).
 """
