@@ -10,9 +10,10 @@ Usage (on a machine with a GPU; prints one JSON object, also written to ``--out`
 Part 1, device-to-host bandwidth, same bytes, same run, best of ``--repeat``:
   ``raw``: one ``cuMemcpyDtoH`` into a single pinned buffer as big as the data (the hardware's
   number, using as much pinned host memory as there is data); ``engine``: the engine's ring
-  (``buffers * chunk_bytes`` pinned), consumer doing nothing; ``engine+sha256``: consumer hashing
-  every chunk, as a pause does, against ``sha256`` of the same bytes already in host memory (with
-  overlap the engine run costs about the larger of the two, not their sum). Target: engine >= 0.8x raw.
+  (``buffers * chunk_bytes`` pinned), consumer doing nothing; ``engine+blake3``: consumer hashing
+  every chunk with the blobs' digest (BLAKE3, format v2), as a pause does, against that digest of
+  the same bytes already in host memory (with overlap the engine run costs about the larger of the
+  two, not their sum). Target: engine >= 0.8x raw.
   And host-to-device, as a resume streams: ``raw`` ``cuMemcpyHtoD`` from the pinned buffer
   against the engine from pageable memory through its ring (``engine_h2d_vs_raw``).
 
@@ -22,14 +23,19 @@ everything hashed, written, fsynced, committed, verified); ``resume_to_next_cell
 fresh, started kernel, from the resume request to the reply of the next cell (torch import, CUDA
 init, reading, copying to the device, unpickling all inside). Targets: < 10 s and < 5 s
 for 6 GB. The page cache is dropped before the resume when the process may (root), else the
-reads may come from memory: ``cache_dropped`` says which.
+reads may come from memory: ``cache_dropped`` says which. ``pause_rss_growth_bytes`` is how much
+the kernel's peak host memory grew during the pause (bounded by the pinned ring, not the model).
+With ``--peers``, in the same kernel after the pause and on the same disk: ``raw_write_s`` /
+``raw_read_s`` (the model's byte count written from one 256 MiB host buffer with fsync, and read
+back cold: the disk's limit), ``torch_save_s`` / ``torch_load_s`` (state_dict, ``map_location``
+the device) and ``safetensors_save_s`` / ``safetensors_load_s``; each file is deleted before the
+next, so the disk holds at most the store and one peer's copy.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
-import hashlib
 import json
 import os
 import platform
@@ -61,6 +67,7 @@ def best_of(repeat: int, run) -> float:
 
 
 def bandwidth(nbytes: int, repeat: int) -> dict:
+    from jupyter_gkeresume.snapshot.digests import BLAKE3
     from kernel_hooks.cuda_engine import get_engine
 
     engine = get_engine()
@@ -85,14 +92,14 @@ def bandwidth(nbytes: int, repeat: int) -> dict:
                 pass
 
         def ring_hashed() -> None:
-            h = hashlib.sha256()
+            h = BLAKE3.new(nbytes)
             for chunk in engine.device_to_host_chunks(allocation.ptr, nbytes, 0):
                 h.update(chunk)
 
         host = (ctypes.c_char * nbytes).from_address(int(pinned))
 
         def hash_only() -> None:
-            hashlib.sha256(memoryview(host)).digest()
+            BLAKE3.of([memoryview(host)], nbytes)
 
         def raw_up() -> None:
             with engine._current(engine._device(0)):
@@ -116,7 +123,7 @@ def bandwidth(nbytes: int, repeat: int) -> dict:
         "bytes": nbytes, "chunk_bytes": engine.chunk_bytes, "buffers": engine.buffers,
         "raw_pinned_memcpy_GBps": gbps(t_raw), "engine_GBps": gbps(t_ring),
         "engine_vs_raw": round(t_raw / t_ring, 3),
-        "engine_sha256_GBps": gbps(t_hashed), "sha256_in_host_memory_GBps": gbps(t_hash),
+        "engine_blake3_GBps": gbps(t_hashed), "blake3_in_host_memory_GBps": gbps(t_hash),
         "raw_pinned_h2d_GBps": gbps(t_raw_up), "engine_h2d_from_pageable_GBps": gbps(t_ring_up),
         "engine_h2d_vs_raw": round(t_raw_up / t_ring_up, 3),
     }
@@ -134,8 +141,46 @@ if torch.cuda.is_available():
 print(sum(p.numel() * p.element_size() for p in model.parameters()))
 """
 
+RSS = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10)"
 
-def end_to_end(model_gib: float, store: Path, device: str = "cuda", drop_cache: bool = True) -> dict:
+PEERS = """
+import json, os, time, torch, safetensors.torch
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+def _timed(fn):
+    start = time.perf_counter(); fn(); _sync(); return round(time.perf_counter() - start, 2)
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY); os.fsync(fd); os.close(fd)
+def _drop(path):
+    fd = os.open(path, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
+_path, _n, _buf = {path!r}, {nbytes}, bytearray(256 << 20)
+def _raw_write():
+    with open(_path, "wb", buffering=0) as f:
+        for off in range(0, _n, len(_buf)):
+            f.write(memoryview(_buf)[: _n - off])
+        os.fsync(f.fileno())
+def _raw_read():
+    with open(_path, "rb", buffering=0) as f:
+        while f.readinto(_buf):
+            pass
+_dev = next(model.parameters()).device
+_peer = {{"raw_write_s": _timed(_raw_write)}}
+_drop(_path); _peer["raw_read_s"] = _timed(_raw_read); os.remove(_path)
+_peer["torch_save_s"] = _timed(lambda: (torch.save(model.state_dict(), _path), _fsync(_path)))
+_drop(_path); _peer["torch_load_s"] = _timed(lambda: torch.load(_path, map_location=_dev))
+os.remove(_path)
+_peer["safetensors_save_s"] = _timed(lambda: (safetensors.torch.save_file(model.state_dict(), _path),
+                                               _fsync(_path)))
+_drop(_path)
+_peer["safetensors_load_s"] = _timed(lambda: safetensors.torch.load_file(_path, device=str(_dev)))
+os.remove(_path)
+print(json.dumps(_peer))
+"""
+
+
+def end_to_end(model_gib: float, store: Path, device: str = "cuda", drop_cache: bool = True,
+               peers: bool = False) -> dict:
     from jupyter_client.manager import start_new_kernel
 
     env = dict(os.environ, GKERESUME_STORE=str(store), GKERESUME_WORKSPACE="bench-gpu",
@@ -162,7 +207,13 @@ def end_to_end(model_gib: float, store: Path, device: str = "cuda", drop_cache: 
     try:
         _, out = run(client, MODEL.format(layers=layers, device=device))
         model_bytes = int(out.strip().splitlines()[-1])
+        rss_before = int(run(client, RSS)[1].split()[-1])
         pause_s, _ = run(client, "import kernel_hooks; kernel_hooks.checkpoint('bench')")
+        rss_growth = int(run(client, RSS)[1].split()[-1]) - rss_before
+        peer = {}
+        if peers:
+            cell = PEERS.format(path=str(store.parent / "peer.bin"), nbytes=model_bytes)
+            peer = json.loads(run(client, cell)[1].strip().splitlines()[-1])
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
@@ -182,6 +233,7 @@ def end_to_end(model_gib: float, store: Path, device: str = "cuda", drop_cache: 
         "resume_to_next_cell_s": round(resume_s, 2), "cache_dropped": dropped,
         "pause_GBps": round(model_bytes / pause_s / 1e9, 2),
         "resume_GBps": round(model_bytes / resume_s / 1e9, 2),
+        "pause_rss_growth_bytes": rss_growth, **peer,
     }
 
 
@@ -222,6 +274,8 @@ def main() -> None:
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--keep-page-cache", action="store_true",
                         help="do not drop the page cache before the resume (smoke runs)")
+    parser.add_argument("--peers", action="store_true",
+                        help="also time raw disk I/O, torch.save/load and safetensors of the same state")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
 
@@ -232,7 +286,7 @@ def main() -> None:
     if not args.skip_e2e:
         with tempfile.TemporaryDirectory(dir=args.store) as store:
             result["end_to_end"] = end_to_end(args.model_gib, Path(store), args.device,
-                                              drop_cache=not args.keep_page_cache)
+                                              drop_cache=not args.keep_page_cache, peers=args.peers)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out is not None:

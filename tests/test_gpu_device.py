@@ -16,6 +16,19 @@ from jupyter_gkeresume.errors import InvalidInputError
 pytestmark = pytest.mark.gpu
 
 
+def _torch_has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+# The kernel tests put torch tensors on the GPU: they need a CUDA build of torch, which the fake
+# driver of a dry run (scripts/gpu_check.sh) does not give.
+needs_torch_cuda = pytest.mark.skipif(not _torch_has_cuda(), reason="torch without CUDA here")
+
+
 @pytest.fixture(scope="module")
 def engine():
     from kernel_hooks.cuda_engine import get_engine
@@ -136,6 +149,7 @@ print(json.dumps({"loss": loss, "digest": state_digest(),
 """
 
 
+@needs_torch_cuda
 def test_fp16_model_with_tied_weights_and_optimizer_continues_bit_identically(
     start_kernel, kernel_env
 ):
@@ -170,6 +184,7 @@ def test_fp16_model_with_tied_weights_and_optimizer_continues_bit_identically(
     assert second.run_json(AFTER_CELL) == expected
 
 
+@needs_torch_cuda
 def test_cuda_tensors_come_back_on_the_cpu_where_there_is_no_gpu(start_kernel, kernel_env):
     first = start_kernel()
     first.run(
@@ -209,3 +224,48 @@ def test_cupy_array_survives_pause_and_resume(start_kernel):
         " list(a.shape)]))"
     )
     assert got == ["cupy", expected, [1024, 512]]
+
+
+STREAMS_CELL = """
+import hashlib, json, torch, kernel_hooks
+torch.manual_seed(1)
+side = torch.cuda.Stream()
+eye = torch.eye(4096, device="cuda")
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):  # still queued on a stream of its own when the checkpoint starts
+    late = torch.full((4096, 4096), 3.0, device="cuda")
+    for _ in range(20):
+        late = late @ eye
+lin = torch.nn.Linear(1024, 1024).to("cuda", torch.bfloat16)
+opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
+x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+lin(x).float().square().mean().backward()
+opt.step()
+kernel_hooks.checkpoint("streams")
+"""
+
+STREAMS_AFTER = """
+def _digest():
+    h = hashlib.sha256(late.cpu().numpy().tobytes())
+    for t in [*lin.parameters(), *(v for s in opt.state.values() for v in s.values())]:
+        h.update(t.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()
+opt.zero_grad(set_to_none=True)
+lin(x).float().square().mean().backward()
+opt.step()
+print(json.dumps({"digest": _digest(), "dtype": str(lin.weight.dtype), "late": late[0, 0].item()}))
+"""
+
+
+@needs_torch_cuda
+def test_a_tensor_on_another_stream_and_bf16_adamw_continue_bit_identically(start_kernel):
+    """The checkpoint synchronizes every stream (a matmul chain still queued on a side stream is
+    captured finished), and a bf16 model with its AdamW state takes the same next step."""
+    first = start_kernel()
+    first.run(STREAMS_CELL)
+    expected = first.run_json(STREAMS_AFTER)
+    first.kill()
+    second = start_kernel()
+    second.run("import kernel_hooks, hashlib, json, torch; kernel_hooks.resume('streams')")
+    assert second.run_json(STREAMS_AFTER) == expected
+    assert expected["dtype"] == "torch.bfloat16" and expected["late"] == 3.0
