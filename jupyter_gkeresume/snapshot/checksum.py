@@ -6,15 +6,17 @@ from __future__ import annotations
 import base64
 import binascii
 
-import crc32c as _crc32c
-
 #: The reflected Castagnoli polynomial.
 POLYNOMIAL = 0x82F63B78
 
 
 def extend(crc: int, data: object) -> int:
-    """``crc`` extended over ``data`` (any buffer: bytes, memoryview, numpy, ...; no copy)."""
-    return _crc32c.crc32c(data, crc)
+    """``crc`` extended over ``data`` (any buffer: bytes, memoryview, numpy, ...; no copy).
+    ``crc32c`` comes with the ``gcs`` extra: only object stores check it, so a local store
+    works without it (imported here, at first use)."""
+    import crc32c
+
+    return crc32c.crc32c(data, crc)
 
 
 def to_base64(crc: int) -> str:
