@@ -25,8 +25,8 @@ import threading
 
 import psutil
 
+from .distributions import persistent_dirs
 from .extra_paths import configured
-from .packages import persistent_dirs
 from .results import Skipped
 
 #: Threads of jupyter-gkeresume itself and of the store's filesystem (fsspec's event loop).
