@@ -49,7 +49,6 @@ from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 T = TypeVar("T")
 RECORD_NAMES = ("paused", "events", "settings")
 LEASE_RECORD_RE = re.compile(r"\Alease-[a-z0-9][a-z0-9._-]{0,150}\Z")
-ENVIRONMENT_RECORD_RE = re.compile(r"\Aenvironment-[0-9a-f]{16}\Z")  # kernel_hooks.packages
 DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
 MAX_CONCURRENCY = 256
@@ -122,8 +121,7 @@ class SnapshotStore:
         return f"{self.root}/snapshots/{validate_snapshot_id(snapshot_id)}.json"
 
     def record_path(self, name: str) -> str:
-        if (name not in RECORD_NAMES and not ENVIRONMENT_RECORD_RE.match(name)
-                and not (LEASE_RECORD_RE.match(name) and ".." not in name)):
+        if name not in RECORD_NAMES and not (LEASE_RECORD_RE.match(name) and ".." not in name):
             raise InvalidInputError(f"unknown record {name!r}")
         return f"{self.root}/records/{name}.json"
 
