@@ -45,6 +45,10 @@ from .transfer import (
 )
 
 WRITE_CHUNK = 16 << 20
+#: The chunk an observer (the hash of a blob written as it is hashed) sees just before it is
+#: written: small enough to stay in a core's cache from the hash to the copy, so each byte is
+#: read from memory once (a 16 MiB chunk is read twice; docs/benchmarks.md, issue 31).
+OBSERVED_CHUNK = 1 << 20
 RETRY_BASE_DELAY = 0.5
 RETRY_MAX_DELAY = 8.0
 FILE_MODE = 0o600
@@ -262,11 +266,13 @@ def fsync_path(path: str) -> None:
 def write_parts(f: BinaryIO, parts: Iterable[object],
                 observe: Callable[[memoryview], object] | None = None) -> None:
     """Write ``parts`` (buffers, in order) in chunks of at most ``WRITE_CHUNK``; ``observe``
-    sees every chunk just before it is written."""
+    sees every chunk just before it is written, and then the chunks are of ``OBSERVED_CHUNK``
+    at most (one pass over memory)."""
+    step = WRITE_CHUNK if observe is None else min(WRITE_CHUNK, OBSERVED_CHUNK)
     for part in parts:
         view = memoryview(part).cast("B")
-        for start in range(0, len(view), WRITE_CHUNK):
-            chunk = view[start : start + WRITE_CHUNK]
+        for start in range(0, len(view), step):
+            chunk = view[start : start + step]
             if observe is not None:
                 observe(chunk)
             f.write(chunk)
