@@ -17,7 +17,8 @@ Every backend method raises the builtin ``FileNotFoundError`` for a missing obje
 - ``FsspecBackend``: blobs stream up through ``transfer.upload_object`` (no renames on object stores:
   a partial upload is never visible), restarted on transient failures when their parts can be
   read again; create-only writes are ``ifGenerationMatch=0`` simple uploads; listings are never
-  served from fsspec's cache (another pod may have changed the bucket).
+  served from fsspec's cache (another pod may have changed the bucket). ``transfer`` (gcsfs's
+  internals, aiohttp) is imported when the first one is built: a local store never loads it.
 """
 
 from __future__ import annotations
@@ -35,14 +36,7 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import StoreError
-from .transfer import (
-    READ_WINDOW,
-    RangedReader,
-    UploadInterrupted,
-    read_first,
-    stored_checksum,
-    upload_object,
-)
+from .transfer_types import UploadInterrupted
 
 WRITE_CHUNK = 16 << 20
 #: The chunk an observer (the hash of a blob written as it is hashed) sees just before it is
@@ -285,13 +279,16 @@ class FsspecBackend:
     local = False
 
     def __init__(self, fs: Any, *, chunk_bytes: int, retries: int):
+        from . import transfer  # the GCS stack: only object stores need it (issue 31)
+
         self.fs, self.chunk_bytes, self.retries = fs, chunk_bytes, retries
+        self.transfer = transfer
 
     def size(self, path: str) -> int:
-        return stored_checksum(self.fs, path)[0]  # never a cached listing: gc may have removed it
+        return self.stat(path)[0]  # never a cached listing: gc may have removed it
 
     def stat(self, path: str) -> tuple[int, int | None]:
-        return stored_checksum(self.fs, path)
+        return self.transfer.stored_checksum(self.fs, path)
 
     def read(self, path: str, limit: int | None = None) -> bytes:
         if limit is None:
@@ -301,14 +298,16 @@ class FsspecBackend:
     @contextmanager
     def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
         # The first window's answer tells the blob's size: no metadata request.
-        first, size = read_first(self.fs, path, READ_WINDOW)
-        with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
+        window = self.transfer.READ_WINDOW
+        first, size = self.transfer.read_first(self.fs, path, window)
+        with self.transfer.RangedReader(self.fs, path, size, window, first) as f:
             yield f, size
 
     def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> int | None:
         attempts = 1 + self.retries if isinstance(parts, Sequence) else 1
         try:
-            stored = retrying(lambda: upload_object(self.fs, path, parts, self.chunk_bytes),
+            stored = retrying(lambda: self.transfer.upload_object(self.fs, path, parts,
+                                                                  self.chunk_bytes),
                               attempts)
         except FileNotFoundError:
             raise StoreError(f"no such bucket for {path.split('/', 1)[0]}") from None
