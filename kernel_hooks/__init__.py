@@ -5,7 +5,7 @@ the environment load it at start, through ``etc/ipython/ipython_kernel_config.js
 ``%checkpoint``, ``%snapshots``, ``%resume``, ``%pause``; the same verbs as functions below.
 
 Every kernel of the environment pays for loading it, also those that never pause: the load
-imports only what it records (``tests/test_kernel_start.py`` pins the list). The verbs, the
+imports only what it records (``tests/test_kernel_start.py`` pins what it must not import). The verbs, the
 store and its GCS stack, torch and numpy are imported by the first checkpoint or resume (the
 verbs below are loaded on first use, PEP 562).
 """
