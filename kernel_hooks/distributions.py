@@ -100,13 +100,17 @@ def remember_environment() -> set[Installed]:
 
 def started() -> float:
     """When this session began (epoch seconds): the start of the process that launched the
-    kernel (``JPY_PARENT_PID``), or of the kernel itself when none did or it is gone."""
-    for pid in (os.environ.get(LAUNCHER_ENV, ""), str(os.getpid())):
-        try:
-            return psutil.Process(int(pid)).create_time()
-        except (ValueError, psutil.Error):
-            continue
-    return time.time()
+    kernel (``JPY_PARENT_PID``, when it is this process or one of its ancestors: a remote
+    launcher's pid names some other process here), else of the kernel itself."""
+    me = psutil.Process()
+    launcher = os.environ.get(LAUNCHER_ENV, "")
+    try:
+        for process in (me, *me.parents()):
+            if str(process.pid) == launcher:
+                return process.create_time()
+        return me.create_time()
+    except psutil.Error:  # an ancestor gone meanwhile
+        return me.create_time()
 
 
 def baseline() -> set[Installed]:

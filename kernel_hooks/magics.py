@@ -13,6 +13,7 @@ import argparse
 import shlex
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -24,9 +25,10 @@ from jupyter_gkeresume.units import human_bytes
 
 from . import server_link
 from .notebooks import notebook_path, shorten, this_notebook
-from .progress import CellProgress
-from .replay import ReplayPlan
-from .results import CheckpointResult, ResumeResult
+
+if TYPE_CHECKING:
+    from .replay import ReplayPlan
+    from .results import CheckpointResult, ResumeResult
 
 
 class MagicFailed(GkeResumeError):
@@ -99,6 +101,13 @@ def _api():
     return api
 
 
+def _cell_progress():
+    """A progress bar in the running cell (``progress.CellProgress``, imported with the first)."""
+    from .progress import CellProgress
+
+    return CellProgress()
+
+
 def _age(created: str | None) -> str:
     if not created:
         return "?"
@@ -135,7 +144,7 @@ class ResumeMagics(Magics):
         args = _parse(self.checkpoint, line)
         if args is None:
             return None
-        print(format_checkpoint(self._run(lambda: _api().checkpoint(args.name, progress=CellProgress()))))
+        print(format_checkpoint(self._run(lambda: _api().checkpoint(args.name, progress=_cell_progress()))))
         return None
 
     @magic_arguments()
@@ -203,7 +212,7 @@ class ResumeMagics(Magics):
         only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
         result = self._run(lambda: _api().resume(
             args.reference, any_notebook=args.any_notebook, only=only, key_file=args.key_file,
-            progress=CellProgress(), continuing_cell=True,
+            progress=_cell_progress(), continuing_cell=True,
         ))
         print(format_resume(result))
         if args.replay:
@@ -243,7 +252,7 @@ class ResumeMagics(Magics):
             return None
         if server_link.server_url() is None:
             print(format_checkpoint(self._run(lambda: _api().checkpoint(args.name,
-                                                                      progress=CellProgress()))))
+                                                                      progress=_cell_progress()))))
             print("no release backend is configured here: the snapshot is saved, the pod is kept")
             return None
         self._run(lambda: server_link.request_pause(args.name))

@@ -110,11 +110,20 @@ def tiny_in(found: set[Installed]) -> bool:
     return any(d.name == "tiny" for d in found)
 
 
-def test_the_session_starts_with_the_kernel_when_no_launcher_is_known(monkeypatch):
-    monkeypatch.setenv(distributions.LAUNCHER_ENV, "not-a-pid")
-    assert distributions.started() == psutil.Process().create_time()
-    monkeypatch.delenv(distributions.LAUNCHER_ENV)
-    assert distributions.started() == psutil.Process().create_time()
+def test_the_session_starts_with_its_launcher_or_else_with_the_kernel(monkeypatch):
+    me = psutil.Process()
+    monkeypatch.setenv(distributions.LAUNCHER_ENV, str(me.parent().pid))
+    assert distributions.started() == me.parent().create_time()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:  # a pid that is no ancestor (a remote launcher's) says nothing here
+        monkeypatch.setenv(distributions.LAUNCHER_ENV, str(other.pid))
+        assert distributions.started() == me.create_time()
+    finally:
+        other.kill()
+        other.wait()
+    for unknown in ("not-a-pid", ""):
+        monkeypatch.setenv(distributions.LAUNCHER_ENV, unknown)
+        assert distributions.started() == me.create_time()
 
 
 def test_capture_stores_a_new_distribution_by_its_record_and_can_be_turned_off(tmp_path, monkeypatch):
