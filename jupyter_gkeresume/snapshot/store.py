@@ -186,7 +186,7 @@ class SnapshotStore:
         if not self.hashes_while_writing:
             raise InvalidInputError(f"{self} cannot hash a blob while writing it: "
                                     "compute its digest first")
-        hasher = algorithm.new(0)  # fed OBSERVED_CHUNK at a time: one thread hashes those best
+        hasher = algorithm.new(size)
 
         def observe(chunk: memoryview) -> None:
             hasher.update(chunk)
