@@ -39,9 +39,11 @@ from ..errors import StoreError
 from .transfer_types import UploadInterrupted
 
 WRITE_CHUNK = 16 << 20
-#: The chunk an observer (the hash of a blob written as it is hashed) sees just before it is
-#: written: small enough to stay in a core's cache from the hash to the copy, so each byte is
-#: read from memory once (a 16 MiB chunk is read twice; docs/benchmarks.md, issue 31).
+#: The chunk a one-thread hash of a blob written as it is hashed sees just before it is written:
+#: small enough to stay in a core's cache from the hash to the copy, so each byte is read from
+#: memory once (a 16 MiB chunk is read twice). A hash that spreads over the cores (BLAKE3 of a
+#: big blob) is fed ``WRITE_CHUNK``: in 1 MiB pieces its threads cost more than they save
+#: (docs/benchmarks.md, issue 31).
 OBSERVED_CHUNK = 1 << 20
 RETRY_BASE_DELAY = 0.5
 RETRY_MAX_DELAY = 8.0
@@ -155,9 +157,10 @@ class LocalBackend:
 
     def write_named_by_content(self, folder: str, parts: Iterable[object],
                                observe: Callable[[memoryview], object],
-                               path_for: Callable[[], str]) -> bool:
-        """Write ``parts`` to a new temporary file in ``folder`` (``observe`` sees every chunk
-        as it is written: a hasher's ``update``), fsync it, then link it as ``path_for()``,
+                               path_for: Callable[[], str], chunk: int = WRITE_CHUNK) -> bool:
+        """Write ``parts`` to a new temporary file in ``folder`` (``observe`` sees every chunk,
+        of ``chunk`` bytes at most, just before it is written: a hasher's ``update``), fsync it,
+        then link it as ``path_for()``,
         called once every byte is written (the name depends on them). True when the path was
         new; False when it held a file already: ours replaces it all the same (never keep a
         file found under a predictable name: it may hold other bytes of the same size), and
@@ -165,7 +168,7 @@ class LocalBackend:
         make_private_dirs(folder)
         tmp = f"{folder}/.tmp-{uuid.uuid4().hex}"
         try:
-            self._write_temporary(tmp, parts, observe)
+            self._write_temporary(tmp, parts, observe, chunk)
             path = path_for()
             make_private_dirs(os.path.dirname(path))
             new = _link_or_replace(tmp, path)
@@ -193,11 +196,12 @@ class LocalBackend:
 
     @staticmethod
     def _write_temporary(tmp: str, parts: Iterable[object],
-                         observe: Callable[[memoryview], object] | None = None) -> None:
+                         observe: Callable[[memoryview], object] | None = None,
+                         chunk: int = WRITE_CHUNK) -> None:
         """Create ``tmp`` (private, never an existing file), write ``parts`` and fsync it."""
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
-            write_parts(f, parts, observe)
+            write_parts(f, parts, observe, chunk)
             f.flush()
             os.fsync(f.fileno())
 
@@ -258,11 +262,11 @@ def fsync_path(path: str) -> None:
 
 
 def write_parts(f: BinaryIO, parts: Iterable[object],
-                observe: Callable[[memoryview], object] | None = None) -> None:
-    """Write ``parts`` (buffers, in order) in chunks of at most ``WRITE_CHUNK``; ``observe``
-    sees every chunk just before it is written, and then the chunks are of ``OBSERVED_CHUNK``
-    at most (one pass over memory)."""
-    step = WRITE_CHUNK if observe is None else min(WRITE_CHUNK, OBSERVED_CHUNK)
+                observe: Callable[[memoryview], object] | None = None,
+                chunk: int = WRITE_CHUNK) -> None:
+    """Write ``parts`` (buffers, in order) in chunks of at most ``chunk`` bytes (and of
+    ``WRITE_CHUNK``); ``observe`` sees every chunk just before it is written."""
+    step = min(chunk, WRITE_CHUNK)
     for part in parts:
         view = memoryview(part).cast("B")
         for start in range(0, len(view), step):

@@ -42,8 +42,8 @@ from ..errors import (
     NotFoundInStore,
     StoreError,
 )
-from .backends import LocalBackend, Sent, open_backend
-from .digests import Digest, hex_part, is_digest
+from .backends import OBSERVED_CHUNK, WRITE_CHUNK, LocalBackend, Sent, open_backend
+from .digests import BLAKE3, PARALLEL_HASH_BYTES, Digest, hex_part, is_digest
 from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 
 T = TypeVar("T")
@@ -187,6 +187,8 @@ class SnapshotStore:
             raise InvalidInputError(f"{self} cannot hash a blob while writing it: "
                                     "compute its digest first")
         hasher = algorithm.new(size)
+        threaded = algorithm is BLAKE3 and size >= PARALLEL_HASH_BYTES  # digests._blake3
+        step = WRITE_CHUNK if threaded else OBSERVED_CHUNK  # one pass when on one thread
 
         def observe(chunk: memoryview) -> None:
             hasher.update(chunk)
@@ -196,7 +198,7 @@ class SnapshotStore:
         with self._errors("write blob"):
             new = self.backend.write_named_by_content(
                 f"{self.root}/blobs", parts, observe,
-                lambda: self.blob_path(algorithm.finish(hasher)),
+                lambda: self.blob_path(algorithm.finish(hasher)), step,
             )
         return algorithm.finish(hasher), new
 
