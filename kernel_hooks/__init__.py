@@ -24,9 +24,10 @@ __all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume"
 _VERBS = ("checkpoint", "list_snapshots", "replay", "resume")  # from .api
 
 # The submodule ``replay`` (the planner, light) shares its name with the verb: loading it binds
-# the package attribute once, so it is loaded here and the name handed back to the verb.
+# the package attribute once, so it is loaded here and the name handed back to the verb (on a
+# ``%reload_ext`` the name holds the verb or nothing).
 importlib.import_module(".replay", __name__)
-del globals()["replay"]
+globals().pop("replay", None)
 
 
 def __getattr__(name: str) -> Any:
