@@ -207,6 +207,21 @@ def report(rows: list[dict], args) -> None:
         print(f"- {shape}, cpus {cpus}: median over {len(group)} rounds: checkpoint {up:.2f}x "
               f"the plain upload, resume {down:.2f}x the plain download; CPU seconds (client + "
               f"emulator) ours / plain: checkpoint {cpu_up:.2f}, resume {cpu_down:.2f}")
+        print(f"  - {shape}, cpus {cpus}, per GB (median): " + "; ".join(
+            per_gb(group, ours, plain) for ours, plain in (("checkpoint", "put"), ("resume", "cat"))))
+
+
+def per_gb(group: list[dict], ours: str, plain: str) -> str:
+    """Wall and CPU seconds per GB of ``ours`` and ``plain`` (client, emulator), and ours / plain
+    of the client's CPU (issue 31 item 3 asks <= 1.1x for the checkpoint)."""
+    def median(step: str, index: int) -> float:
+        return statistics.median(r[step][index] / (r["bytes"] / 1e9) for r in group)
+
+    client = statistics.median(r[ours][1] / r[plain][1] for r in group)
+    return (f"{ours} {median(ours, 0):.2f} s/GB wall, client {median(ours, 1):.2f} + emulator "
+            f"{median(ours, 2):.2f} CPU s/GB; {plain} {median(plain, 0):.2f} s/GB wall, client "
+            f"{median(plain, 1):.2f} + emulator {median(plain, 2):.2f} CPU s/GB; client CPU "
+            f"{ours}/{plain} {client:.2f}x")
 
 
 if __name__ == "__main__":

@@ -3,34 +3,56 @@
 ``%load_ext kernel_hooks`` loads it (installing jupyter-gkeresume makes every IPython kernel of
 the environment load it at start, through ``etc/ipython/ipython_kernel_config.json``). Magics:
 ``%checkpoint``, ``%snapshots``, ``%resume``, ``%pause``; the same verbs as functions below.
+
+Every kernel of the environment pays for loading it, also those that never pause: the load
+imports only what it records (``tests/test_kernel_start.py`` pins what it must not import). The verbs, the
+store and its GCS stack, torch and numpy are imported by the first checkpoint or resume (the
+verbs below are loaded on first use, PEP 562).
 """
 
-from .api import checkpoint, list_snapshots, replay, resume
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .interpreter_state import register_state
 from .registry import on_resume, register
 
 __all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "register",
            "register_state", "replay", "resume"]
 
+_VERBS = ("checkpoint", "list_snapshots", "replay", "resume")  # from .api
+
+# The submodule ``replay`` (the planner, light) shares its name with the verb: loading it binds
+# the package attribute once, so it is loaded here and the name handed back to the verb (on a
+# ``%reload_ext`` the name holds the verb or nothing).
+importlib.import_module(".replay", __name__)
+globals().pop("replay", None)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _VERBS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(".api", __name__), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from .api import checkpoint, list_snapshots, replay, resume
+
 
 def load_ipython_extension(ipython) -> None:
     """Register the magics, shorten the kernel's exit (``teardown``) and remember the session's
     starting sys.path, environment, warnings filters, loggers and extensions
-    (``interpreter_state``), installed distributions (``packages.remember_environment``) and
-    threads (``left_behind``)."""
-    from jupyter_gkeresume.errors import GkeResumeError
-
-    from . import interpreter_state, left_behind, packages, session_state, teardown
-    from .api import open_store
+    (``interpreter_state``), installed distributions (``distributions.remember_environment``) and
+    threads (``left_behind``). Opens no store: the first checkpoint or resume does."""
+    from . import distributions, interpreter_state, left_behind, session_state, teardown
     from .magics import ResumeMagics
 
     teardown.install(ipython)
     session_state.remember_baseline()
     interpreter_state.remember_baseline(ipython)
-    try:
-        store = open_store()
-    except (GkeResumeError, OSError, ValueError):  # no usable store yet: kept in memory until one
-        store = None
-    packages.remember_environment(store)
-    left_behind.remember_baseline()  # after the store: its threads are the kernel's own
+    distributions.remember_environment()
+    left_behind.remember_baseline()
     ipython.register_magics(ResumeMagics)

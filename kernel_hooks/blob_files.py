@@ -11,9 +11,12 @@ from __future__ import annotations
 import mmap
 import os
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
-from jupyter_gkeresume.snapshot import SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import read_verified
+
+if TYPE_CHECKING:
+    from jupyter_gkeresume.snapshot import SnapshotStore
 
 
 def mapped(stack: ExitStack, path: str | os.PathLike) -> object:

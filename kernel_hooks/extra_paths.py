@@ -26,14 +26,17 @@ import stat
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from jupyter_gkeresume.errors import GkeResumeError
-from jupyter_gkeresume.snapshot import SnapshotStore
 from jupyter_gkeresume.snapshot.format import PathRecord
 from jupyter_gkeresume.units import human_bytes
 
 from .blob_files import mapped, read_entries, write_file
 from .results import Skipped
+
+if TYPE_CHECKING:
+    from jupyter_gkeresume.snapshot import SnapshotStore
 
 PATHS_ENV = "GKERESUME_EXTRA_PATHS"
 LIMIT_ENV = "GKERESUME_EXTRA_PATHS_MAX_BYTES"

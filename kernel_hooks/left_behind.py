@@ -25,8 +25,7 @@ import threading
 
 import psutil
 
-from .extra_paths import configured
-from .packages import persistent_dirs
+from .distributions import persistent_dirs
 from .results import Skipped
 
 #: Threads of jupyter-gkeresume itself and of the store's filesystem (fsspec's event loop).
@@ -109,6 +108,8 @@ def _files() -> list:
 
 
 def _open_files() -> list[Skipped]:
+    from .extra_paths import configured  # at checkpoint: the extension's load stays light
+
     kept = [os.path.join(os.path.abspath(d), "") for d in [*persistent_dirs(), *configured()] if d]
     return [Skipped(f"file {f.path}", "open file",
                     "open for writing outside the home volume: it stays on this pod, the next "

@@ -13,6 +13,7 @@ import argparse
 import shlex
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -20,14 +21,14 @@ from IPython.core.magic_arguments import argument, magic_arguments, real_name
 
 from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError, SnapshotNotFoundError
 from jupyter_gkeresume.printable import printable
-from jupyter_gkeresume.snapshot.cost import format_cost, workspace_cost
 from jupyter_gkeresume.units import human_bytes
 
-from . import api, server_link
+from . import server_link
 from .notebooks import notebook_path, shorten, this_notebook
-from .progress import CellProgress
-from .replay import ReplayPlan
-from .results import CheckpointResult, ResumeResult
+
+if TYPE_CHECKING:
+    from .replay import ReplayPlan
+    from .results import CheckpointResult, ResumeResult
 
 
 class MagicFailed(GkeResumeError):
@@ -92,6 +93,21 @@ def format_resume(r: ResumeResult) -> str:
     return "\n".join(lines)
 
 
+def _api():
+    """``kernel_hooks.api``, imported by the first magic that needs it: the extension's load
+    registers the magics without importing the store, torch or numpy (issue 31)."""
+    from . import api
+
+    return api
+
+
+def _cell_progress():
+    """A progress bar in the running cell (``progress.CellProgress``, imported with the first)."""
+    from .progress import CellProgress
+
+    return CellProgress()
+
+
 def _age(created: str | None) -> str:
     if not created:
         return "?"
@@ -128,7 +144,7 @@ class ResumeMagics(Magics):
         args = _parse(self.checkpoint, line)
         if args is None:
             return None
-        print(format_checkpoint(self._run(lambda: api.checkpoint(args.name, progress=CellProgress()))))
+        print(format_checkpoint(self._run(lambda: _api().checkpoint(args.name, progress=_cell_progress()))))
         return None
 
     @magic_arguments()
@@ -141,7 +157,9 @@ class ResumeMagics(Magics):
         """
         if _parse(self.snapshots, line) is None:
             return None
-        rows = self._run(api.list_snapshots)
+        from jupyter_gkeresume.snapshot.cost import format_cost, workspace_cost
+
+        rows = self._run(_api().list_snapshots)
         if not rows:
             print("no snapshots in this workspace yet (%checkpoint makes one)")
             return None
@@ -161,7 +179,7 @@ class ResumeMagics(Magics):
                   f"{r.verdict.level if r.verdict else '?'}")
             if r.packages:
                 print(f"  {'':<24} a resume here installs: {', '.join(r.packages)}")
-        usage = self._run(lambda: workspace_cost(api.open_store()))
+        usage = self._run(lambda: workspace_cost(_api().open_store()))
         print(f"workspace: {usage.snapshots} snapshots, {human_bytes(usage.bytes)} stored "
               f"(shared blobs once), about {format_cost(usage.monthly_usd)}")
         if here is not None:
@@ -192,9 +210,9 @@ class ResumeMagics(Magics):
         if args is None:
             return None
         only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-        result = self._run(lambda: api.resume(
+        result = self._run(lambda: _api().resume(
             args.reference, any_notebook=args.any_notebook, only=only, key_file=args.key_file,
-            progress=CellProgress(), continuing_cell=True,
+            progress=_cell_progress(), continuing_cell=True,
         ))
         print(format_resume(result))
         if args.replay:
@@ -213,7 +231,7 @@ class ResumeMagics(Magics):
             if plan.cells:
                 print("replay: re-running " + ", ".join(f"In[{n}]" for n in plan.cells))
 
-        result = self._run(lambda: api.replay(missing, on_plan=announce))
+        result = self._run(lambda: _api().replay(missing, on_plan=announce))
         if not result.cells:
             return
         if result.failed:
@@ -233,8 +251,8 @@ class ResumeMagics(Magics):
         if args is None:
             return None
         if server_link.server_url() is None:
-            print(format_checkpoint(self._run(lambda: api.checkpoint(args.name,
-                                                                      progress=CellProgress()))))
+            print(format_checkpoint(self._run(lambda: _api().checkpoint(args.name,
+                                                                      progress=_cell_progress()))))
             print("no release backend is configured here: the snapshot is saved, the pod is kept")
             return None
         self._run(lambda: server_link.request_pause(args.name))

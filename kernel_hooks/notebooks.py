@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from jupyter_gkeresume.errors import GkeResumeError
-from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, load_manifest
 
 from .errors import NoNotebookSnapshotError
+
+if TYPE_CHECKING:
+    from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore
 
 ROOT_DIR_ENV = "GKERESUME_ROOT_DIR"
 SESSION_ENV = "JPY_SESSION_NAME"
@@ -56,6 +59,8 @@ def newest_snapshot(store: SnapshotStore, key: SigningKey, notebook: str | None)
 
     Unsigned, foreign or unreadable manifests never count. Raises ``NoNotebookSnapshotError``
     naming the newest refused one and the newest of another notebook, if any."""
+    from jupyter_gkeresume.snapshot.manifests import load_manifest  # not at kernel start
+
     ids = store.list_snapshot_ids()
     other: tuple[str, str] | None = None
     refused: tuple[str, str] | None = None

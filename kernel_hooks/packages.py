@@ -2,14 +2,8 @@
 
 Call order:
 
-1. ``remember_environment(store)`` when the extension loads: the distributions installed now are
-   this environment's baseline, kept in memory and, the first time this environment (its
-   ``sys.prefix`` and image) is seen, in the store's record ``environment-<key>``; a later
-   kernel of the same environment reads it back, so a package installed before a kernel restart still counts
-   as installed in the session. The record is signed with the workspace key (``sign_record``):
-   one planted by anyone else who can write the prefix, claiming a package for the image so that
-   no snapshot carries it, is ignored and replaced by this kernel's own. ``store=None`` (no store
-   configured yet) keeps it in memory until the first checkpoint.
+1. ``distributions.remember_environment()`` when the extension loads, ``distributions.baseline()``
+   at checkpoint: what the image holds (see there).
 2. ``capture_packages(store, write_blob)`` in ``take_checkpoint``: every distribution whose (name,
    version, location) is not in the baseline and whose location is not on the persistent volume
    (home, ``GKERESUME_ROOT_DIR``) becomes one blob, entry ``i`` the bytes of file ``i`` of its
@@ -29,52 +23,37 @@ claimed, not written again: ``BlobWriter.write_views``).
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
-import re
 import shutil
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
-from typing import NamedTuple
 
-from jupyter_gkeresume.errors import GkeResumeError, StoredRecordError
+from jupyter_gkeresume.errors import GkeResumeError
 from jupyter_gkeresume.snapshot import SnapshotStore
 from jupyter_gkeresume.snapshot.compat import (
     package_problem,
     packages_to_install,
     top_level_names,
 )
-from jupyter_gkeresume.snapshot.fingerprint import ENV_FACTS
 from jupyter_gkeresume.snapshot.format import PackageRecord
-from jupyter_gkeresume.snapshot.signing import SigningKey, load_signing_key, open_record, sign_record
 from jupyter_gkeresume.units import human_bytes
 
 from .blob_files import mapped, read_entries, write_file
-from .notebooks import ROOT_DIR_ENV
+from .distributions import Installed, baseline, normalize, persistent_dirs, scan, session_packages
 from .results import Progress
 
 ENABLED_ENV = "GKERESUME_PACKAGES"
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
-_DIST_DIR = re.compile(r"\A(?P<name>[^-]+)-(?P<version>[^-]+?)(-py\d[\d.]*)?\.(dist|egg)-info\Z")
 
 
 class PackageError(GkeResumeError):
     """A package of the session cannot be stored, or put back into this environment."""
-
-
-class Installed(NamedTuple):
-    """One installed distribution, as the baseline compares them."""
-
-    name: str  # normalized (PEP 503)
-    version: str
-    location: str
 
 
 @dataclass
@@ -87,88 +66,8 @@ class Captured:
     new_bytes: int = 0  # of blobs written now (the others were in the store)
 
 
-_baseline: set[Installed] | None = None
-_persisted = False
-
-
 def enabled() -> bool:
     return os.environ.get(ENABLED_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def scan(paths: Iterable[str]) -> set[Installed]:
-    """The distributions in ``paths`` (directories of ``sys.path``), from their metadata
-    directories' names alone."""
-    found = set()
-    for location in dict.fromkeys(p for p in paths if p):  # not "" (the working directory)
-        try:
-            entries = list(os.scandir(location))
-        except OSError:
-            continue
-        for entry in entries:
-            match = _DIST_DIR.match(entry.name)
-            if match:
-                found.add(Installed(normalize(match["name"]), match["version"],
-                                    os.path.abspath(location)))
-    return found
-
-
-def session_packages(baseline: set[Installed], now: set[Installed],
-                     persistent: Iterable[str]) -> list[Installed]:
-    """The distributions installed or changed since ``baseline``, minus those that live under a
-    ``persistent`` directory (they come back with the volume)."""
-    roots = [os.path.join(os.path.abspath(r), "") for r in persistent if r]
-    return sorted(d for d in now - baseline
-                  if not any(os.path.join(d.location, "").startswith(r) for r in roots))
-
-
-def persistent_dirs() -> list[str]:
-    return [str(Path.home()), os.environ.get(ROOT_DIR_ENV, "")]
-
-
-def environment_record() -> str:
-    """This environment's baseline record name: by ``sys.prefix`` and the image (where the
-    environment tells it), so a pod of a newer image does not take its packages for the
-    session's."""
-    image = next((os.environ[n] for n in ENV_FACTS["image"] if os.environ.get(n)), "")
-    return "environment-" + hashlib.sha256(f"{sys.prefix}\0{image}".encode()).hexdigest()[:16]
-
-
-def remember_environment(store: SnapshotStore | None) -> set[Installed]:
-    """This environment's baseline (see the module docstring); never raises for a store that
-    cannot be read or written (the in-memory baseline stands, persisted at the next call)."""
-    global _baseline, _persisted
-    if _baseline is None:
-        _baseline = scan(sys.path)
-    if store is not None and not _persisted:
-        try:
-            key = load_signing_key(workspace=store.workspace)
-            stored = _stored_baseline(store, key)
-            if stored is None:
-                record = {"workspace": store.workspace, "distributions": sorted(_baseline)}
-                store.write_record(environment_record(), sign_record(record, key))
-            else:
-                _baseline = stored
-            _persisted = True
-        except (GkeResumeError, OSError):
-            pass  # unreadable or unwritable: the in-memory baseline stands
-    return _baseline
-
-
-def _stored_baseline(store: SnapshotStore, key: SigningKey) -> set[Installed] | None:
-    """The baseline this workspace stored for this environment; None when there is none, or
-    the record is not one this workspace's key signed (planted, tampered, malformed)."""
-    raw = store.read_record(environment_record())
-    if raw is None:
-        return None
-    try:
-        record = open_record(raw, key, store.workspace, "the environment baseline")
-        return {Installed(*map(str, d)) for d in record["distributions"]}
-    except (StoredRecordError, KeyError, TypeError, ValueError):
-        return None
 
 
 def capture_packages(store: SnapshotStore,
@@ -179,8 +78,7 @@ def capture_packages(store: SnapshotStore,
     out = Captured([], {}, {})
     if not enabled():
         return out
-    baseline = remember_environment(store)
-    for dist in session_packages(baseline, scan(sys.path), persistent_dirs()):
+    for dist in session_packages(baseline(), scan(sys.path), persistent_dirs()):
         try:
             record, size, new = _store_one(dist, write_blob)
         except (OSError, PackageError) as exc:

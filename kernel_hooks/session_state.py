@@ -15,8 +15,6 @@ import random
 import sys
 from typing import Any
 
-from jupyter_gkeresume import credentials
-
 _baseline: dict[str, Any] = {}
 
 
@@ -51,6 +49,8 @@ def rng_states() -> dict[str, Any]:
 def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
     """The session state to pickle, and the env names left out because they look like
     credentials."""
+    from jupyter_gkeresume import credentials  # its patterns compile at checkpoint, not at load
+
     remember_baseline()
     env_before = _baseline["env"]
     env_set, skipped = {}, []
@@ -75,6 +75,8 @@ def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
 def without_credentials(history: list[str]) -> list[str]:
     """``history`` with the value of every credential-looking environment variable (set now, or
     when the session started) scrubbed out."""
+    from jupyter_gkeresume import credentials
+
     remember_baseline()
     env = {**_baseline["env"], **os.environ}
     return credentials.scrub(history, [v for n, v in env.items() if credentials.env_looks_secret(n, v)])

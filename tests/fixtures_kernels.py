@@ -4,7 +4,8 @@
 and signing key. ``start_kernel()`` starts a fresh kernel process (the extension is auto-loaded by
 the installed etc/ipython config) and returns a ``Kernel`` handle; ``start_kernel(env={...})``
 adds variables for that kernel only (``JPY_SESSION_NAME``: which notebook it belongs to),
-``kernel_name=`` another kernelspec (found through ``JUPYTER_PATH``). Every
+``kernel_name=`` another kernelspec (found through ``JUPYTER_PATH``), ``extra_arguments=`` the
+kernel's command line (``--IPKernelApp.extensions=[]``: without the extension). Every
 kernel is killed at the end of the test.
 """
 
@@ -83,10 +84,12 @@ def kernel_env(tmp_path):
 def start_kernel(kernel_env):
     started: list[Kernel] = []
 
-    def start(env: dict[str, str] | None = None, kernel_name: str = "python3") -> Kernel:
+    def start(env: dict[str, str] | None = None, kernel_name: str = "python3",
+              extra_arguments: list[str] | None = None) -> Kernel:
         manager, client = start_new_kernel(kernel_name=kernel_name, env={**kernel_env, **(env or {})},
                                            cwd=kernel_env.get("GKERESUME_TEST_CWD",
-                                                              kernel_env["GKERESUME_STORE"]))
+                                                              kernel_env["GKERESUME_STORE"]),
+                                           extra_arguments=extra_arguments or [])
         kernel = Kernel(manager, client)
         started.append(kernel)
         return kernel

@@ -14,19 +14,22 @@ import base64
 import dataclasses
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from jupyter_gkeresume.errors import ManifestError
 from jupyter_gkeresume.snapshot import Manifest, SnapshotStore, check_compatible
 from jupyter_gkeresume.snapshot.compat import package_problem
 from jupyter_gkeresume.snapshot.format import PackageRecord
-from kernel_hooks import packages
+from kernel_hooks import distributions, packages
 from kernel_hooks.packages import Installed, scan, session_packages
 
 SITE = sysconfig.get_paths()["purelib"]
@@ -50,35 +53,77 @@ def test_session_packages_are_new_or_changed_and_not_on_the_persistent_volume(tm
     assert session_packages(now, now, []) == []
 
 
-def test_the_baseline_is_persisted_beside_the_store_and_outlives_the_kernel(tmp_path, monkeypatch):
-    """A kernel restarted after a %pip install must still count the package as the session's:
-    the first kernel of an environment stores the baseline, later ones read it."""
+def installed(site: Path, *names: str, seconds_ago: float = 0) -> None:
+    """Metadata directories as an install leaves them; ``seconds_ago``: as an image built
+    then does (a layer's files keep their build time)."""
+    for name in names:
+        (site / name).mkdir(parents=True)
+        if seconds_ago:
+            then = time.time() - seconds_ago
+            os.utime(site / name, (then, then))
+
+
+def test_the_baseline_is_what_the_image_holds_a_restart_keeps_the_session_and_an_upgrade_is_not_one(
+        tmp_path, monkeypatch):
+    """Issue 21: a package installed before a kernel restart still counts as the session's.
+    Issue 29 item 8: after an image upgrade (a new pod, no image name in the environment) the
+    added and upgraded distributions are the image's, not installed in the session. The
+    session starts with the process that launched the kernel: jupyter_client's launcher sets
+    ``JPY_PARENT_PID`` to it (jupyter_client/launcher.py, ``launch_kernel``); here, pytest."""
     site = tmp_path / "site"
-    (site / "torch-2.13.0.dist-info").mkdir(parents=True)
+    installed(site, "torch-2.13.0.dist-info", "numpy-2.1.dist-info", seconds_ago=3600)
     monkeypatch.setattr(sys, "path", [str(site)])
-    monkeypatch.setattr(packages, "_baseline", None)
-    monkeypatch.setattr(packages, "_persisted", False)
-    store = SnapshotStore(str(tmp_path / "store"), "ws")
-    first = packages.remember_environment(store)
-    assert first == {Installed("torch", "2.13.0", str(site))}
-    stored = json.loads(store.read_record(packages.environment_record()))
-    assert stored["distributions"] == [["torch", "2.13.0", str(site)]] and stored["signature"]
+    monkeypatch.setenv(distributions.LAUNCHER_ENV, str(os.getpid()))
+    for name in ("JUPYTER_IMAGE_SPEC", "JUPYTER_IMAGE", "GKERESUME_IMAGE"):
+        monkeypatch.delenv(name, raising=False)
+    image = {Installed("torch", "2.13.0", str(site)), Installed("numpy", "2.1", str(site))}
 
-    (site / "tiny-1.0.dist-info").mkdir()  # installed, then the kernel restarts
-    monkeypatch.setattr(packages, "_baseline", None)
-    monkeypatch.setattr(packages, "_persisted", False)
-    assert packages.remember_environment(store) == first
-    assert session_packages(first, scan(sys.path), []) == [Installed("tiny", "1.0", str(site))]
+    def kernel_starts() -> set[Installed]:
+        monkeypatch.setattr(distributions, "_loaded", None)
+        return distributions.remember_environment()
 
-    # issue 22: anyone who can write the prefix could claim an empty baseline, so that every
-    # snapshot carries the whole image; an unsigned record is ignored and replaced by the
-    # kernel's own scan
-    store.write_record(packages.environment_record(),
-                       json.dumps({"workspace": "ws", "distributions": []}).encode())
-    monkeypatch.setattr(packages, "_baseline", None)
-    monkeypatch.setattr(packages, "_persisted", False)
-    assert packages.remember_environment(store) == scan(sys.path)
-    assert json.loads(store.read_record(packages.environment_record()))["signature"]
+    assert kernel_starts() == image and distributions.baseline() == image
+    installed(site, "tiny-1.0.dist-info")  # %pip install tiny in the first cell
+    assert session_packages(distributions.baseline(), scan(sys.path), []) == [
+        Installed("tiny", "1.0", str(site))]
+    assert tiny_in(kernel_starts())  # the kernel restarts: tiny is there at load ...
+    assert distributions.baseline() == image  # ... and still the session's
+    assert session_packages(distributions.baseline(), scan(sys.path), []) == [
+        Installed("tiny", "1.0", str(site))]
+
+    # the image upgrades: a new pod has none of the session's installs, numpy 2.2 for 2.1
+    # and a new distribution, all built before its server started
+    for name in ("tiny-1.0.dist-info", "numpy-2.1.dist-info"):
+        (site / name).rmdir()
+    installed(site, "numpy-2.2.dist-info", "pandas-3.0.dist-info", seconds_ago=600)
+    upgraded = kernel_starts()
+    assert distributions.baseline() == upgraded and len(upgraded) == 3
+    assert session_packages(distributions.baseline(), scan(sys.path), []) == []
+
+    # an image built where the clock is ahead of this node's has directories "from the future"
+    installed(site, "skewed-1.0.dist-info", seconds_ago=-3600)
+    assert Installed("skewed", "1.0", str(site)) in kernel_starts()
+    assert session_packages(distributions.baseline(), scan(sys.path), []) == []
+
+
+def tiny_in(found: set[Installed]) -> bool:
+    return any(d.name == "tiny" for d in found)
+
+
+def test_the_session_starts_with_its_launcher_or_else_with_the_kernel(monkeypatch):
+    me = psutil.Process()
+    monkeypatch.setenv(distributions.LAUNCHER_ENV, str(me.parent().pid))
+    assert distributions.started() == me.parent().create_time()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:  # a pid that is no ancestor (a remote launcher's) says nothing here
+        monkeypatch.setenv(distributions.LAUNCHER_ENV, str(other.pid))
+        assert distributions.started() == me.create_time()
+    finally:
+        other.kill()
+        other.wait()
+    for unknown in ("not-a-pid", ""):
+        monkeypatch.setenv(distributions.LAUNCHER_ENV, unknown)
+        assert distributions.started() == me.create_time()
 
 
 def test_capture_stores_a_new_distribution_by_its_record_and_can_be_turned_off(tmp_path, monkeypatch):
@@ -94,8 +139,7 @@ def test_capture_stores_a_new_distribution_by_its_record_and_can_be_turned_off(t
                                  "tiny-1.0.dist-info/METADATA,,\ntiny-1.0.dist-info/WHEEL,,\n"
                                  "tiny-1.0.dist-info/RECORD,,\n")
     monkeypatch.setattr(sys, "path", [str(site)])
-    monkeypatch.setattr(packages, "_baseline", set())
-    monkeypatch.setattr(packages, "_persisted", True)
+    monkeypatch.setattr(distributions, "_loaded", set())
     written = []
 
     def write_blob(entries):

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from jupyter_gkeresume.errors import IntegrityError, InvalidInputError
-from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, SnapshotWriter, digests
+from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, SnapshotWriter, backends, digests
+from jupyter_gkeresume.snapshot import store as store_module
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, read_verified
 from jupyter_gkeresume.snapshot.digests import ALGORITHMS, BLAKE3, DEFAULT, SHA256, algorithm_of
 from kernel_hooks import blobwriter
@@ -98,6 +99,49 @@ def test_write_blob_hashing_names_the_file_by_its_bytes_in_one_pass(tmp_path):
     assert [b.digest for b in store.list_blobs()] == [digest] and store.list_partial_writes() == []
     with store.open_blob(digest) as (f, size):
         read_verified(f, digest, size, lambda i, n: None)
+
+
+def test_the_one_pass_write_hashes_each_chunk_just_before_it_copies_it(tmp_path, monkeypatch):
+    """Issue 31 item 4: each byte read from memory once. The hash sees a chunk of at most
+    ``OBSERVED_CHUNK`` (it stays in the core's cache) and the very same chunk is written next;
+    the digest is the one a separate pass gives, and the file holds the bytes."""
+    events: list[tuple[str, bytes]] = []
+
+    class Recording(io.BytesIO):
+        def write(self, data):
+            events.append(("write", bytes(data)))
+            return super().write(data)
+
+    payload = np.random.default_rng(0).integers(0, 256, (3 << 20) + 12345, dtype=np.uint8)
+    parts = [b"header", payload, b"", memoryview(b"tail" * 1000)]
+    hasher = BLAKE3.new(0)
+
+    def observe(chunk):
+        events.append(("hash", bytes(chunk)))
+        hasher.update(chunk)
+
+    out = Recording()
+    backends.write_parts(out, parts, observe, backends.OBSERVED_CHUNK)
+    assert [kind for kind, _ in events] == ["hash", "write"] * (len(events) // 2)
+    assert all(h == w for (_, h), (_, w) in zip(events[::2], events[1::2], strict=True))
+    assert max(len(data) for _, data in events) == backends.OBSERVED_CHUNK
+    joined = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+    assert out.getvalue() == joined and BLAKE3.finish(hasher) == BLAKE3.of(parts)
+
+    store = SnapshotStore(str(tmp_path), "ws")  # the store's one pass names it the same way
+    steps = []
+    write = store.backend.write_named_by_content
+    monkeypatch.setattr(store.backend, "write_named_by_content",
+                        lambda *args: steps.append(args[-1]) or write(*args))
+    layout = layout_for([("uint8", payload.nbytes)])
+    digest, _ = store.write_blob_hashing([layout.header, payload], BLAKE3, layout.size)
+    assert digest == blob_digest(layout, [payload], BLAKE3)
+    with store.open_blob(digest) as (f, _):
+        assert f.read() == layout.header + payload.tobytes()
+    # a blob BLAKE3 hashes with every core is fed big chunks: 1 MiB pieces cost its threads more
+    monkeypatch.setattr(store_module, "PARALLEL_HASH_BYTES", 1 << 20)
+    assert store.write_blob_hashing([layout.header, payload], BLAKE3, layout.size)[0] == digest
+    assert steps == [backends.OBSERVED_CHUNK, backends.WRITE_CHUNK]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "other bytes of the same size"])

@@ -17,7 +17,8 @@ Every backend method raises the builtin ``FileNotFoundError`` for a missing obje
 - ``FsspecBackend``: blobs stream up through ``transfer.upload_object`` (no renames on object stores:
   a partial upload is never visible), restarted on transient failures when their parts can be
   read again; create-only writes are ``ifGenerationMatch=0`` simple uploads; listings are never
-  served from fsspec's cache (another pod may have changed the bucket).
+  served from fsspec's cache (another pod may have changed the bucket). ``transfer`` (gcsfs's
+  internals, aiohttp) is imported when the first one is built: a local store never loads it.
 """
 
 from __future__ import annotations
@@ -35,16 +36,15 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import StoreError
-from .transfer import (
-    READ_WINDOW,
-    RangedReader,
-    UploadInterrupted,
-    read_first,
-    stored_checksum,
-    upload_object,
-)
+from .transfer_types import UploadInterrupted
 
 WRITE_CHUNK = 16 << 20
+#: The chunk a one-thread hash of a blob written as it is hashed sees just before it is written:
+#: small enough to stay in a core's cache from the hash to the copy, so each byte is read from
+#: memory once (a 16 MiB chunk is read twice). A hash that spreads over the cores (BLAKE3 of a
+#: big blob) is fed ``WRITE_CHUNK``: in 1 MiB pieces its threads cost more than they save
+#: (docs/benchmarks.md, issue 31).
+OBSERVED_CHUNK = 1 << 20
 RETRY_BASE_DELAY = 0.5
 RETRY_MAX_DELAY = 8.0
 FILE_MODE = 0o600
@@ -157,9 +157,10 @@ class LocalBackend:
 
     def write_named_by_content(self, folder: str, parts: Iterable[object],
                                observe: Callable[[memoryview], object],
-                               path_for: Callable[[], str]) -> bool:
-        """Write ``parts`` to a new temporary file in ``folder`` (``observe`` sees every chunk
-        as it is written: a hasher's ``update``), fsync it, then link it as ``path_for()``,
+                               path_for: Callable[[], str], chunk: int = WRITE_CHUNK) -> bool:
+        """Write ``parts`` to a new temporary file in ``folder`` (``observe`` sees every chunk,
+        of ``chunk`` bytes at most, just before it is written: a hasher's ``update``), fsync it,
+        then link it as ``path_for()``,
         called once every byte is written (the name depends on them). True when the path was
         new; False when it held a file already: ours replaces it all the same (never keep a
         file found under a predictable name: it may hold other bytes of the same size), and
@@ -167,7 +168,7 @@ class LocalBackend:
         make_private_dirs(folder)
         tmp = f"{folder}/.tmp-{uuid.uuid4().hex}"
         try:
-            self._write_temporary(tmp, parts, observe)
+            self._write_temporary(tmp, parts, observe, chunk)
             path = path_for()
             make_private_dirs(os.path.dirname(path))
             new = _link_or_replace(tmp, path)
@@ -195,11 +196,12 @@ class LocalBackend:
 
     @staticmethod
     def _write_temporary(tmp: str, parts: Iterable[object],
-                         observe: Callable[[memoryview], object] | None = None) -> None:
+                         observe: Callable[[memoryview], object] | None = None,
+                         chunk: int = WRITE_CHUNK) -> None:
         """Create ``tmp`` (private, never an existing file), write ``parts`` and fsync it."""
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
-            write_parts(f, parts, observe)
+            write_parts(f, parts, observe, chunk)
             f.flush()
             os.fsync(f.fileno())
 
@@ -260,13 +262,15 @@ def fsync_path(path: str) -> None:
 
 
 def write_parts(f: BinaryIO, parts: Iterable[object],
-                observe: Callable[[memoryview], object] | None = None) -> None:
-    """Write ``parts`` (buffers, in order) in chunks of at most ``WRITE_CHUNK``; ``observe``
-    sees every chunk just before it is written."""
+                observe: Callable[[memoryview], object] | None = None,
+                chunk: int = WRITE_CHUNK) -> None:
+    """Write ``parts`` (buffers, in order) in chunks of at most ``chunk`` bytes (and of
+    ``WRITE_CHUNK``); ``observe`` sees every chunk just before it is written."""
+    step = min(chunk, WRITE_CHUNK)
     for part in parts:
         view = memoryview(part).cast("B")
-        for start in range(0, len(view), WRITE_CHUNK):
-            chunk = view[start : start + WRITE_CHUNK]
+        for start in range(0, len(view), step):
+            chunk = view[start : start + step]
             if observe is not None:
                 observe(chunk)
             f.write(chunk)
@@ -279,13 +283,16 @@ class FsspecBackend:
     local = False
 
     def __init__(self, fs: Any, *, chunk_bytes: int, retries: int):
+        from . import transfer  # the GCS stack: only object stores need it (issue 31)
+
         self.fs, self.chunk_bytes, self.retries = fs, chunk_bytes, retries
+        self.transfer = transfer
 
     def size(self, path: str) -> int:
-        return stored_checksum(self.fs, path)[0]  # never a cached listing: gc may have removed it
+        return self.stat(path)[0]  # never a cached listing: gc may have removed it
 
     def stat(self, path: str) -> tuple[int, int | None]:
-        return stored_checksum(self.fs, path)
+        return self.transfer.stored_checksum(self.fs, path)
 
     def read(self, path: str, limit: int | None = None) -> bytes:
         if limit is None:
@@ -295,14 +302,16 @@ class FsspecBackend:
     @contextmanager
     def open_read(self, path: str) -> Iterator[tuple[BinaryIO, int]]:
         # The first window's answer tells the blob's size: no metadata request.
-        first, size = read_first(self.fs, path, READ_WINDOW)
-        with RangedReader(self.fs, path, size, READ_WINDOW, first) as f:
+        window = self.transfer.READ_WINDOW
+        first, size = self.transfer.read_first(self.fs, path, window)
+        with self.transfer.RangedReader(self.fs, path, size, window, first) as f:
             yield f, size
 
     def write(self, path: str, parts: Iterable[object], sent: Sent | None = None) -> int | None:
         attempts = 1 + self.retries if isinstance(parts, Sequence) else 1
         try:
-            stored = retrying(lambda: upload_object(self.fs, path, parts, self.chunk_bytes),
+            stored = retrying(lambda: self.transfer.upload_object(self.fs, path, parts,
+                                                                  self.chunk_bytes),
                               attempts)
         except FileNotFoundError:
             raise StoreError(f"no such bucket for {path.split('/', 1)[0]}") from None

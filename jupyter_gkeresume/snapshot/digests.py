@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
 
-import blake3
-
 from ..errors import InvalidInputError
 
 #: Blobs at least this big are hashed by BLAKE3 with all cores (its tree mode); smaller ones with
@@ -69,6 +67,8 @@ class Digest:
 
 
 def _blake3(size_hint: int) -> Hasher:
+    import blake3  # here, not at import: a kernel's start names no digest (issue 31)
+
     threads = blake3.blake3.AUTO if size_hint >= PARALLEL_HASH_BYTES else 1
     return blake3.blake3(max_threads=threads)
 

@@ -42,14 +42,13 @@ from ..errors import (
     NotFoundInStore,
     StoreError,
 )
-from .backends import LocalBackend, Sent, open_backend
-from .digests import Digest, hex_part, is_digest
+from .backends import OBSERVED_CHUNK, WRITE_CHUNK, LocalBackend, Sent, open_backend
+from .digests import BLAKE3, PARALLEL_HASH_BYTES, Digest, hex_part, is_digest
 from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 
 T = TypeVar("T")
 RECORD_NAMES = ("paused", "events", "settings")
 LEASE_RECORD_RE = re.compile(r"\Alease-[a-z0-9][a-z0-9._-]{0,150}\Z")
-ENVIRONMENT_RECORD_RE = re.compile(r"\Aenvironment-[0-9a-f]{16}\Z")  # kernel_hooks.packages
 DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
 MAX_CONCURRENCY = 256
@@ -122,8 +121,7 @@ class SnapshotStore:
         return f"{self.root}/snapshots/{validate_snapshot_id(snapshot_id)}.json"
 
     def record_path(self, name: str) -> str:
-        if (name not in RECORD_NAMES and not ENVIRONMENT_RECORD_RE.match(name)
-                and not (LEASE_RECORD_RE.match(name) and ".." not in name)):
+        if name not in RECORD_NAMES and not (LEASE_RECORD_RE.match(name) and ".." not in name):
             raise InvalidInputError(f"unknown record {name!r}")
         return f"{self.root}/records/{name}.json"
 
@@ -189,6 +187,8 @@ class SnapshotStore:
             raise InvalidInputError(f"{self} cannot hash a blob while writing it: "
                                     "compute its digest first")
         hasher = algorithm.new(size)
+        threaded = algorithm is BLAKE3 and size >= PARALLEL_HASH_BYTES  # digests._blake3
+        step = WRITE_CHUNK if threaded else OBSERVED_CHUNK  # one pass when on one thread
 
         def observe(chunk: memoryview) -> None:
             hasher.update(chunk)
@@ -198,7 +198,7 @@ class SnapshotStore:
         with self._errors("write blob"):
             new = self.backend.write_named_by_content(
                 f"{self.root}/blobs", parts, observe,
-                lambda: self.blob_path(algorithm.finish(hasher)),
+                lambda: self.blob_path(algorithm.finish(hasher)), step,
             )
         return algorithm.finish(hasher), new
 

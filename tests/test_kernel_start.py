@@ -1,0 +1,61 @@
+"""Loading the extension keeps a kernel's start light (issue 31 item 1).
+
+Installing the package makes every IPython kernel of the environment load ``kernel_hooks`` at
+start (``etc/ipython/ipython_kernel_config.json``), also for users who never pause. The load may
+import only what it records: no store, nothing of the GCS stack (aiohttp, gcsfs, google), no
+torch or numpy, no hashing or pickling library; the first checkpoint imports them (the GCS
+stack only for a gs:// store: a checkpoint to a local one never loads it). Pinned as
+modules (``sys.modules`` in real kernels, with the extension and without it:
+``--IPKernelApp.extensions=[]``), not as a time: benchmarks/kernel_start.py times it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+#: Third-party and checkpoint machinery that a kernel's start must not import.
+NOT_AT_START = ("aiohttp", "gcsfs", "google", "fsspec", "torch", "numpy", "blake3", "xxhash",
+                "cloudpickle", "crc32c", "yarl")
+#: Our modules that only a checkpoint, a resume or a listing needs.
+CHECKPOINT_MACHINERY = (
+    "kernel_hooks.api", "kernel_hooks.capture", "kernel_hooks.restore", "kernel_hooks.blobwriter",
+    "kernel_hooks.loader", "kernel_hooks.graph", "kernel_hooks.cuda_engine",
+    "jupyter_gkeresume.snapshot.store", "jupyter_gkeresume.snapshot.backends",
+    "jupyter_gkeresume.snapshot.gcs_api", "jupyter_gkeresume.snapshot.signing",
+    "jupyter_gkeresume.snapshot.catalog", "jupyter_gkeresume.snapshot.compat",
+    "jupyter_gkeresume.snapshot.writer",
+)
+MODULES = "import sys, json\nprint(json.dumps(sorted(sys.modules)))"
+
+
+def test_the_extension_loads_without_the_store_and_the_first_checkpoint_imports_it(start_kernel):
+    gcs = {"GKERESUME_STORE": "gs://some-bucket/snapshots"}  # a gs:// store changes nothing at load
+    bare = set(start_kernel(env=gcs, extra_arguments=["--IPKernelApp.extensions=[]"])
+               .run_json(MODULES))
+    kernel = start_kernel(env=gcs)
+    loaded = set(kernel.run_json(MODULES))
+    assert "kernel_hooks" not in bare and "kernel_hooks.magics" in loaded
+
+    added = loaded - bare
+    third_party = sorted(m for m in added if m.split(".")[0] not in sys.stdlib_module_names
+                         and m.split(".")[0] not in ("kernel_hooks", "jupyter_gkeresume", "IPython"))
+    assert third_party == []
+    assert [m for m in loaded if m.split(".")[0] in NOT_AT_START] == []
+    assert [m for m in CHECKPOINT_MACHINERY if m in loaded] == []
+
+    # the verbs and the magics load the rest when first used
+    kernel.run("import os\nos.environ['GKERESUME_STORE'] = os.getcwd()")
+    assert "checkpoint " in kernel.run("%checkpoint")
+    now = set(kernel.run_json(MODULES))
+    assert {"kernel_hooks.api", "blake3", "jupyter_gkeresume.snapshot.store"} <= now
+    assert [m for m in now if m.split(".")[0] in ("aiohttp", "gcsfs", "google")] == []  # local
+    assert kernel.run_json("import json, kernel_hooks\n"
+                           "print(json.dumps([callable(kernel_hooks.replay),"
+                           " kernel_hooks.replay.__module__]))") == [True, "kernel_hooks.api"]
+
+
+def test_the_snapshot_package_names_what_it_loads_on_first_use():
+    from jupyter_gkeresume import snapshot
+
+    assert sorted(snapshot.__all__) == sorted(snapshot._EXPORTS)
+    assert all(getattr(snapshot, name) is not None for name in snapshot.__all__)
