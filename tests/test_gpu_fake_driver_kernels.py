@@ -9,6 +9,8 @@ the restore. The notebook's array type is its own class exposing ``__cuda_array_
 
 from __future__ import annotations
 
+import os
+
 from fixtures_fakecuda import FakeCuda
 
 FAKE_KEYS = ("LD_LIBRARY_PATH", "FAKECUDA_DEVICES", "FAKECUDA_MEMORY", "FAKECUDA_DRIVER_VERSION")
@@ -133,3 +135,46 @@ def test_fewer_gpus_map_by_order(start_kernel, kernel_env, fakecuda):
     got = second.run_json(READ_BACK)
     assert {got[n]["device"] for n in EXPECTED_SUMS} == {0}
     assert all(got[n]["sum"] == total for n, total in EXPECTED_SUMS.items())
+
+
+# A ``sitecustomize`` that makes the GCS stack unimportable, as on an install without the ``gcs``
+# extra (the GPU machine's Python, a plain `pip install jupyter-gkeresume`).
+WITHOUT_GCS_STACK = """
+import sys
+
+class _NotInstalled:
+    BLOCKED = {"aiohttp", "gcsfs", "crc32c", "google"}
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
+        return None
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def test_a_local_store_needs_no_gcs_stack(start_kernel, kernel_env, fakecuda, tmp_path):
+    """Found by the GPU check's dry run (scripts/gpu_check.sh against the fake driver, issue 32):
+    on a Python without the ``gcs`` extra, every checkpoint on a local store died importing
+    crc32c, then aiohttp (snapshot/transfer.py imported the GCS client at module level)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(WITHOUT_GCS_STACK)
+    kernel_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), kernel_env.get("PYTHONPATH")) if p)
+    use_fake_driver(kernel_env, fakecuda, devices=2)
+    first = start_kernel()
+    assert first.run_json("import json, sys; print(json.dumps('crc32c' in sys.modules))") is False
+    first.run(NOTEBOOK)
+    report = first.run_json("r = kernel_hooks.checkpoint('no-gcs'); print(json.dumps(r.to_dict()))")
+    assert report["skipped"] == [], report
+    first.kill()
+    second = start_kernel()
+    resumed = second.run_json(
+        "import json, kernel_hooks; r = kernel_hooks.resume('no-gcs'); print(json.dumps(r.to_dict()))"
+    )
+    assert resumed["not_restored"] == [], resumed
+    got = second.run_json(READ_BACK)
+    gcs_modules = "print(json.dumps(sorted({'aiohttp', 'gcsfs', 'crc32c'} & set(sys.modules))))"
+    assert second.run_json("import sys\n" + gcs_modules) == []
+    assert {name: got[name]["sum"] for name in EXPECTED_SUMS} == EXPECTED_SUMS
