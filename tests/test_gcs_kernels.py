@@ -111,7 +111,7 @@ def test_server_killed_mid_checkpoint(start_kernel, kernel_env, gcs_faulty):
 
 
 RESUME_UNDER_LEASE = r"""
-import json, os, time, kernel_hooks
+import json, os, time, kernel_hooks, kernel_hooks.api
 from jupyter_gkeresume.errors import LeaseHeldError
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 lease = RestoreLease(kernel_hooks.api.open_store(), "notebook-session-1", "{who}", ttl=60)
