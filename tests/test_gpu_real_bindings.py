@@ -317,7 +317,7 @@ def test_the_gpu_benchmark_runs_on_the_real_bindings(fakecuda: FakeCuda, tmp_pat
     bandwidth = result["bandwidth"]
     assert bandwidth["bytes"] == 16 * MiB
     assert all(bandwidth[k] > 0 for k in ("engine_vs_raw", "engine_h2d_vs_raw",
-                                          "engine_sha256_GBps"))
+                                          "engine_blake3_GBps"))
     assert result["hardware"]["cuda"]["count"] == 2
     e2e = result["end_to_end"]
     assert e2e["model_bytes"] == 8192 * 8192 * 2  # one fp16 layer
