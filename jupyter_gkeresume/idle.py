@@ -13,9 +13,11 @@ kernel calls (silent executes publish no ``execute_input``; the end of our own o
 restarts the clock, ``own_activity_until``).
 
 A check runs every ``min(60, idle_timeout / 4)`` seconds and starts a pause (reason ``idle``)
-when the workspace is ``running`` or ``ready``, no operation is in flight, at least one kernel
-runs, and no kernel is busy (unless ``idle_pause_busy``: then the checkpoint queues behind the
-running cell). Our timeout must be shorter than any culler's (jupyter_server
+when the workspace is ``running`` or ``ready``, no operation is in flight, and no kernel is busy
+(unless ``idle_pause_busy``: then the checkpoint queues behind the running cell). With no kernel
+at all (a tab open, nothing running) there is nothing to checkpoint: the pod is released as it
+is (``Orchestrator.release_without_kernels``; not with the ``none`` backend, which frees nothing
+then). Our timeout must be shorter than any culler's (jupyter_server
 ``cull_idle_timeout``, the JupyterHub idle culler, Kubeflow's culler): see docs/server.md.
 
 Call order: the orchestrator builds a ``UserActivity``, passes ``touch("cell")`` to its cell
@@ -87,6 +89,7 @@ class IdleWatcher:
         self.pause_busy = pause_busy
         self.log = log
         self._callback: PeriodicCallback | None = None
+        self._release_failed_at = 0.0  # a failed release without kernels waits a timeout again
 
     def start(self) -> None:
         interval = min(60.0, self.timeout / 4)
@@ -99,18 +102,38 @@ class IdleWatcher:
 
     def idle_seconds(self) -> float:
         """Seconds since a person's last activity, or since our last operation ended (a
-        resume, a checkpoint), whichever came later."""
-        since = max(self.last_activity().timestamp(), self.orchestrator.state.own_activity_until)
+        resume, a checkpoint) or a release without kernels failed, whichever came later."""
+        since = max(self.last_activity().timestamp(), self.orchestrator.state.own_activity_until,
+                    self._release_failed_at)
         return datetime.now(timezone.utc).timestamp() - since
 
+    async def _release_without_kernels(self) -> bool:
+        """Idle with no kernel: nothing to save, the pod goes back as it is; the watcher stops
+        once it did (the server stops soon). A failed release is logged and waits for another
+        whole timeout."""
+        try:
+            released = await self.orchestrator.release_without_kernels("idle")
+        except GkeResumeError as exc:
+            self.log.warning("gkeresume: idle release (no kernel) failed: %s", exc)
+            self._release_failed_at = datetime.now(timezone.utc).timestamp()
+            return False
+        if released:
+            self.log.info("gkeresume: idle for %.0f s with no kernel: pod released",
+                          self.idle_seconds())
+            self.stop()
+        return released
+
     async def check(self) -> bool:
-        """Start an idle pause if due; True when one was started."""
+        """Start an idle pause if due (with no kernel: release the pod at once); True when one
+        was started or the pod released."""
         orch = self.orchestrator
         if orch.state.operation or orch.state.state not in IDLE_STATES:
             return False
         kids = orch.gateway.live_ids()
-        if not kids or self.idle_seconds() < self.timeout:
+        if self.idle_seconds() < self.timeout:
             return False
+        if not kids:
+            return await self._release_without_kernels()
         if orch.gateway.busy(kids) and not self.pause_busy:
             return False
         self.log.info("gkeresume: idle for %.0f s: pausing", self.idle_seconds())

@@ -235,6 +235,22 @@ class Orchestrator:
                 "verifier": self.verifier, "backend": self.backend, "events": self.events,
                 "log": self.log, "previous": self.state.paused}
 
+    async def release_without_kernels(self, reason: str) -> bool:
+        """Give the pod back when the workspace holds no kernel (the idle pause of a server
+        with a tab open and no kernel): nothing to checkpoint, so no snapshot and no paused
+        record; the next pod starts a fresh server. Under the lock, only while no operation runs,
+        the workspace is ``running`` or ``ready``, no kernel lives, and the backend gives a pod
+        back (``none`` frees nothing without kernels). True when the backend released; its
+        ``ReleaseError`` propagates (nothing changed here)."""
+        async with self._lock:
+            if (self.state.operation or self.state.state not in (State.RUNNING, State.READY)
+                    or self.gateway.live_ids() or not self.backend.releases_pod):
+                return False
+            await self.backend.release()
+        metrics.OPERATIONS.labels("release", "ok").inc()
+        metrics.log_event(self.log, "release", outcome="released", reason=reason, kernels=0)
+        return True
+
     async def start_resume(self, snapshot: str | None, mode: str, only: list[str] | None,
                            kernel: str | None) -> tuple[Operation, bool]:
         """Validate, then resume in the background; returns ``(operation, joined)``."""

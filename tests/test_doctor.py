@@ -8,7 +8,12 @@ Upstream facts the checks rely on: the v2 prefix (kubeflow/notebooks ``notebooks
 (kubernetes/kubernetes ``pkg/registry/authorization/selfsubjectaccessreview/rest.go``), the
 downward API's annotations file (one ``key="value"`` line per annotation, values escaped: kubernetes
 ``pkg/fieldpath/fieldpath.go`` ``FormatMap``), Istio's ``proxy.istio.io/config``
-``terminationDrainDuration`` (5 s by default) and ``sidecar.istio.io/status`` on injected pods.
+``terminationDrainDuration`` (5 s by default: istio/istio ``pkg/config/mesh/mesh.go``
+``DefaultProxyConfig``; the annotation is YAML or JSON merged into ProxyConfig by
+``MergeProxyConfig`` / ``protomarshal.ApplyYAML``, a Duration spelled ``"35s"``; read by
+``pilot/cmd/pilot-agent/config/config.go``) and ``sidecar.istio.io/status`` on injected pods
+(``pkg/kube/inject/inject.go`` ``SidecarInjectionStatus``; a native sidecar lists istio-proxy
+under ``initContainers``: ``pkg/kube/inject/testdata/inject/auth.yaml.injected``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,25 @@ GOOD_BASE = f"--ServerApp.base_url={V2_PREFIX}"
 
 
 def doctor(capsys, *args: str) -> tuple[int, dict[str, dict]]:
+    code, checks, _ = doctor_report(capsys, *args)
+    return code, checks
+
+
+def doctor_report(capsys, *args: str) -> tuple[int, dict[str, dict], dict]:
+    """Exit code, the checks by name, and the whole ``--json`` document."""
     code = main(["doctor", "--json", *args])
-    checks = json.loads(capsys.readouterr().out)["checks"]
-    assert all(set(c) == {"name", "ok", "detail"} for c in checks)
-    return code, {c["name"]: c for c in checks}
+    report = json.loads(capsys.readouterr().out)
+    checks = report["checks"]
+    assert all(set(c) == {"name", "ok", "detail", "warning"} for c in checks)
+    return code, {c["name"]: c for c in checks}, report
+
+
+@pytest.fixture(autouse=True)
+def no_running_server(monkeypatch, tmp_path):
+    """No server of another test (or session) answers for these pods: a runtime dir of their
+    own, no server URL inherited."""
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.delenv("GKERESUME_SERVER_URL", raising=False)
 
 
 @pytest.fixture
@@ -45,6 +65,8 @@ def pod(monkeypatch, tmp_path):
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("GKERESUME_KUBE_TOKEN", TOKEN)
     monkeypatch.setenv("GKERESUME_NAMESPACE_KEY_FILE", str(secret))
+    monkeypatch.setenv("GKERESUME_SHUTDOWN_BUDGET", "20")  # the WorkspaceKind's: 30 s of grace
+    monkeypatch.delenv("GKERESUME_IDLE_TIMEOUT", raising=False)
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
     podinfo = tmp_path / "podinfo"
@@ -96,6 +118,8 @@ def test_what_would_break_is_a_failed_check_and_exit_1(pod, tmp_path, capsys, mo
     assert not checks["base_url"]["ok"] and V2_PREFIX in checks["base_url"]["detail"]
     assert not checks["shutdown"]["ok"]
     assert "Istio sidecar stops 5 s after SIGTERM" in checks["shutdown"]["detail"]
+    # the fix is the budget (20 s) plus the server's stop, in the PodDefault's own JSON form
+    assert """'{"terminationDrainDuration": "30s"}'""" in checks["shutdown"]["detail"]
     assert checks["store"]["ok"] and checks["credentials"]["detail"].startswith("not needed")
 
     (tmp_path / "podinfo" / "annotations").write_text(
@@ -117,7 +141,11 @@ def test_without_credentials_the_store_and_credentials_checks_say_so(pod, gcs_fa
     assert not checks["store"]["ok"] and "no credentials" in checks["store"]["detail"]
     assert not checks["credentials"]["ok"]
     assert "anonymous" in checks["credentials"]["detail"]
-    assert "egressAllowRules.cloudMetadataServer" in checks["credentials"]["detail"]
+    # this pod's platform's advice only (a v2 pod: ws-NAME), and no "doctor checks it" in the
+    # doctor's own output
+    assert "ws-{workspace name}" in checks["credentials"]["detail"]
+    assert "singleuser" not in checks["credentials"]["detail"]
+    assert "doctor" not in checks["credentials"]["detail"]
 
 
 def test_a_local_pod_and_the_human_output(monkeypatch, tmp_path, capsys):
