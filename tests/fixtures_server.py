@@ -173,10 +173,13 @@ def api(jp_fetch, jp_serverapp, gk_env) -> Api:
 
 class ServerProcess:
     """A real ``jupyter server`` subprocess with the extension enabled (for SIGTERM, idle and
-    restart tests). Config goes in its own config dir; ``call`` speaks its REST API."""
+    restart tests). Config goes in its own config dir, ``args`` on its command line; ``call``
+    speaks its REST API."""
 
-    def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str]):
+    def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str],
+                 args: list[str] | None = None):
         self.workdir = workdir
+        self.args = args or []
         self.port = _free_port()
         self.token = secrets.token_hex(8)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -198,7 +201,7 @@ class ServerProcess:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the fd
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "jupyter_server"], env=self.env, stdout=log,
+                [sys.executable, "-m", "jupyter_server", *self.args], env=self.env, stdout=log,
                 stderr=subprocess.STDOUT, cwd=self.workdir,
             )
         deadline = time.monotonic() + 60
@@ -291,11 +294,13 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server_process(tmp_path, gk_env):
-    """Factory: ``server_process(name, config)`` starts a ServerProcess; all are killed after."""
+    """Factory: ``server_process(name, config, env, args)`` starts a ServerProcess; all are
+    killed after."""
     started: list[ServerProcess] = []
 
-    def start(name: str, config: dict[str, Any], env: dict[str, str] | None = None):
-        server = ServerProcess(tmp_path / name, config, env or {})
+    def start(name: str, config: dict[str, Any], env: dict[str, str] | None = None,
+              args: list[str] | None = None):
+        server = ServerProcess(tmp_path / name, config, env or {}, args)
         started.append(server)
         server.start()
         return server

@@ -185,3 +185,141 @@ async def test_the_lab_can_ask_the_server_for_the_same_checks(api, monkeypatch):
     assert checks["store"]["ok"] and "writable" in checks["store"]["detail"]
     assert not checks["release"]["ok"] and "no may_release" in checks["release"]["detail"]
     assert checks["base_url"]["ok"]
+
+
+# -- issue 29.5: what the doctor gets wrong on correct setups -----------------------------------
+def annotations_file(podinfo, annotations: dict[str, str]) -> None:
+    """The downward API's file: ``key="value"`` lines, the value quoted as Go's ``%q`` (for
+    these ASCII values, what ``json.dumps`` writes)."""
+    (podinfo / "annotations").write_text(
+        "".join(f"{key}={json.dumps(value)}\n" for key, value in annotations.items()))
+
+
+@pytest.fixture
+def hub_pod(monkeypatch, tmp_path):
+    """A Zero to JupyterHub user pod (its variables, no Hub API token: the release check is not
+    what these tests look at) and the documented values' seconds."""
+    for name in ("NB_PREFIX", "KUBERNETES_SERVICE_HOST", "GKERESUME_WORKSPACE",
+                 "GKERESUME_SHUTDOWN_BUDGET", "GKERESUME_IDLE_TIMEOUT", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "k" * 32)
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+    values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+    settings = values["singleuser"]["extraFiles"]["gkeresume-config"]["data"]["GkeResume"]
+    grace = values["hub"]["config"]["KubeSpawner"]["delete_grace_period"]
+    return [f"--store={tmp_path / 'store'}", f"--podinfo-dir={tmp_path}",
+            f"--GkeResume.shutdown_checkpoint_timeout={settings['shutdown_checkpoint_timeout']}",
+            f"--GkeResume.idle_timeout={settings['idle_timeout']}"], grace
+
+
+def test_the_documented_z2jh_values_pass_the_shutdown_check(hub_pod, capsys):
+    """deploy/z2jh/values.yaml: a 45 s budget, delete_grace_period 60, a 90 s pod grace. The
+    pod sees neither grace (KubeSpawner's delete_grace_period: jupyterhub/kubespawner
+    ``kubespawner/spawner.py``; the downward API has no terminationGracePeriodSeconds), so the
+    doctor says what must hold instead of failing; a grace given to it is checked."""
+    args, grace = hub_pod
+    code, checks = doctor(capsys, *args)
+    shutdown = checks["shutdown"]
+    assert shutdown["ok"] and shutdown["warning"], shutdown  # it FAILed before
+    assert "grace of at least 55 s" in shutdown["detail"]
+    assert "delete_grace_period" in shutdown["detail"]
+
+    code, checks = doctor(capsys, *args, f"--DoctorApp.grace_seconds={grace}")
+    assert checks["shutdown"]["ok"] and not checks["shutdown"]["warning"], checks["shutdown"]
+    code, checks = doctor(capsys, *args, "--grace-seconds=50")
+    assert not checks["shutdown"]["ok"] and code == 1
+    assert "set GKERESUME_SHUTDOWN_BUDGET to 40 or less" in checks["shutdown"]["detail"]
+
+
+def test_notebooks_v2_pods_get_30_s_so_the_default_budget_fails(pod, tmp_path, capsys,
+                                                               monkeypatch):
+    """A WorkspaceKind has no grace-period field (kubeflow/notebooks notebooks-v2
+    ``workspaces/controller/api/v1beta1/workspacekind_types.go``): 30 s, known. The default
+    25 s budget plus the server's stop does not fit; the WorkspaceKind's 20 does."""
+    _, api_host, podinfo = pod
+    store = f"--store={tmp_path / 'store'}"
+    code, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
+    assert checks["shutdown"]["ok"] and "grace 30 s" in checks["shutdown"]["detail"]
+    monkeypatch.delenv("GKERESUME_SHUTDOWN_BUDGET")
+    code, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
+    assert not checks["shutdown"]["ok"], checks["shutdown"]
+    assert "set GKERESUME_SHUTDOWN_BUDGET to 20 or less" in checks["shutdown"]["detail"]
+
+
+def test_the_sidecar_drain_is_read_as_pilot_agent_reads_it(pod, tmp_path, capsys, monkeypatch):
+    """The PodDefault's own annotation is JSON (``{"terminationDrainDuration": "35s"}``): it was
+    read as the 5 s default. A native sidecar (istio-proxy among the status' initContainers,
+    as in istio/istio ``pkg/kube/inject/testdata/inject/auth.yaml.injected``) outlives the
+    notebook: no drain to fear. An annotation that cannot be read is said, not guessed."""
+    _, api_host, podinfo = pod
+    args = (f"--store={tmp_path / 'store'}", api_host, podinfo, GOOD_BASE)
+    poddefault = yaml.safe_load((DEPLOY / "kubeflow" / "poddefault.yaml").read_text())
+    config = poddefault["spec"]["annotations"]["proxy.istio.io/config"]
+    classic = json.dumps({"initContainers": ["istio-init"], "containers": ["istio-proxy"]})
+    annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": classic,
+                                            "proxy.istio.io/config": config})
+    code, checks = doctor(capsys, *args)
+    assert checks["shutdown"]["ok"], checks["shutdown"]
+    assert "Istio sidecar drains 35 s after SIGTERM" in checks["shutdown"]["detail"]
+
+    monkeypatch.setenv("GKERESUME_SHUTDOWN_BUDGET", "40")  # longer than the drain
+    monkeypatch.setenv("NB_PREFIX", "/notebook/team-a/train-1")  # v1: its grace is not known
+    code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    assert not checks["shutdown"]["ok"]
+    assert """'{"terminationDrainDuration": "50s"}'""" in checks["shutdown"]["detail"]
+
+    native = ('{"initContainers":["istio-init","istio-proxy"],"containers":null,"volumes":'
+              '["istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],'
+              '"imagePullSecrets":null,"revision":"default"}')
+    annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": native})
+    code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    assert checks["shutdown"]["ok"] and "native sidecar" in checks["shutdown"]["detail"]
+
+    annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": classic,
+                                            "proxy.istio.io/config": "terminationDrainDuration: soon"})
+    code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    assert "cannot read proxy.istio.io/config" in checks["shutdown"]["detail"]
+
+
+def test_json_carries_the_structured_facts_and_the_idle_timeout_variable(pod, tmp_path, capsys,
+                                                                         monkeypatch):
+    """``--json``: backend, workspace_id, key_id, budget_s, idle_timeout_s beside the checks;
+    ``GKERESUME_IDLE_TIMEOUT`` sets the idle timeout as ``GKERESUME_SHUTDOWN_BUDGET`` sets the
+    budget; with none, nothing in the server gives the GPU back: a warning."""
+    _, api_host, podinfo = pod
+    args = (f"--store={tmp_path / 'store'}", api_host, podinfo, GOOD_BASE)
+    code, checks, report = doctor_report(capsys, *args)
+    assert report["source"].startswith("the configuration files only")
+    assert report["backend"] == "kubeflow-workspace"
+    assert report["workspace_id"] == checks["workspace"]["detail"].split(" ")[0]
+    assert checks["key"]["detail"].startswith(f"id {report['key_id']},")
+    assert (report["budget_s"], report["idle_timeout_s"]) == (20, 0)
+    idle = checks["idle"]
+    assert idle["ok"] and idle["warning"] and "ever gives the GPU back" in idle["detail"]
+    assert "GKERESUME_IDLE_TIMEOUT" in idle["detail"]
+
+    monkeypatch.setenv("GKERESUME_IDLE_TIMEOUT", "1800")
+    code, checks, report = doctor_report(capsys, *args)
+    assert report["idle_timeout_s"] == 1800 and not checks["idle"]["warning"]
+    assert "no kernel open the pod is released" in checks["idle"]["detail"]
+    for bad in ("30m", "12.5", "-1"):
+        monkeypatch.setenv("GKERESUME_IDLE_TIMEOUT", bad)
+        assert main(["doctor", *args]) == 2
+        assert "GKERESUME_IDLE_TIMEOUT" in capsys.readouterr().err
+
+
+def test_a_pod_without_its_service_account_token_is_told_so(pod, tmp_path, capsys, monkeypatch):
+    """In a pod (KUBERNETES_SERVICE_HOST) with no token mounted, the kubernetes client's
+    in-cluster config fails and it used to fall back to a kubeconfig that no pod has: "Invalid
+    kube-config file"."""
+    _, _, podinfo = pod
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", podinfo, GOOD_BASE)
+    release = checks["release"]
+    assert not release["ok"]
+    assert "no service-account token at /var/run/secrets/kubernetes.io/serviceaccount/token" in (
+        release["detail"]), release
+    assert "kube-config" not in release["detail"]
