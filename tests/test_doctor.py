@@ -240,10 +240,10 @@ def test_notebooks_v2_pods_get_30_s_so_the_default_budget_fails(pod, tmp_path, c
     25 s budget plus the server's stop does not fit; the WorkspaceKind's 20 does."""
     _, api_host, podinfo = pod
     store = f"--store={tmp_path / 'store'}"
-    code, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
+    _code, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
     assert checks["shutdown"]["ok"] and "grace 30 s" in checks["shutdown"]["detail"]
     monkeypatch.delenv("GKERESUME_SHUTDOWN_BUDGET")
-    code, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
+    _, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
     assert not checks["shutdown"]["ok"], checks["shutdown"]
     assert "set GKERESUME_SHUTDOWN_BUDGET to 20 or less" in checks["shutdown"]["detail"]
 
@@ -274,12 +274,12 @@ def test_the_sidecar_drain_is_read_as_pilot_agent_reads_it(pod, tmp_path, capsys
               '["istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],'
               '"imagePullSecrets":null,"revision":"default"}')
     annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": native})
-    code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    _code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
     assert checks["shutdown"]["ok"] and "native sidecar" in checks["shutdown"]["detail"]
 
     annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": classic,
                                             "proxy.istio.io/config": "terminationDrainDuration: soon"})
-    code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    _, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
     assert "cannot read proxy.istio.io/config" in checks["shutdown"]["detail"]
 
 
@@ -290,7 +290,7 @@ def test_json_carries_the_structured_facts_and_the_idle_timeout_variable(pod, tm
     budget; with none, nothing in the server gives the GPU back: a warning."""
     _, api_host, podinfo = pod
     args = (f"--store={tmp_path / 'store'}", api_host, podinfo, GOOD_BASE)
-    code, checks, report = doctor_report(capsys, *args)
+    _code, checks, report = doctor_report(capsys, *args)
     assert report["source"].startswith("the configuration files only")
     assert report["backend"] == "kubeflow-workspace"
     assert report["workspace_id"] == checks["workspace"]["detail"].split(" ")[0]
@@ -301,7 +301,7 @@ def test_json_carries_the_structured_facts_and_the_idle_timeout_variable(pod, tm
     assert "GKERESUME_IDLE_TIMEOUT" in idle["detail"]
 
     monkeypatch.setenv("GKERESUME_IDLE_TIMEOUT", "1800")
-    code, checks, report = doctor_report(capsys, *args)
+    _, checks, report = doctor_report(capsys, *args)
     assert report["idle_timeout_s"] == 1800 and not checks["idle"]["warning"]
     assert "no kernel open the pod is released" in checks["idle"]["detail"]
     for bad in ("30m", "12.5", "-1"):
@@ -317,7 +317,7 @@ def test_a_pod_without_its_service_account_token_is_told_so(pod, tmp_path, capsy
     _, _, podinfo = pod
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
-    code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", podinfo, GOOD_BASE)
+    _, checks = doctor(capsys, f"--store={tmp_path / 'store'}", podinfo, GOOD_BASE)
     release = checks["release"]
     assert not release["ok"]
     assert "no service-account token at /var/run/secrets/kubernetes.io/serviceaccount/token" in (
