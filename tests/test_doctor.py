@@ -240,7 +240,7 @@ def test_notebooks_v2_pods_get_30_s_so_the_default_budget_fails(pod, tmp_path, c
     25 s budget plus the server's stop does not fit; the WorkspaceKind's 20 does."""
     _, api_host, podinfo = pod
     store = f"--store={tmp_path / 'store'}"
-    _code, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
+    _, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
     assert checks["shutdown"]["ok"] and "grace 30 s" in checks["shutdown"]["detail"]
     monkeypatch.delenv("GKERESUME_SHUTDOWN_BUDGET")
     _, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
@@ -260,13 +260,13 @@ def test_the_sidecar_drain_is_read_as_pilot_agent_reads_it(pod, tmp_path, capsys
     classic = json.dumps({"initContainers": ["istio-init"], "containers": ["istio-proxy"]})
     annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": classic,
                                             "proxy.istio.io/config": config})
-    code, checks = doctor(capsys, *args)
+    _, checks = doctor(capsys, *args)
     assert checks["shutdown"]["ok"], checks["shutdown"]
     assert "Istio sidecar drains 35 s after SIGTERM" in checks["shutdown"]["detail"]
 
     monkeypatch.setenv("GKERESUME_SHUTDOWN_BUDGET", "40")  # longer than the drain
     monkeypatch.setenv("NB_PREFIX", "/notebook/team-a/train-1")  # v1: its grace is not known
-    code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    _, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
     assert not checks["shutdown"]["ok"]
     assert """'{"terminationDrainDuration": "50s"}'""" in checks["shutdown"]["detail"]
 
@@ -274,7 +274,7 @@ def test_the_sidecar_drain_is_read_as_pilot_agent_reads_it(pod, tmp_path, capsys
               '["istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],'
               '"imagePullSecrets":null,"revision":"default"}')
     annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": native})
-    _code, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    _, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
     assert checks["shutdown"]["ok"] and "native sidecar" in checks["shutdown"]["detail"]
 
     annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": classic,
@@ -290,7 +290,7 @@ def test_json_carries_the_structured_facts_and_the_idle_timeout_variable(pod, tm
     budget; with none, nothing in the server gives the GPU back: a warning."""
     _, api_host, podinfo = pod
     args = (f"--store={tmp_path / 'store'}", api_host, podinfo, GOOD_BASE)
-    _code, checks, report = doctor_report(capsys, *args)
+    _, checks, report = doctor_report(capsys, *args)
     assert report["source"].startswith("the configuration files only")
     assert report["backend"] == "kubeflow-workspace"
     assert report["workspace_id"] == checks["workspace"]["detail"].split(" ")[0]
