@@ -175,7 +175,7 @@ def _store(store: SnapshotStore, timeout: float) -> Check:
         store.check_reachable(timeout)
         store.probe_write()
     except GkeResumeError as exc:
-        return Check("store", False, f"{url}: {exc}")
+        return Check("store", False, str(exc) if url in str(exc) else f"{url}: {exc}")
     return Check("store", True, f"{url}: writable (a create-only test object was written and "
                                 f"removed under {store.workspace}/records/)")
 
@@ -367,7 +367,9 @@ def _shutdown(inputs: DoctorInputs, platform: Platform) -> Check:
         notes.append(f"it needs a grace of at least {needed:g} s (the budget plus the "
                      "server's stop; --DoctorApp.grace_seconds=S checks a known one)")
     annotations = _annotations(inputs.podinfo_dir)
-    if annotations is None:
+    if annotations is None and platform.name == "local":
+        seen.append("not in a known platform's pod: no sidecar looked for")
+    elif annotations is None:
         seen.append(f"sidecars: unknown (no downward API annotations at {inputs.podinfo_dir}: "
                     f"{PODINFO_ADVICE})")
         if platform.name.startswith("kubeflow"):

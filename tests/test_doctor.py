@@ -19,6 +19,11 @@ under ``initContainers``: ``pkg/kube/inject/testdata/inject/auth.yaml.injected``
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 
 import fsspec
 import pytest
@@ -323,3 +328,44 @@ def test_a_pod_without_its_service_account_token_is_told_so(pod, tmp_path, capsy
     assert "no service-account token at /var/run/secrets/kubernetes.io/serviceaccount/token" in (
         release["detail"]), release
     assert "kube-config" not in release["detail"]
+
+
+def test_an_unreachable_store_fails_within_its_timeout_and_each_check_prints_when_done(
+        tmp_path):
+    """A ``gs://`` store whose endpoint accepts connections and never answers (a black hole,
+    as a firewall that drops packets looks to the client): the doctor printed nothing for
+    123-128 s, then everything. Now the store check fails after ``store_timeout``, nothing else
+    waits on the store, and every check is printed as soon as it ends (a real
+    ``jupyter-gkeresume`` process, its stdout read line by line as it comes)."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)  # connections complete in the backlog; nothing ever reads them
+        env = {**os.environ, "FSSPEC_GS_ENDPOINT_URL": f"http://127.0.0.1:{hole.getsockname()[1]}",
+               "FSSPEC_GS_TOKEN": "anon", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+               "GKERESUME_SIGNING_KEY": "k" * 32, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+               "PYTHONUNBUFFERED": "1"}
+        for name in ("NB_PREFIX", "KUBERNETES_SERVICE_HOST", "JUPYTERHUB_USER",
+                     "GKERESUME_WORKSPACE", "GKERESUME_SIGNING_KEY_FILE"):
+            env.pop(name, None)
+        start = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from jupyter_gkeresume.cli import main; "
+             "sys.exit(main())", "doctor", "--store=gs://bucket/prefix", "--no-server",
+             "--CommandApp.store_timeout=3", f"--podinfo-dir={tmp_path}"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen: dict[str, float] = {}
+        try:
+            for line in process.stdout:  # a 120 s safety net below, the old code's time
+                words = line.split()
+                seen[words[1] if len(words) > 1 and words[0] != "source:" else "source"] = (
+                    time.monotonic() - start)
+                assert time.monotonic() - start < 90, seen
+            code = process.wait(timeout=30)
+        finally:
+            process.kill()
+    assert code == 1, process.stderr.read()
+    assert list(seen) == ["source", "workspace", "store", "credentials", "release", "base_url",
+                          "key", "shutdown", "idle"], seen
+    # the workspace line came out before the store's 3 s were up, the store after them
+    assert seen["workspace"] + 2 < seen["store"], seen
+    assert seen["idle"] - seen["store"] < 20, seen  # nothing after the store waited on it

@@ -345,9 +345,9 @@ class SnapshotStore:
         except FileNotFoundError:
             pass  # reachable; the workspace has no snapshots yet
         except FSTimeoutError:
-            raise StoreError(f"{self} did not answer within {timeout:g} s: unreachable, or no "
-                             "network (if it is only slow: --CommandApp.store_timeout=SECONDS)"
-                             ) from None
+            raise StoreError(f"the store {_safe_url(self.url)} did not answer within "
+                             f"{timeout:g} s: unreachable, or no network (if it is only slow: "
+                             "--CommandApp.store_timeout=SECONDS)") from None
         except (OSError, ValueError, *_transport_errors()) as exc:
             raise store_failure(str(self), exc) from None
 
