@@ -18,8 +18,9 @@ service account (in-cluster config; inside Kubernetes a missing token is said as
 it through ``kubeflow-edit``, v2 pods only from their WorkspaceKind: ``rbac_advice``).
 ``may_release`` asks the API server, with a SelfSubjectAccessReview, whether those credentials
 may patch the resource (the doctor's check). The kubernetes client is synchronous: calls run in
-a thread, each bounded by ``request_timeout`` (a black-holed API server is a ``ReleaseError``, so the pause fails and the
-workspace returns to ``running`` instead of staying in ``releasing``).
+a thread, each bounded by ``request_timeout`` (a black-holed API server is a ``ReleaseError``,
+so the pause fails and the workspace returns to ``running`` instead of staying in
+``releasing``).
 """
 
 from __future__ import annotations
