@@ -369,3 +369,40 @@ def test_an_unreachable_store_fails_within_its_timeout_and_each_check_prints_whe
     # the workspace line came out before the store's 3 s were up, the store after them
     assert seen["workspace"] + 2 < seen["store"], seen
     assert seen["idle"] - seen["store"] < 20, seen  # nothing after the store waited on it
+
+
+def test_the_doctor_reports_what_the_running_server_runs_with(server_process, tmp_path, capsys,
+                                                               monkeypatch):
+    """Issue 27.8: a server started with ``--GkeResume.idle_timeout=60`` on its command line,
+    which no configuration file says; the doctor said "no idle pause (idle_timeout 0)". It asks
+    that server (``GET gkeresume/api/doctor``, found through the server's runtime file, with
+    its token) and says so; ``--no-server`` and a stopped server give the configuration files'
+    view, said as such."""
+    for name in ("NB_PREFIX", "KUBERNETES_SERVICE_HOST", "JUPYTERHUB_USER",
+                 "GKERESUME_SHUTDOWN_BUDGET", "GKERESUME_IDLE_TIMEOUT", "GKERESUME_WORKSPACE"):
+        monkeypatch.delenv(name, raising=False)
+    store = tmp_path / "store"
+    config = {"GkeResume": {"store_url": str(store), "workspace_id": "doctor-ws",
+                            "release_backend": "none"}}
+    server = server_process("doctored", config, args=["--GkeResume.idle_timeout=60"])
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(server.workdir / "runtime"))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(server.workdir / "config"))  # same files
+
+    code, checks, report = doctor_report(capsys)
+    assert code == 0, checks
+    assert report["source"] == f"the running server at {server.url}/"
+    assert report["idle_timeout_s"] == 60 and report["budget_s"] == 25
+    assert (report["backend"], report["workspace_id"]) == ("none", "doctor-ws")
+    assert "pause with release after 60 s" in checks["idle"]["detail"]
+    assert checks["store"]["ok"] and str(store) in checks["store"]["detail"]
+    main(["doctor"])  # the human form says where it came from
+    assert capsys.readouterr().out.startswith(f"source: the running server at {server.url}/\n")
+
+    code, checks, report = doctor_report(capsys, "--no-server")
+    assert report["source"] == "the configuration files only (--no-server)"
+    assert report["idle_timeout_s"] == 0 and "no idle pause" in checks["idle"]["detail"]
+
+    assert server.stop() == 0
+    code, checks, report = doctor_report(capsys)
+    assert report["source"] == ("the configuration files only (no running jupyter server "
+                                "found)"), report["source"]
