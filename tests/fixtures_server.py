@@ -191,6 +191,8 @@ class ServerProcess:
                                           "jupyter_lsp": False}}
         full = {**config, "ServerApp": {**server, **config.get("ServerApp", {})},
                 "IdentityProvider": {"token": self.token}}
+        self.base_url = "/" + full["ServerApp"].get("base_url", "/").strip("/") + "/"
+        self.base_url = self.base_url.replace("//", "/")  # what ``call`` paths are under
         (workdir / "config" / "jupyter_server_config.json").write_text(json.dumps(full))
         self.env = {**os.environ, **env, "JUPYTER_CONFIG_DIR": str(workdir / "config"),
                     "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
@@ -220,7 +222,7 @@ class ServerProcess:
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
-            f"{self.url}/{path}", data=data, method=method,
+            f"{self.url}{self.base_url}{path}", data=data, method=method,
             headers={"Authorization": f"token {self.token}",
                      "Content-Type": "application/json"},
         )
