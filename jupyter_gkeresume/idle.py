@@ -15,9 +15,9 @@ restarts the clock, ``own_activity_until``).
 A check runs every ``min(60, idle_timeout / 4)`` seconds and starts a pause (reason ``idle``)
 when the workspace is ``running`` or ``ready``, no operation is in flight, and no kernel is busy
 (unless ``idle_pause_busy``: then the checkpoint queues behind the running cell). With no kernel
-at all (a tab open, nothing running) there is nothing to checkpoint: the pod is released as it
-is (``Orchestrator.release_without_kernels``; not with the ``none`` backend, which frees nothing
-then). Our timeout must be shorter than any culler's (jupyter_server
+at all (a tab open, nothing running; or ``paused``, a fresh pod nobody resumed) there is nothing
+to checkpoint: the pod is released as it is (``Orchestrator.release_without_kernels``; not with
+the ``none`` backend, which frees nothing then). Our timeout must be shorter than any culler's (jupyter_server
 ``cull_idle_timeout``, the JupyterHub idle culler, Kubeflow's culler): see docs/server.md.
 
 Call order: the orchestrator builds a ``UserActivity``, passes ``touch("cell")`` to its cell
@@ -38,6 +38,9 @@ from .errors import GkeResumeError
 from .states import State
 
 IDLE_STATES = (State.RUNNING, State.READY)
+RELEASE_STATES = (*IDLE_STATES, State.PAUSED)
+"""Where a workspace without kernels is released once idle: also ``paused`` (a fresh pod whose
+paused record nobody resumed: the record stays in the store for the next one)."""
 ACTIVITY_KINDS = ("kernel", "cell", "terminal", "document")
 """What a person does that keeps a workspace from its idle pause (see above); nothing else."""
 
@@ -127,13 +130,13 @@ class IdleWatcher:
         """Start an idle pause if due (with no kernel: release the pod at once); True when one
         was started or the pod released."""
         orch = self.orchestrator
-        if orch.state.operation or orch.state.state not in IDLE_STATES:
+        if orch.state.operation or self.idle_seconds() < self.timeout:
             return False
         kids = orch.gateway.live_ids()
-        if self.idle_seconds() < self.timeout:
-            return False
-        if not kids:
+        if not kids and orch.state.state in RELEASE_STATES:
             return await self._release_without_kernels()
+        if not kids or orch.state.state not in IDLE_STATES:
+            return False
         if orch.gateway.busy(kids) and not self.pause_busy:
             return False
         self.log.info("gkeresume: idle for %.0f s: pausing", self.idle_seconds())
