@@ -114,6 +114,9 @@ class IdleWatcher:
         """Idle with no kernel: nothing to save, the pod goes back as it is; the watcher stops
         once it did (the server stops soon). A failed release is logged and waits for another
         whole timeout."""
+        # said first: a backend that stops this server (the Hub) may end it mid-call
+        self.log.info("gkeresume: idle for %.0f s with no kernel: releasing the pod",
+                      self.idle_seconds())
         try:
             released = await self.orchestrator.release_without_kernels("idle")
         except GkeResumeError as exc:
@@ -121,8 +124,6 @@ class IdleWatcher:
             self._release_failed_at = datetime.now(timezone.utc).timestamp()
             return False
         if released:
-            self.log.info("gkeresume: idle for %.0f s with no kernel: pod released",
-                          self.idle_seconds())
             self.stop()
         return released
 
