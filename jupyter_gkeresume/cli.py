@@ -534,7 +534,8 @@ class DoctorApp(CommandApp):
     runtime files); otherwise from this pod's configuration files (``c.GkeResume.*``, the
     release backend's ``c.<Backend>.*``, ``c.ServerApp.base_url``, the image's
     ``jupyter_server_config.py`` included, then the command line), and the output says so.
-    ``--no-server`` skips the server. Checks run here are printed as each ends."""
+    ``--no-server``, or any configuration on the command line (``--store``, ``--GkeResume.*``,
+    ...), skips the server. Checks run here are printed as each ends."""
 
     name = "doctor"
     description = "what the product will do in this pod, each part proven (exit 1 if any fails)"
@@ -556,7 +557,12 @@ class DoctorApp(CommandApp):
 
     def start(self) -> int:
         self.arguments()  # none allowed
-        report, why = self._from_server() if self.ask_server else (None, "--no-server")
+        given = sorted(f"{section}.{name}" for section, values in self.cli_config.items()
+                       if section not in OWN_SECTIONS for name in values)
+        if given:  # a configuration asked about: the server's would not answer the question
+            report, why = None, f"the command line sets {', '.join(given)}"
+        else:
+            report, why = self._from_server() if self.ask_server else (None, "--no-server")
         if report is None:
             source = f"the configuration files only ({why})"
             if not self.json:
@@ -602,6 +608,11 @@ class DoctorApp(CommandApp):
             except (GkeResumeError, ValueError) as exc:
                 reasons.append(str(exc))
         return None, "; ".join(reasons)
+
+
+OWN_SECTIONS = {"Application", "JupyterApp", "CommandApp", "DoctorApp"}
+"""Options of the command itself; any other on the command line describes a configuration, which
+the doctor then checks instead of asking the running server."""
 
 
 def _print(check: doctor.Check) -> None:

@@ -401,6 +401,11 @@ def test_the_doctor_reports_what_the_running_server_runs_with(server_process, tm
     code, checks, report = doctor_report(capsys, "--no-server")
     assert report["source"] == "the configuration files only (--no-server)"
     assert report["idle_timeout_s"] == 0 and "no idle pause" in checks["idle"]["detail"]
+    # a configuration given on the command line is what is asked about, not the server's
+    code, checks, report = doctor_report(capsys, f"--store={tmp_path / 'other'}")
+    assert report["source"] == ("the configuration files only (the command line sets "
+                                "GkeResume.store_url)"), report["source"]
+    assert str(tmp_path / "other") in checks["store"]["detail"]
 
     assert server.stop() == 0
     code, checks, report = doctor_report(capsys)
