@@ -159,8 +159,9 @@ def to_json(report: Report) -> dict[str, Any]:
 
 
 def from_json(data: dict[str, Any], source: str) -> Report:
-    """A ``Report`` from another doctor's ``to_json`` (a running server's answer), strictly: a
-    field missing or of another type raises ``ValueError``."""
+    """A ``Report`` from another doctor's ``to_json`` (a running server's answer): a check
+    without its name, ok or detail, or no checks at all, raises ``ValueError``; a fact it does
+    not give is None."""
     try:
         checks = [Check(str(c["name"]), bool(c["ok"]), str(c["detail"]),
                         bool(c.get("warning", False))) for c in data["checks"]]
