@@ -321,9 +321,14 @@ def _sidecar(annotations: dict[str, str], budget: float) -> tuple[str, str | Non
                 "stops after the notebook's container, no drain limit", None, False)
     drain, unsure = _drain_seconds(annotations.get(ISTIO_CONFIG))
     needed = budget + STOP_MARGIN_SECONDS
-    seen = (f"Istio sidecar drains {drain:g} s after SIGTERM" if not unsure else
-            f"Istio sidecar: cannot read {ISTIO_CONFIG} {annotations[ISTIO_CONFIG]!r}, so "
-            f"assumed its default drain of {drain:g} s")
+    if unsure:
+        seen = (f"Istio sidecar: cannot read {ISTIO_CONFIG} {annotations[ISTIO_CONFIG]!r}, so "
+                f"assumed its default drain of {drain:g} s")
+    elif ISTIO_CONFIG not in annotations:
+        seen = (f"Istio sidecar drains {drain:g} s after SIGTERM (Istio's default: no "
+                f"{ISTIO_CONFIG} on the pod; a mesh-wide defaultConfig is not visible here)")
+    else:
+        seen = f"Istio sidecar drains {drain:g} s after SIGTERM"
     if drain >= budget:
         return seen, None, unsure
     return seen, (f"the Istio sidecar stops {drain:g} s after SIGTERM, before the {budget:g} s "
