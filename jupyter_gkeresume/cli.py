@@ -601,6 +601,8 @@ class DoctorApp(CommandApp):
             return None, "no running jupyter server found"
         reasons = []
         for url in urls:
+            print(f"asking the running server at {url} (--no-server: the configuration "
+                  "files only) ...", file=sys.stderr, flush=True)
             try:
                 data = request_json(url, "gkeresume/api/doctor", what="the doctor's checks",
                                     timeout=self.server_timeout)
