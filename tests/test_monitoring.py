@@ -59,8 +59,12 @@ def rule_groups() -> list[dict]:
 
 
 def dashboard_queries() -> list[str]:
+    """Every panel's PromQL, and the series the ``namespace`` variable lists its values from."""
     dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
-    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    variables = [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    series = [re.fullmatch(r"label_values\((\w+), namespace\)", v).group(1) for v in variables]
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]
+            ] + series
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -214,7 +218,10 @@ def test_each_podmonitor_scrapes_its_platforms_server_and_every_query_names_its_
     except urllib.error.HTTPError as exc:
         assert exc.code == 403
 
-    exported = exported_series(scrape(f"{hub.url}/user/alice/metrics"))
+    text = scrape(f"{hub.url}/user/alice/metrics")
+    exported = exported_series(text)
+    # the namespace variable lists its values from a series every server exports from its start
+    assert re.search(r"^gkeresume_accelerator_seconds_released_total ", text, re.M), text
     used = {m for q in dashboard_queries() for m in METRIC_RE.findall(q)}
     used |= {m for g in rule_groups() for r in g["rules"] for m in METRIC_RE.findall(r["expr"])}
     assert len(used) >= 6 and used <= exported, used - exported
