@@ -34,6 +34,26 @@ from .snapshot.writer import VERIFY_MODES
 from .workspace import resolve_store_url, resolve_workspace_id
 
 SHUTDOWN_BUDGET_ENV = "GKERESUME_SHUTDOWN_BUDGET"
+IDLE_TIMEOUT_ENV = "GKERESUME_IDLE_TIMEOUT"
+
+
+def seconds_from_env(variable: str, configured: float, advice: str, *,
+                     integer: bool = False) -> float:
+    """``$variable`` as a number of seconds (>= 0; whole when ``integer``) when it is set, else
+    ``configured``; any other value raises ``InvalidInputError`` naming the variable and what
+    to set it to (``advice``)."""
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return configured
+    try:
+        seconds = float(int(raw)) if integer else float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        whole = "whole " if integer else ""
+        raise InvalidInputError(f"{variable}={raw!r} is not a number of {whole}seconds: set it "
+                                f"to {advice}")
+    return seconds
 
 
 class GkeResume(LoggingConfigurable):
@@ -56,7 +76,8 @@ class GkeResume(LoggingConfigurable):
     idle_timeout = Float(
         0.0, help="Pause (with release) after this many seconds in which no person did "
         "anything (cells run, terminal traffic, files saved; never a client's polls: "
-        "idle.ACTIVITY_KINDS); 0 = never. Keep it below every culler's timeout."
+        "idle.ACTIVITY_KINDS); 0 = never. Keep it below every culler's timeout. "
+        f"${IDLE_TIMEOUT_ENV}, when set, overrides it."
     ).tag(config=True)
     idle_pause_busy = Bool(
         False, help="Let an idle pause checkpoint a kernel that is busy running a cell (the "
@@ -137,20 +158,21 @@ class GkeResume(LoggingConfigurable):
         """``$GKERESUME_SHUTDOWN_BUDGET`` (seconds) when set, else ``shutdown_checkpoint_timeout``:
         the environment wins, so that one image's config serves profiles whose pods get
         different grace periods (each profile sets the variable)."""
-        raw = os.environ.get(SHUTDOWN_BUDGET_ENV, "").strip()
-        if not raw:
-            return self.shutdown_checkpoint_timeout
-        try:
-            budget = float(raw)
-        except ValueError:
-            budget = math.nan
-        if not (math.isfinite(budget) and budget >= 0):
-            raise InvalidInputError(
-                f"{SHUTDOWN_BUDGET_ENV}={raw!r} is not a number of seconds: set it to the "
-                "shutdown checkpoint's budget, below the pod's grace period (e.g. 12 on spot "
-                "nodes; 0 turns the checkpoint off), or unset it to use "
-                "c.GkeResume.shutdown_checkpoint_timeout")
-        return budget
+        return seconds_from_env(
+            SHUTDOWN_BUDGET_ENV, self.shutdown_checkpoint_timeout,
+            "the shutdown checkpoint's budget, below the pod's grace period (e.g. 12 on spot "
+            "nodes; 0 turns the checkpoint off), or unset it to use "
+            "c.GkeResume.shutdown_checkpoint_timeout")
+
+    def resolved_idle_timeout(self) -> float:
+        """``$GKERESUME_IDLE_TIMEOUT`` (whole seconds) when set, else ``idle_timeout``: the
+        environment wins, as for the budget, so that a platform's manifest (PodDefault,
+        WorkspaceKind, z2jh values) gives every pod an idle pause without a config file."""
+        return seconds_from_env(
+            IDLE_TIMEOUT_ENV, self.idle_timeout,
+            "the idle pause's timeout in whole seconds, below every culler's (e.g. 1800; 0 "
+            "turns the idle pause off), or unset it to use c.GkeResume.idle_timeout",
+            integer=True)
 
     def backend_class(self) -> type[ReleaseBackend]:
         if isinstance(self.release_backend, str):
@@ -171,6 +193,7 @@ class GkeResumeApp(ExtensionApp):
         config.store_url = config.resolved_store_url()
         config.workspace_id = config.resolved_workspace_id()
         config.shutdown_checkpoint_timeout = config.resolved_shutdown_budget()
+        config.idle_timeout = config.resolved_idle_timeout()
         backend = config.backend_class()(parent=self)
         self.gkeresume = config
         self.orchestrator = Orchestrator(

@@ -29,7 +29,6 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from fsspec.exceptions import FSTimeoutError
 from jupyter_core.application import JupyterApp
 from traitlets import Bool, Float, Integer, Unicode, default
 
@@ -38,6 +37,7 @@ from .app import GkeResume
 from .errors import GkeResumeError, InvalidInputError, ManifestError, StoreError
 from .paused_record import PausedRecords
 from .printable import printable
+from .running_server import request_json, running_servers
 from .snapshot import SnapshotStore, environment_fingerprint, list_snapshots, load_signing_key
 from .snapshot.catalog import resolve
 from .snapshot.compat import check_compatible
@@ -46,7 +46,7 @@ from .snapshot.gc import DEFAULT_GRACE_SECONDS, apply_retention, collect_garbage
 from .snapshot.manifests import read_manifest, scan_manifests
 from .snapshot.retention import RetentionPolicy
 from .snapshot.signing import SigningKey, key_of_workspace
-from .snapshot.store import _transport_errors, describe, store_failure
+from .snapshot.store import _transport_errors, describe
 from .snapshot.verify import verify_snapshot
 from .units import human_bytes
 from .workspace import WORKSPACE_RE
@@ -352,22 +352,6 @@ def thresholds(text: str) -> list[float]:
         raise InvalidInputError(f"--thresholds: not a list of minutes: {text!r}") from None
 
 
-def check_reachable(store: SnapshotStore, timeout: float) -> None:
-    """One listing of the workspace with a deadline, so an unreachable object store fails in
-    seconds (gcsfs alone retries a refused connection for about 35 s) with one clear line."""
-    if store.backend.local or timeout <= 0:
-        return
-    try:
-        store.fs.ls(store.root, timeout=timeout)  # fsspec's sync wrappers take a deadline
-    except FileNotFoundError:
-        pass  # reachable; the workspace has no snapshots yet
-    except FSTimeoutError:
-        raise StoreError(f"{store} did not answer within {timeout:g} s: unreachable, or no "
-                         "network (if it is only slow: --CommandApp.store_timeout=SECONDS)") from None
-    except (OSError, ValueError, *_transport_errors()) as exc:
-        raise store_failure(str(store), exc) from None
-
-
 COMMON_ALIASES = {
     "log-level": "Application.log_level",
     "config": "JupyterApp.config_file",
@@ -445,7 +429,7 @@ class CommandApp(JupyterApp):
         args = SimpleNamespace(key_file=self.key_file, json=self.json, progress=self.progress,
                                **self.arguments(), **self.options())
         store = SnapshotStore(settings.resolved_store_url(), settings.resolved_workspace_id())
-        check_reachable(store, self.store_timeout)
+        store.check_reachable(self.store_timeout)
         return self.run(Context(args, store))
 
 
@@ -544,37 +528,98 @@ class AdviseApp(CommandApp):
 
 
 class DoctorApp(CommandApp):
-    """Runs ``doctor.run_checks`` with this pod's configuration: ``c.GkeResume.*``, the release
-    backend's ``c.<Backend>.*`` and ``c.ServerApp.base_url`` from the server's config files
-    (the image's ``jupyter_server_config.py`` included), then the command line."""
+    """Runs ``doctor.run_checks``. What it says about the running server (idle timeout,
+    budget, store, backend) comes from that server when one answers ``GET
+    gkeresume/api/doctor`` (``running_server``: the server that started this shell, else the
+    runtime files); otherwise from this pod's configuration files (``c.GkeResume.*``, the
+    release backend's ``c.<Backend>.*``, ``c.ServerApp.base_url``, the image's
+    ``jupyter_server_config.py`` included, then the command line), and the output says so.
+    ``--no-server``, or any configuration on the command line (``--store``, ``--GkeResume.*``,
+    ...), skips the server. Checks run here are printed as each ends."""
 
     name = "doctor"
     description = "what the product will do in this pod, each part proven (exit 1 if any fails)"
-    aliases = {**COMMON_ALIASES, "podinfo-dir": "DoctorApp.podinfo_dir"}
+    aliases = {**COMMON_ALIASES, "podinfo-dir": "DoctorApp.podinfo_dir",
+               "grace-seconds": "DoctorApp.grace_seconds"}
+    flags = {**COMMON_FLAGS,
+             "no-server": ({"DoctorApp": {"ask_server": False}},
+                           "check the configuration files only, even with a server running")}
     podinfo_dir = Unicode("/etc/podinfo", help="where the downward API volume is mounted (its "
                           "annotations file shows sidecars)").tag(config=True)
+    grace_seconds = Float(None, allow_none=True, help="the pod's grace after SIGTERM "
+                          "(terminationGracePeriodSeconds; KubeSpawner's delete_grace_period "
+                          "on JupyterHub), when known: the budget is checked against it"
+                          ).tag(config=True)
+    ask_server = Bool(True, help="ask the running server for its checks (GET "
+                      "gkeresume/api/doctor)").tag(config=True)
+    server_timeout = Float(120.0, help="seconds the running server may take to answer "
+                           "(it runs every check, each bounded)").tag(config=True)
 
     def start(self) -> int:
         self.arguments()  # none allowed
+        given = sorted(f"{section}.{name}" for section, values in self.cli_config.items()
+                       if section not in OWN_SECTIONS for name in values)
+        if given:  # a configuration asked about: the server's would not answer the question
+            report, why = None, f"the command line sets {', '.join(given)}"
+        else:
+            report, why = self._from_server() if self.ask_server else (None, "--no-server")
+        if report is None:
+            source = f"the configuration files only ({why})"
+            if not self.json:
+                print(f"source: {source}", flush=True)
+            report = doctor.run_checks(self._inputs(), on_check=None if self.json else _print)
+            report.source = source
+        elif not self.json:
+            print(f"source: {report.source}")
+            for check in report.checks:
+                _print(check)
+        if self.json:
+            json.dump(doctor.to_json(report), sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        return 0 if report.ok else 1
+
+    def _inputs(self) -> doctor.DoctorInputs:
         settings = GkeResume(parent=self)
         server = self.config.get("ServerApp", {})
-        checks = doctor.run_checks(doctor.DoctorInputs(
+        return doctor.DoctorInputs(
             workspace_id=settings.workspace_id, store_url=settings.store_url,
             backend=settings.backend_class()(parent=self),
             release_backend_setting=settings.release_backend
             if isinstance(settings.release_backend, str) else "configured",
             base_url=server.get("base_url"),
             shutdown_budget=settings.resolved_shutdown_budget(),  # $GKERESUME_SHUTDOWN_BUDGET
-            idle_timeout=settings.idle_timeout, idle_pause_busy=settings.idle_pause_busy,
-            key_file=self.key_file, podinfo_dir=self.podinfo_dir,
-        ))
-        if self.json:
-            json.dump(doctor.to_json(checks), sys.stdout, indent=1)
-            sys.stdout.write("\n")
-        else:
-            for check in checks:
-                print(f"{'ok' if check.ok else 'FAIL':<4}  {check.name:<11}  {check.detail}")
-        return 0 if all(check.ok for check in checks) else 1
+            idle_timeout=settings.resolved_idle_timeout(),  # $GKERESUME_IDLE_TIMEOUT
+            idle_pause_busy=settings.idle_pause_busy, key_file=self.key_file,
+            podinfo_dir=self.podinfo_dir, store_timeout=self.store_timeout,
+            grace_seconds=self.grace_seconds,
+        )
+
+    def _from_server(self) -> tuple[doctor.Report | None, str]:
+        """The first running server's own report, or None and why there is none."""
+        urls = running_servers()
+        if not urls:
+            return None, "no running jupyter server found"
+        reasons = []
+        for url in urls:
+            print(f"asking the running server at {url} (--no-server: the configuration "
+                  "files only) ...", file=sys.stderr, flush=True)
+            try:
+                data = request_json(url, "gkeresume/api/doctor", what="the doctor's checks",
+                                    timeout=self.server_timeout)
+                return doctor.from_json(data, f"the running server at {url}"), ""
+            except (GkeResumeError, ValueError) as exc:
+                reasons.append(str(exc))
+        return None, "; ".join(reasons)
+
+
+OWN_SECTIONS = {"Application", "JupyterApp", "CommandApp", "DoctorApp"}
+"""Options of the command itself; any other on the command line describes a configuration, which
+the doctor then checks instead of asking the running server."""
+
+
+def _print(check: doctor.Check) -> None:
+    status = "FAIL" if not check.ok else "WARN" if check.warning else "ok"
+    print(f"{status:<4}  {check.name:<11}  {printable(check.detail)}", flush=True)
 
 
 COMMANDS = (ListApp, ShowApp, VerifyApp, GcApp, RmApp, UsageApp, AdviseApp, DoctorApp)

@@ -234,14 +234,16 @@ class SettingsHandler(GkeResumeHandler):
 
 
 class DoctorHandler(GkeResumeHandler):
-    """``doctor.run_checks`` with this server's own configuration, in a worker thread (it waits
-    on the store, the Hub or the Kubernetes API); always 200, the checks say what failed."""
+    """``doctor.run_checks`` with this server's own configuration (what ``jupyter gkeresume
+    doctor`` reports about a running server), in a worker thread (it waits on the store, the
+    Hub or the Kubernetes API, each bounded); always 200, the checks say what failed."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        checks = await asyncio.to_thread(doctor.run_checks, self.settings["gkeresume_doctor"])
-        self.finish(json.dumps(doctor.to_json(checks)))
+        report = await asyncio.to_thread(doctor.run_checks, self.settings["gkeresume_doctor"])
+        report.source = "this server"
+        self.finish(json.dumps(doctor.to_json(report)))
 
 
 def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHandler]]]:

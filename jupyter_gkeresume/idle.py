@@ -13,9 +13,11 @@ kernel calls (silent executes publish no ``execute_input``; the end of our own o
 restarts the clock, ``own_activity_until``).
 
 A check runs every ``min(60, idle_timeout / 4)`` seconds and starts a pause (reason ``idle``)
-when the workspace is ``running`` or ``ready``, no operation is in flight, at least one kernel
-runs, and no kernel is busy (unless ``idle_pause_busy``: then the checkpoint queues behind the
-running cell). Our timeout must be shorter than any culler's (jupyter_server
+when the workspace is ``running`` or ``ready``, no operation is in flight, and no kernel is busy
+(unless ``idle_pause_busy``: then the checkpoint queues behind the running cell). With no kernel
+at all (a tab open, nothing running; or ``paused``, a fresh pod nobody resumed) there is nothing
+to checkpoint: the pod is released as it is (``Orchestrator.release_without_kernels``; not with
+the ``none`` backend, which frees nothing then). Our timeout must be shorter than any culler's (jupyter_server
 ``cull_idle_timeout``, the JupyterHub idle culler, Kubeflow's culler): see docs/server.md.
 
 Call order: the orchestrator builds a ``UserActivity``, passes ``touch("cell")`` to its cell
@@ -36,6 +38,9 @@ from .errors import GkeResumeError
 from .states import State
 
 IDLE_STATES = (State.RUNNING, State.READY)
+RELEASE_STATES = (*IDLE_STATES, State.PAUSED)
+"""Where a workspace without kernels is released once idle: also ``paused`` (a fresh pod whose
+paused record nobody resumed: the record stays in the store for the next one)."""
 ACTIVITY_KINDS = ("kernel", "cell", "terminal", "document")
 """What a person does that keeps a workspace from its idle pause (see above); nothing else."""
 
@@ -87,6 +92,7 @@ class IdleWatcher:
         self.pause_busy = pause_busy
         self.log = log
         self._callback: PeriodicCallback | None = None
+        self._release_failed_at = 0.0  # a failed release without kernels waits a timeout again
 
     def start(self) -> None:
         interval = min(60.0, self.timeout / 4)
@@ -99,17 +105,38 @@ class IdleWatcher:
 
     def idle_seconds(self) -> float:
         """Seconds since a person's last activity, or since our last operation ended (a
-        resume, a checkpoint), whichever came later."""
-        since = max(self.last_activity().timestamp(), self.orchestrator.state.own_activity_until)
+        resume, a checkpoint) or a release without kernels failed, whichever came later."""
+        since = max(self.last_activity().timestamp(), self.orchestrator.state.own_activity_until,
+                    self._release_failed_at)
         return datetime.now(timezone.utc).timestamp() - since
 
+    async def _release_without_kernels(self) -> bool:
+        """Idle with no kernel: nothing to save, the pod goes back as it is; the watcher stops
+        once it did (the server stops soon). A failed release is logged and waits for another
+        whole timeout."""
+        # said first: a backend that stops this server (the Hub) may end it mid-call
+        self.log.info("gkeresume: idle for %.0f s with no kernel: releasing the pod",
+                      self.idle_seconds())
+        try:
+            released = await self.orchestrator.release_without_kernels("idle")
+        except GkeResumeError as exc:
+            self.log.warning("gkeresume: idle release (no kernel) failed: %s", exc)
+            self._release_failed_at = datetime.now(timezone.utc).timestamp()
+            return False
+        if released:
+            self.stop()
+        return released
+
     async def check(self) -> bool:
-        """Start an idle pause if due; True when one was started."""
+        """Start an idle pause if due (with no kernel: release the pod at once); True when one
+        was started or the pod released."""
         orch = self.orchestrator
-        if orch.state.operation or orch.state.state not in IDLE_STATES:
+        if orch.state.operation or self.idle_seconds() < self.timeout:
             return False
         kids = orch.gateway.live_ids()
-        if not kids or self.idle_seconds() < self.timeout:
+        if not kids and orch.state.state in RELEASE_STATES:
+            return await self._release_without_kernels()
+        if not kids or orch.state.state not in IDLE_STATES:
             return False
         if orch.gateway.busy(kids) and not self.pause_busy:
             return False

@@ -235,6 +235,23 @@ class Orchestrator:
                 "verifier": self.verifier, "backend": self.backend, "events": self.events,
                 "log": self.log, "previous": self.state.paused}
 
+    async def release_without_kernels(self, reason: str) -> bool:
+        """Give the pod back when the workspace holds no kernel (the idle pause of a server
+        with a tab open and no kernel, or of a fresh pod whose paused record nobody resumed):
+        nothing to checkpoint, so no snapshot, and the paused record (if any) stays as it is
+        for the next pod. Under the lock, only while no operation runs, the workspace is
+        ``running``, ``ready`` or ``paused``, no kernel lives, and the backend gives a pod back
+        (``none`` frees nothing without kernels). True when the backend released; its
+        ``ReleaseError`` propagates (nothing changed here)."""
+        async with self._lock:
+            if (self.state.operation or self.gateway.live_ids() or not self.backend.releases_pod
+                    or self.state.state not in (State.RUNNING, State.READY, State.PAUSED)):
+                return False
+            await self.backend.release()
+        metrics.OPERATIONS.labels("release", "ok").inc()
+        metrics.log_event(self.log, "release", outcome="released", reason=reason, kernels=0)
+        return True
+
     async def start_resume(self, snapshot: str | None, mode: str, only: list[str] | None,
                            kernel: str | None) -> tuple[Operation, bool]:
         """Validate, then resume in the background; returns ``(operation, joined)``."""

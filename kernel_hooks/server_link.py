@@ -2,37 +2,24 @@
 
 The server extension exports its URL to kernels as ``GKERESUME_SERVER_URL``. The kernel
 authenticates with ``JUPYTERHUB_API_TOKEN`` on JupyterHub, else with the token the server wrote in
-its runtime file (``jupyter_server.serverapp.list_running_servers``). It sends
+its runtime file (``jupyter_gkeresume.running_server``: the request and its errors). It sends
 ``POST gkeresume/api/pause`` for its own kernel with ``when_idle``: the server checkpoints once the
 ``%pause`` cell has ended (every kernel, when the backend releases the pod), then releases.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.request
 from typing import Any
 
-from jupyter_gkeresume.errors import ServerRefusedError, ServerUnreachableError
+from jupyter_gkeresume.errors import ServerUnreachableError
+from jupyter_gkeresume.running_server import SERVER_URL_ENV, request_json
 
 TIMEOUT = 30
 
 
 def server_url() -> str | None:
-    return os.environ.get("GKERESUME_SERVER_URL") or None
-
-
-def _token(url: str) -> str | None:
-    if os.environ.get("JUPYTERHUB_API_TOKEN"):
-        return os.environ["JUPYTERHUB_API_TOKEN"]
-    from jupyter_server.serverapp import list_running_servers
-
-    for info in list_running_servers():
-        if info.get("url", "").rstrip("/") == url.rstrip("/"):
-            return info.get("token") or None
-    return None
+    return os.environ.get(SERVER_URL_ENV) or None
 
 
 def own_kernel_id() -> str:
@@ -50,24 +37,5 @@ def request_pause(name: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"kernels": [own_kernel_id()], "when_idle": True}
     if name:
         body["name"] = name
-    headers = {"Content-Type": "application/json"}
-    token = _token(url)
-    if token:
-        headers["Authorization"] = f"token {token}"
-    request = urllib.request.Request(
-        f"{url.rstrip('/')}/gkeresume/api/pause", data=json.dumps(body).encode(),
-        headers=headers, method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-            return json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("message")
-        except ValueError:
-            message = None
-        raise ServerRefusedError(
-            exc.code, f"the server refused the pause ({exc.code}): {message or exc.reason}"
-        ) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ServerUnreachableError(f"cannot reach the server at {url}: {exc}") from None
+    return request_json(url, "gkeresume/api/pause", what="the pause", timeout=TIMEOUT,
+                        method="POST", body=body)

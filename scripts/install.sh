@@ -15,6 +15,9 @@ install_system_packages() {
   command -v node >/dev/null 2>&1 || missing+=(nodejs)
   # The real-bindings GPU tests compile a fake libcuda.so.1 (tests/fakecuda) with cc.
   command -v cc >/dev/null 2>&1 || missing+=(gcc)
+  # tests/test_monitoring.py runs promtool (check/test rules) and Prometheus itself on
+  # deploy/monitoring: Debian's prometheus package ships both.
+  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
   if [ "${#missing[@]}" -gt 0 ]; then
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

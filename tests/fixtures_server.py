@@ -173,10 +173,13 @@ def api(jp_fetch, jp_serverapp, gk_env) -> Api:
 
 class ServerProcess:
     """A real ``jupyter server`` subprocess with the extension enabled (for SIGTERM, idle and
-    restart tests). Config goes in its own config dir; ``call`` speaks its REST API."""
+    restart tests). Config goes in its own config dir, ``args`` on its command line; ``call``
+    speaks its REST API."""
 
-    def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str]):
+    def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str],
+                 args: list[str] | None = None):
         self.workdir = workdir
+        self.args = args or []
         self.port = _free_port()
         self.token = secrets.token_hex(8)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -188,6 +191,8 @@ class ServerProcess:
                                           "jupyter_lsp": False}}
         full = {**config, "ServerApp": {**server, **config.get("ServerApp", {})},
                 "IdentityProvider": {"token": self.token}}
+        self.base_url = "/" + full["ServerApp"].get("base_url", "/").strip("/") + "/"
+        self.base_url = self.base_url.replace("//", "/")  # what ``call`` paths are under
         (workdir / "config" / "jupyter_server_config.json").write_text(json.dumps(full))
         self.env = {**os.environ, **env, "JUPYTER_CONFIG_DIR": str(workdir / "config"),
                     "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
@@ -198,7 +203,7 @@ class ServerProcess:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the fd
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "jupyter_server"], env=self.env, stdout=log,
+                [sys.executable, "-m", "jupyter_server", *self.args], env=self.env, stdout=log,
                 stderr=subprocess.STDOUT, cwd=self.workdir,
             )
         deadline = time.monotonic() + 60
@@ -217,7 +222,7 @@ class ServerProcess:
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
-            f"{self.url}/{path}", data=data, method=method,
+            f"{self.url}{self.base_url}{path}", data=data, method=method,
             headers={"Authorization": f"token {self.token}",
                      "Content-Type": "application/json"},
         )
@@ -291,11 +296,13 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server_process(tmp_path, gk_env):
-    """Factory: ``server_process(name, config)`` starts a ServerProcess; all are killed after."""
+    """Factory: ``server_process(name, config, env, args)`` starts a ServerProcess; all are
+    killed after."""
     started: list[ServerProcess] = []
 
-    def start(name: str, config: dict[str, Any], env: dict[str, str] | None = None):
-        server = ServerProcess(tmp_path / name, config, env or {})
+    def start(name: str, config: dict[str, Any], env: dict[str, str] | None = None,
+              args: list[str] | None = None):
+        server = ServerProcess(tmp_path / name, config, env or {}, args)
         started.append(server)
         server.start()
         return server

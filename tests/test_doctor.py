@@ -8,12 +8,22 @@ Upstream facts the checks rely on: the v2 prefix (kubeflow/notebooks ``notebooks
 (kubernetes/kubernetes ``pkg/registry/authorization/selfsubjectaccessreview/rest.go``), the
 downward API's annotations file (one ``key="value"`` line per annotation, values escaped: kubernetes
 ``pkg/fieldpath/fieldpath.go`` ``FormatMap``), Istio's ``proxy.istio.io/config``
-``terminationDrainDuration`` (5 s by default) and ``sidecar.istio.io/status`` on injected pods.
+``terminationDrainDuration`` (5 s by default: istio/istio ``pkg/config/mesh/mesh.go``
+``DefaultProxyConfig``; the annotation is YAML or JSON merged into ProxyConfig by
+``MergeProxyConfig`` / ``protomarshal.ApplyYAML``, a Duration spelled ``"35s"``; read by
+``pilot/cmd/pilot-agent/config/config.go``) and ``sidecar.istio.io/status`` on injected pods
+(``pkg/kube/inject/inject.go`` ``SidecarInjectionStatus``; a native sidecar lists istio-proxy
+under ``initContainers``: ``pkg/kube/inject/testdata/inject/auth.yaml.injected``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 
 import fsspec
 import pytest
@@ -27,10 +37,25 @@ GOOD_BASE = f"--ServerApp.base_url={V2_PREFIX}"
 
 
 def doctor(capsys, *args: str) -> tuple[int, dict[str, dict]]:
+    code, checks, _ = doctor_report(capsys, *args)
+    return code, checks
+
+
+def doctor_report(capsys, *args: str) -> tuple[int, dict[str, dict], dict]:
+    """Exit code, the checks by name, and the whole ``--json`` document."""
     code = main(["doctor", "--json", *args])
-    checks = json.loads(capsys.readouterr().out)["checks"]
-    assert all(set(c) == {"name", "ok", "detail"} for c in checks)
-    return code, {c["name"]: c for c in checks}
+    report = json.loads(capsys.readouterr().out)
+    checks = report["checks"]
+    assert all(set(c) == {"name", "ok", "detail", "warning"} for c in checks)
+    return code, {c["name"]: c for c in checks}, report
+
+
+@pytest.fixture(autouse=True)
+def no_running_server(monkeypatch, tmp_path):
+    """No server of another test (or session) answers for these pods: a runtime dir of their
+    own, no server URL inherited."""
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.delenv("GKERESUME_SERVER_URL", raising=False)
 
 
 @pytest.fixture
@@ -45,6 +70,8 @@ def pod(monkeypatch, tmp_path):
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("GKERESUME_KUBE_TOKEN", TOKEN)
     monkeypatch.setenv("GKERESUME_NAMESPACE_KEY_FILE", str(secret))
+    monkeypatch.setenv("GKERESUME_SHUTDOWN_BUDGET", "20")  # the WorkspaceKind's: 30 s of grace
+    monkeypatch.delenv("GKERESUME_IDLE_TIMEOUT", raising=False)
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
     podinfo = tmp_path / "podinfo"
@@ -96,6 +123,8 @@ def test_what_would_break_is_a_failed_check_and_exit_1(pod, tmp_path, capsys, mo
     assert not checks["base_url"]["ok"] and V2_PREFIX in checks["base_url"]["detail"]
     assert not checks["shutdown"]["ok"]
     assert "Istio sidecar stops 5 s after SIGTERM" in checks["shutdown"]["detail"]
+    # the fix is the budget (20 s) plus the server's stop, in the PodDefault's own JSON form
+    assert """'{"terminationDrainDuration": "30s"}'""" in checks["shutdown"]["detail"]
     assert checks["store"]["ok"] and checks["credentials"]["detail"].startswith("not needed")
 
     (tmp_path / "podinfo" / "annotations").write_text(
@@ -117,7 +146,11 @@ def test_without_credentials_the_store_and_credentials_checks_say_so(pod, gcs_fa
     assert not checks["store"]["ok"] and "no credentials" in checks["store"]["detail"]
     assert not checks["credentials"]["ok"]
     assert "anonymous" in checks["credentials"]["detail"]
-    assert "egressAllowRules.cloudMetadataServer" in checks["credentials"]["detail"]
+    # this pod's platform's advice only (a v2 pod: ws-NAME), and no "doctor checks it" in the
+    # doctor's own output
+    assert "ws-{workspace name}" in checks["credentials"]["detail"]
+    assert "singleuser" not in checks["credentials"]["detail"]
+    assert "doctor" not in checks["credentials"]["detail"]
 
 
 def test_a_local_pod_and_the_human_output(monkeypatch, tmp_path, capsys):
@@ -157,3 +190,224 @@ async def test_the_lab_can_ask_the_server_for_the_same_checks(api, monkeypatch):
     assert checks["store"]["ok"] and "writable" in checks["store"]["detail"]
     assert not checks["release"]["ok"] and "no may_release" in checks["release"]["detail"]
     assert checks["base_url"]["ok"]
+
+
+# -- issue 29.5: what the doctor gets wrong on correct setups -----------------------------------
+def annotations_file(podinfo, annotations: dict[str, str]) -> None:
+    """The downward API's file: ``key="value"`` lines, the value quoted as Go's ``%q`` (for
+    these ASCII values, what ``json.dumps`` writes)."""
+    (podinfo / "annotations").write_text(
+        "".join(f"{key}={json.dumps(value)}\n" for key, value in annotations.items()))
+
+
+@pytest.fixture
+def hub_pod(monkeypatch, tmp_path):
+    """A Zero to JupyterHub user pod (its variables, no Hub API token: the release check is not
+    what these tests look at) and the documented values' seconds."""
+    for name in ("NB_PREFIX", "KUBERNETES_SERVICE_HOST", "GKERESUME_WORKSPACE",
+                 "GKERESUME_SHUTDOWN_BUDGET", "GKERESUME_IDLE_TIMEOUT", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "k" * 32)
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+    values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+    settings = values["singleuser"]["extraFiles"]["gkeresume-config"]["data"]["GkeResume"]
+    grace = values["hub"]["config"]["KubeSpawner"]["delete_grace_period"]
+    return [f"--store={tmp_path / 'store'}", f"--podinfo-dir={tmp_path}",
+            f"--GkeResume.shutdown_checkpoint_timeout={settings['shutdown_checkpoint_timeout']}",
+            f"--GkeResume.idle_timeout={settings['idle_timeout']}"], grace
+
+
+def test_the_documented_z2jh_values_pass_the_shutdown_check(hub_pod, capsys):
+    """deploy/z2jh/values.yaml: a 45 s budget, delete_grace_period 60, a 90 s pod grace. The
+    pod sees neither grace (KubeSpawner's delete_grace_period: jupyterhub/kubespawner
+    ``kubespawner/spawner.py``; the downward API has no terminationGracePeriodSeconds), so the
+    doctor says what must hold instead of failing; a grace given to it is checked."""
+    args, grace = hub_pod
+    code, checks = doctor(capsys, *args)
+    shutdown = checks["shutdown"]
+    assert shutdown["ok"] and shutdown["warning"], shutdown  # it FAILed before
+    assert "grace of at least 55 s" in shutdown["detail"]
+    assert "delete_grace_period" in shutdown["detail"]
+
+    code, checks = doctor(capsys, *args, f"--DoctorApp.grace_seconds={grace}")
+    assert checks["shutdown"]["ok"] and not checks["shutdown"]["warning"], checks["shutdown"]
+    code, checks = doctor(capsys, *args, "--grace-seconds=50")
+    assert not checks["shutdown"]["ok"] and code == 1
+    assert "set GKERESUME_SHUTDOWN_BUDGET to 40 or less" in checks["shutdown"]["detail"]
+
+
+def test_notebooks_v2_pods_get_30_s_so_the_default_budget_fails(pod, tmp_path, capsys,
+                                                               monkeypatch):
+    """A WorkspaceKind has no grace-period field (kubeflow/notebooks notebooks-v2
+    ``workspaces/controller/api/v1beta1/workspacekind_types.go``): 30 s, known. The default
+    25 s budget plus the server's stop does not fit; the WorkspaceKind's 20 does."""
+    _, api_host, podinfo = pod
+    store = f"--store={tmp_path / 'store'}"
+    _, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
+    assert checks["shutdown"]["ok"] and "grace 30 s" in checks["shutdown"]["detail"]
+    monkeypatch.delenv("GKERESUME_SHUTDOWN_BUDGET")
+    _, checks = doctor(capsys, store, api_host, podinfo, GOOD_BASE)
+    assert not checks["shutdown"]["ok"], checks["shutdown"]
+    assert "set GKERESUME_SHUTDOWN_BUDGET to 20 or less" in checks["shutdown"]["detail"]
+
+
+def test_the_sidecar_drain_is_read_as_pilot_agent_reads_it(pod, tmp_path, capsys, monkeypatch):
+    """The PodDefault's own annotation is JSON (``{"terminationDrainDuration": "35s"}``): it was
+    read as the 5 s default. A native sidecar (istio-proxy among the status' initContainers,
+    as in istio/istio ``pkg/kube/inject/testdata/inject/auth.yaml.injected``) outlives the
+    notebook: no drain to fear. An annotation that cannot be read is said, not guessed."""
+    _, api_host, podinfo = pod
+    args = (f"--store={tmp_path / 'store'}", api_host, podinfo, GOOD_BASE)
+    poddefault = yaml.safe_load((DEPLOY / "kubeflow" / "poddefault.yaml").read_text())
+    config = poddefault["spec"]["annotations"]["proxy.istio.io/config"]
+    classic = json.dumps({"initContainers": ["istio-init"], "containers": ["istio-proxy"]})
+    annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": classic,
+                                            "proxy.istio.io/config": config})
+    _, checks = doctor(capsys, *args)
+    assert checks["shutdown"]["ok"], checks["shutdown"]
+    assert "Istio sidecar drains 35 s after SIGTERM" in checks["shutdown"]["detail"]
+
+    monkeypatch.setenv("GKERESUME_SHUTDOWN_BUDGET", "40")  # longer than the drain
+    monkeypatch.setenv("NB_PREFIX", "/notebook/team-a/train-1")  # v1: its grace is not known
+    _, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    assert not checks["shutdown"]["ok"]
+    assert """'{"terminationDrainDuration": "50s"}'""" in checks["shutdown"]["detail"]
+
+    native = ('{"initContainers":["istio-init","istio-proxy"],"containers":null,"volumes":'
+              '["istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],'
+              '"imagePullSecrets":null,"revision":"default"}')
+    annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": native})
+    _, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    assert checks["shutdown"]["ok"] and "native sidecar" in checks["shutdown"]["detail"]
+
+    annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": classic,
+                                            "proxy.istio.io/config": "terminationDrainDuration: soon"})
+    _, checks = doctor(capsys, f"--store={tmp_path / 'store'}", api_host, podinfo)
+    assert "cannot read proxy.istio.io/config" in checks["shutdown"]["detail"]
+
+
+def test_json_carries_the_structured_facts_and_the_idle_timeout_variable(pod, tmp_path, capsys,
+                                                                         monkeypatch):
+    """``--json``: backend, workspace_id, key_id, budget_s, idle_timeout_s beside the checks;
+    ``GKERESUME_IDLE_TIMEOUT`` sets the idle timeout as ``GKERESUME_SHUTDOWN_BUDGET`` sets the
+    budget; with none, nothing in the server gives the GPU back: a warning."""
+    _, api_host, podinfo = pod
+    args = (f"--store={tmp_path / 'store'}", api_host, podinfo, GOOD_BASE)
+    _, checks, report = doctor_report(capsys, *args)
+    assert report["source"].startswith("the configuration files only")
+    assert report["backend"] == "kubeflow-workspace"
+    assert report["workspace_id"] == checks["workspace"]["detail"].split(" ")[0]
+    assert checks["key"]["detail"].startswith(f"id {report['key_id']},")
+    assert (report["budget_s"], report["idle_timeout_s"]) == (20, 0)
+    idle = checks["idle"]
+    assert idle["ok"] and idle["warning"] and "ever gives the GPU back" in idle["detail"]
+    assert "GKERESUME_IDLE_TIMEOUT" in idle["detail"]
+
+    monkeypatch.setenv("GKERESUME_IDLE_TIMEOUT", "1800")
+    _, checks, report = doctor_report(capsys, *args)
+    assert report["idle_timeout_s"] == 1800 and not checks["idle"]["warning"]
+    assert "no kernel open the pod is released" in checks["idle"]["detail"]
+    for bad in ("30m", "12.5", "-1"):
+        monkeypatch.setenv("GKERESUME_IDLE_TIMEOUT", bad)
+        assert main(["doctor", *args]) == 2
+        assert "GKERESUME_IDLE_TIMEOUT" in capsys.readouterr().err
+
+
+def test_a_pod_without_its_service_account_token_is_told_so(pod, tmp_path, capsys, monkeypatch):
+    """In a pod (KUBERNETES_SERVICE_HOST) with no token mounted, the kubernetes client's
+    in-cluster config fails and it used to fall back to a kubeconfig that no pod has: "Invalid
+    kube-config file"."""
+    _, _, podinfo = pod
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    _, checks = doctor(capsys, f"--store={tmp_path / 'store'}", podinfo, GOOD_BASE)
+    release = checks["release"]
+    assert not release["ok"]
+    assert "no service-account token at /var/run/secrets/kubernetes.io/serviceaccount/token" in (
+        release["detail"]), release
+    assert "kube-config" not in release["detail"]
+
+
+def test_an_unreachable_store_fails_within_its_timeout_and_each_check_prints_when_done(
+        tmp_path):
+    """A ``gs://`` store whose endpoint accepts connections and never answers (a black hole,
+    as a firewall that drops packets looks to the client): the doctor printed nothing for
+    123-128 s, then everything. Now the store check fails after ``store_timeout``, nothing else
+    waits on the store, and every check is printed as soon as it ends (a real
+    ``jupyter-gkeresume`` process, its stdout read line by line as it comes)."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)  # connections complete in the backlog; nothing ever reads them
+        env = {**os.environ, "FSSPEC_GS_ENDPOINT_URL": f"http://127.0.0.1:{hole.getsockname()[1]}",
+               "FSSPEC_GS_TOKEN": "anon", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+               "GKERESUME_SIGNING_KEY": "k" * 32, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+               "PYTHONUNBUFFERED": "1"}
+        for name in ("NB_PREFIX", "KUBERNETES_SERVICE_HOST", "JUPYTERHUB_USER",
+                     "GKERESUME_WORKSPACE", "GKERESUME_SIGNING_KEY_FILE"):
+            env.pop(name, None)
+        start = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from jupyter_gkeresume.cli import main; "
+             "sys.exit(main())", "doctor", "--store=gs://bucket/prefix", "--no-server",
+             "--CommandApp.store_timeout=3", f"--podinfo-dir={tmp_path}"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen: dict[str, float] = {}
+        try:
+            for line in process.stdout:  # a 120 s safety net below, the old code's time
+                words = line.split()
+                seen[words[1] if len(words) > 1 and words[0] != "source:" else "source"] = (
+                    time.monotonic() - start)
+                assert time.monotonic() - start < 90, seen
+            code = process.wait(timeout=30)
+        finally:
+            process.kill()
+    assert code == 1, process.stderr.read()
+    assert list(seen) == ["source", "workspace", "store", "credentials", "release", "base_url",
+                          "key", "shutdown", "idle"], seen
+    # the workspace line came out before the store's 3 s were up, the store after them
+    assert seen["workspace"] + 2 < seen["store"], seen
+    assert seen["idle"] - seen["store"] < 20, seen  # nothing after the store waited on it
+
+
+def test_the_doctor_reports_what_the_running_server_runs_with(server_process, tmp_path, capsys,
+                                                               monkeypatch):
+    """Issue 27.8: a server started with ``--GkeResume.idle_timeout=60`` on its command line,
+    which no configuration file says; the doctor said "no idle pause (idle_timeout 0)". It asks
+    that server (``GET gkeresume/api/doctor``, found through the server's runtime file, with
+    its token) and says so; ``--no-server`` and a stopped server give the configuration files'
+    view, said as such."""
+    for name in ("NB_PREFIX", "KUBERNETES_SERVICE_HOST", "JUPYTERHUB_USER",
+                 "GKERESUME_SHUTDOWN_BUDGET", "GKERESUME_IDLE_TIMEOUT", "GKERESUME_WORKSPACE"):
+        monkeypatch.delenv(name, raising=False)
+    store = tmp_path / "store"
+    config = {"GkeResume": {"store_url": str(store), "workspace_id": "doctor-ws",
+                            "release_backend": "none"}}
+    server = server_process("doctored", config, args=["--GkeResume.idle_timeout=60"])
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(server.workdir / "runtime"))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(server.workdir / "config"))  # same files
+
+    code, checks, report = doctor_report(capsys)
+    assert code == 0, checks
+    assert report["source"] == f"the running server at {server.url}/"
+    assert report["idle_timeout_s"] == 60 and report["budget_s"] == 25
+    assert (report["backend"], report["workspace_id"]) == ("none", "doctor-ws")
+    assert "pause with release after 60 s" in checks["idle"]["detail"]
+    assert checks["store"]["ok"] and str(store) in checks["store"]["detail"]
+    main(["doctor"])  # the human form says where it came from
+    assert capsys.readouterr().out.startswith(f"source: the running server at {server.url}/\n")
+
+    code, checks, report = doctor_report(capsys, "--no-server")
+    assert report["source"] == "the configuration files only (--no-server)"
+    assert report["idle_timeout_s"] == 0 and "no idle pause" in checks["idle"]["detail"]
+    # a configuration given on the command line is what is asked about, not the server's
+    code, checks, report = doctor_report(capsys, f"--store={tmp_path / 'other'}")
+    assert report["source"] == ("the configuration files only (the command line sets "
+                                "GkeResume.store_url)"), report["source"]
+    assert str(tmp_path / "other") in checks["store"]["detail"]
+
+    assert server.stop() == 0
+    code, checks, report = doctor_report(capsys)
+    assert report["source"] == ("the configuration files only (no running jupyter server "
+                                "found)"), report["source"]

@@ -31,7 +31,10 @@ SERVER_SCOPES = ["access:servers!server", "users:activity!user", "read:users:nam
 
 
 class Hub:
-    def __init__(self, workdir: Path):
+    """A Hub whose spawner gives alice's server ``environment`` on top of its own (what z2jh's
+    ``singleuser.extraEnv`` does)."""
+
+    def __init__(self, workdir: Path, environment: dict[str, str] | None = None):
         self.workdir = workdir
         self.port, self.hub_port, self.api_port = _free_port(), _free_port(), _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -71,6 +74,7 @@ c.Spawner.environment = {{
     "JUPYTER_CONFIG_DIR": {str(workdir / "user-config")!r},
     "JUPYTER_RUNTIME_DIR": {str(self.runtime)!r},
     "OMP_NUM_THREADS": "1",
+    **{environment or {}!r},
 }}
 c.JupyterHub.services = [{{"name": "tester", "api_token": {ADMIN_TOKEN!r}}}]
 c.JupyterHub.load_roles = [{{"name": "tester", "services": ["tester"],
@@ -165,6 +169,23 @@ def token_hub(tmp_path_factory):
     """One Hub for the tests that only ask it about tokens: alice's server never starts, and
     each test makes its own token (and checks the server is still stopped)."""
     yield from _running(Hub(tmp_path_factory.mktemp("token-hub")))
+
+
+def test_an_idle_server_without_kernels_is_stopped_through_its_hub(tmp_path):
+    """Issue 29.3: a server with no kernel (a tab open, nobody active) kept its pod and GPU
+    forever: the idle pause needed a kernel. With ``GKERESUME_IDLE_TIMEOUT`` in the spawner's
+    environment (z2jh ``singleuser.extraEnv``) and no config file saying so, the server asks its
+    Hub to stop it once idle; the Hub reports it stopped, and nothing was paused."""
+    for _ in _running(hub := Hub(tmp_path, {"GKERESUME_IDLE_TIMEOUT": "5"})):
+        code, body = hub.call("POST", "hub/api/users/alice/server")
+        assert code in (201, 202), (code, body)
+
+        def released() -> bool:
+            said = "with no kernel: releasing the pod" in hub.log_path.read_text(errors="replace")
+            return said and hub.server_state() == "stopped"
+
+        hub.wait(released, "stopped by its idle release")
+        assert not (hub.store / "hub-alice" / "records" / "paused.json").exists()
 
 
 def test_pause_stops_the_hub_server_and_resume_brings_the_tensor_back(hub):

@@ -423,5 +423,10 @@ def test_may_release_asks_the_api_server_and_changes_nothing(kube, monkeypatch, 
     kube.tokens = {TOKEN: ("team-a", "nobody")}  # an account no role is bound to
     allowed, evidence = asyncio.run(release.may_release())
     assert not allowed and "deploy/kubeflow-rbac.yaml" in evidence, evidence
+    # v1 pods get the role through kubeflow-edit; a v2 pod (ws-NAME) only from its
+    # WorkspaceKind's podTemplate.serviceAccount.clusterRoles (workspace_controller.go)
+    fix = ("podTemplate.serviceAccount.clusterRoles" if prefix == V2_PREFIX
+           else "aggregates into kubeflow-edit")
+    assert fix in evidence, evidence
     assert [m for m, _, _ in kube.requests] == ["POST", "POST"]
     assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is False

@@ -14,14 +14,21 @@ move with the polls either, so the culler's clock agrees with ours.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import threading
 import time
 import urllib.parse
+from datetime import datetime, timedelta, timezone
 
 import pytest
-from fixtures_server import server_config
+from fixtures_server import RecordingRelease, server_config
 from tornado.websocket import websocket_connect
+
+from jupyter_gkeresume.app import GkeResume
+from jupyter_gkeresume.errors import InvalidInputError
+from jupyter_gkeresume.idle import IdleWatcher
 
 IDLE_TIMEOUT = 6  # seconds: short, yet twice a kernel start here under load 8 (~2.5 s: the longest gap)
 POLL = 1.0  # seconds between two polls, as a client that watches the server closely
@@ -141,10 +148,68 @@ async def test_document_changes_count_and_reads_do_not(api):
 
 
 async def _until(predicate, what: str) -> None:
-    """The contents events reach their listeners in a task: wait for it (a safety deadline)."""
-    import asyncio
-
+    """Wait until ``predicate()`` (the contents events reach their listeners in a task; the idle
+    clock moves): a safety deadline, not a speed check."""
     deadline = time.monotonic() + 30
     while not predicate():
         assert time.monotonic() < deadline, what
         await asyncio.sleep(0.01)
+
+
+async def test_an_idle_workspace_without_kernels_gives_the_pod_back(api):
+    """Issue 29.3: a tab open and no kernel (nothing to checkpoint): the idle pause needed a
+    live kernel, so such a pod kept its GPU forever. Now the idle check releases it at once,
+    with no snapshot and no paused record; a failed release waits a whole timeout before the
+    next try; with a kernel alive it is a pause again, never a bare release; a paused
+    workspace nobody resumes is released too, its record kept."""
+    orchestrator = api.serverapp.web_app.settings["gkeresume_orchestrator"]
+    assert (await api.status())["kernels"] == []
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    timeout = 5.0
+    watcher = IdleWatcher(orchestrator, lambda: long_ago, timeout=timeout, pause_busy=False,
+                          log=logging.getLogger("test"))
+    RecordingRelease.fail_with = "the Hub said no"
+    assert not await watcher.check()
+    assert len(RecordingRelease.calls) == 1
+    assert not await watcher.check() and len(RecordingRelease.calls) == 1  # not at once again
+    await _until(lambda: watcher.idle_seconds() >= timeout, "a timeout after the failure")
+    RecordingRelease.fail_with = None
+    assert await watcher.check()  # returned False before: "not kids" ended the check
+    assert len(RecordingRelease.calls) == 2
+    status = await api.status()
+    assert (status["state"], status["paused"], status["operation"]) == ("running", None, None)
+    assert (await api.call("GET", "gkeresume/api/snapshots"))[1]["snapshots"] == []
+
+    await api.new_session("kept.ipynb")
+    assert not await orchestrator.release_without_kernels("idle")
+    assert len(RecordingRelease.calls) == 2
+
+    # paused (the record written, the kernels stopped) and nobody resumes: released as well,
+    # the record kept for the next pod
+    await api.pause({"when_busy": "queue"})
+    status = await api.settle()
+    assert status["state"] == "paused" and len(RecordingRelease.calls) == 3, status
+    watcher = IdleWatcher(orchestrator, lambda: long_ago, timeout=timeout, pause_busy=False,
+                          log=logging.getLogger("test"))
+    assert orchestrator.gateway.live_ids() == []
+    # our own operation's end restarted the clock
+    await _until(lambda: watcher.idle_seconds() >= timeout, "idle after the pause")
+    assert await watcher.check() and len(RecordingRelease.calls) == 4
+    assert (await api.status())["paused"] == status["paused"]
+
+
+def test_the_environment_sets_the_idle_timeout(monkeypatch):
+    """``GKERESUME_IDLE_TIMEOUT`` (whole seconds) overrides ``c.GkeResume.idle_timeout`` as
+    ``GKERESUME_SHUTDOWN_BUDGET`` overrides the budget: a platform's manifest turns the idle
+    pause on without a config file; anything else is refused with the fix."""
+    settings = GkeResume(idle_timeout=2700)
+    monkeypatch.delenv("GKERESUME_IDLE_TIMEOUT", raising=False)
+    assert settings.resolved_idle_timeout() == 2700
+    for raw, seconds in ((" 1800 ", 1800), ("0", 0)):
+        monkeypatch.setenv("GKERESUME_IDLE_TIMEOUT", raw)
+        assert settings.resolved_idle_timeout() == seconds
+    for bad in ("soon", "12.5", "-1", "1e3", "30m"):
+        monkeypatch.setenv("GKERESUME_IDLE_TIMEOUT", bad)
+        with pytest.raises(InvalidInputError, match=r"GKERESUME_IDLE_TIMEOUT=.*whole seconds"):
+            settings.resolved_idle_timeout()
+

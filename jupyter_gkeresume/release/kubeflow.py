@@ -13,12 +13,14 @@ as readily as 404):
 
 Namespace and name come from the prefix, the namespace otherwise from the service account;
 ``c.KubeflowRelease.namespace`` / ``.resource_name`` override both. Credentials are the pod's
-service account (in-cluster config), else ``~/.kube/config``; the Role it needs ships as
-``deploy/kubeflow-rbac.yaml``. ``may_release`` asks the API server, with a
-SelfSubjectAccessReview, whether those credentials may patch the resource (the doctor's check).
-The kubernetes client is synchronous: calls run in a thread, each bounded by
-``request_timeout`` (a black-holed API server is a ``ReleaseError``, so the pause fails and the
-workspace returns to ``running`` instead of staying in ``releasing``).
+service account (in-cluster config; inside Kubernetes a missing token is said as such), else
+``~/.kube/config``; the ClusterRole it needs ships as ``deploy/kubeflow-rbac.yaml`` (v1 pods get
+it through ``kubeflow-edit``, v2 pods only from their WorkspaceKind: ``rbac_advice``).
+``may_release`` asks the API server, with a SelfSubjectAccessReview, whether those credentials
+may patch the resource (the doctor's check). The kubernetes client is synchronous: calls run in
+a thread, each bounded by ``request_timeout`` (a black-holed API server is a ``ReleaseError``,
+so the pause fails and the workspace returns to ``running`` instead of staying in
+``releasing``).
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ from .base import ReleaseBackend
 GROUP = "kubeflow.org"
 STOPPED_ANNOTATION = "kubeflow-resource-stopped"
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-RBAC_ADVICE = "the pod's service account needs the Role in deploy/kubeflow-rbac.yaml"
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 class KubeflowRelease(ReleaseBackend):
     """What both Kubeflow backends share; each subclass names its resource and its patch."""
 
     kind: ClassVar[str]  # "Notebook" or "Workspace"
+    rbac_advice: ClassVar[str]  # how this platform's pods get the permission to patch it
     version: ClassVar[str]  # kubeflow.org/{version}
     plural: ClassVar[str]
 
@@ -88,7 +91,7 @@ class KubeflowRelease(ReleaseBackend):
         verdict = "may" if allowed else "may NOT"
         return allowed, (f"this pod's credentials {verdict} patch {self.where} "
                          f"(SelfSubjectAccessReview{': ' + reason if reason else ''})"
-                         + ("" if allowed else f"; {RBAC_ADVICE}"))
+                         + ("" if allowed else f"; {self.rbac_advice}"))
 
     async def _call(self, call: Callable[[Any], Any]) -> Any:
         if not self.namespace or not self.resource_name:
@@ -114,7 +117,12 @@ class KubeflowRelease(ReleaseBackend):
             return client.ApiClient(configuration)
         try:
             config.load_incluster_config()
-        except config.ConfigException:
+        except config.ConfigException as exc:
+            if os.environ.get("KUBERNETES_SERVICE_HOST"):  # in a pod: no kubeconfig to fall to
+                raise config.ConfigException(
+                    f"no service-account token at {SA_TOKEN} (the pod runs with "
+                    "automountServiceAccountToken: false?)" if not os.path.isfile(SA_TOKEN)
+                    else f"the pod's in-cluster credentials: {exc}") from None
             config.load_kube_config()
         return client.ApiClient()
 
@@ -173,7 +181,7 @@ class KubeflowRelease(ReleaseBackend):
 
     def _explain(self, exc) -> str:
         if exc.status == 403:
-            return f"{self.name} release: forbidden to patch {self.where}: {RBAC_ADVICE}"
+            return f"{self.name} release: forbidden to patch {self.where}: {self.rbac_advice}"
         if exc.status == 404:
             return f"{self.name} release: no {self.where} in the cluster"
         return f"{self.name} release: the API answered {exc.status} {exc.reason} for {self.where}"
@@ -186,6 +194,8 @@ class KubeflowNotebookRelease(KubeflowRelease):
 
     name = "kubeflow-notebook"
     kind, version, plural = "Notebook", "v1", "notebooks"
+    rbac_advice = ("the pod's service account (default-editor) needs the gkeresume-release "
+                   "ClusterRole, which deploy/kubeflow-rbac.yaml aggregates into kubeflow-edit")
 
     def patch_body(self) -> dict[str, Any]:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -198,6 +208,10 @@ class KubeflowWorkspaceRelease(KubeflowRelease):
 
     name = "kubeflow-workspace"
     kind, version, plural = "Workspace", "v1beta1", "workspaces"
+    rbac_advice = ("the pod runs as ws-{workspace name}, which gets only the ClusterRoles its "
+                   "WorkspaceKind lists in podTemplate.serviceAccount.clusterRoles: list "
+                   "gkeresume-release there (deploy/kubeflow/workspacekind-v1beta1.yaml) and "
+                   "apply deploy/kubeflow-rbac.yaml")
 
     def patch_body(self) -> dict[str, Any]:
         return {"spec": {"paused": True}}

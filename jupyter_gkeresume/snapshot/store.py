@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
 import fsspec
+from fsspec.exceptions import FSTimeoutError
 
 from ..credentials import mask
 from ..errors import (
@@ -53,15 +54,37 @@ DEFAULT_CHUNK_BYTES = 32 << 20
 DEFAULT_CONCURRENCY = {"local": 4, "remote": 8}
 MAX_CONCURRENCY = 256
 DEFAULT_RETRIES = 3
-NO_CREDENTIALS_ADVICE = (
+_WORKLOAD_IDENTITY = (
     "On GKE the pod's Google credentials come from the metadata server (169.254.169.254) through "
     "Workload Identity: bind the pod's Kubernetes service account to a principal that may use "
-    "the bucket (deploy/gcs), and let the pod reach the metadata server (Zero to JupyterHub: "
-    "singleuser.cloudMetadata.blockWithIptables: false and, with Dataplane V2 or on Autopilot, "
-    "singleuser.networkPolicy.egressAllowRules.cloudMetadataServer: true; Kubeflow: no "
-    "NetworkPolicy blocking it). Elsewhere: GOOGLE_APPLICATION_CREDENTIALS. "
-    "`jupyter gkeresume doctor` checks it."
-)
+    "the bucket (deploy/gcs), and let the pod reach the metadata server")
+_REACH_METADATA = {
+    "jupyterhub": " (Zero to JupyterHub: singleuser.cloudMetadata.blockWithIptables: false and, "
+    "with Dataplane V2 or on Autopilot, singleuser.networkPolicy.egressAllowRules."
+    "cloudMetadataServer: true).",
+    "kubeflow-v1": " (Kubeflow Notebooks v1: the namespace's default-editor account is the one "
+    "bound; no NetworkPolicy or Istio egress rule may block that address).",
+    "kubeflow-v2": " (Kubeflow Notebooks v2: the pod runs as ws-{workspace name}, bound like the "
+    "namespace's other accounts by deploy/gcs/grant-namespace.sh; no NetworkPolicy or Istio "
+    "egress rule may block that address).",
+}
+
+
+def no_credentials_advice(platform: str | None = None, *, point_to_doctor: bool = True) -> str:
+    """What to do when the store answered 401, for ``platform`` (``platform.detect().name``;
+    None: detect it): that platform's settings only. ``point_to_doctor``: end by naming the
+    command that checks it (not in the doctor's own output)."""
+    if platform is None:
+        from ..platform import detect
+
+        platform = detect().name
+    reach = _REACH_METADATA.get(platform)
+    advice = (f"{_WORKLOAD_IDENTITY}{reach}" if reach else  # not known: every platform's way
+              f"{_WORKLOAD_IDENTITY}{_REACH_METADATA['jupyterhub'][:-2]}; Kubeflow: no "
+              "NetworkPolicy blocking it). Elsewhere: GOOGLE_APPLICATION_CREDENTIALS.")
+    return advice + (" `jupyter gkeresume doctor` checks it." if point_to_doctor else "")
+
+
 #: Manifests larger than this are refused unread beyond it (a planted one must not cost a
 #: listing its size in memory); ``commit_manifest`` refuses to write one, so none of ours is.
 MAX_MANIFEST_BYTES = 16 << 20
@@ -310,6 +333,24 @@ class SnapshotStore:
         with self._errors("remove the test object"):
             self.backend.delete(path)
 
+    def check_reachable(self, timeout: float) -> None:
+        """One listing of the workspace with a deadline, so an unreachable object store fails
+        in ``timeout`` seconds (gcsfs alone retries a refused connection for about 35 s, a
+        black-holed one for minutes) with one clear line; nothing for a local store or
+        ``timeout <= 0``. Callers: the CLI before any command, the doctor before its probe."""
+        if self.backend.local or timeout <= 0:
+            return
+        try:
+            self.fs.ls(self.root, timeout=timeout)  # fsspec's sync wrappers take a deadline
+        except FileNotFoundError:
+            pass  # reachable; the workspace has no snapshots yet
+        except FSTimeoutError:
+            raise StoreError(f"the store {_safe_url(self.url)} did not answer within "
+                             f"{timeout:g} s: unreachable, or no network (if it is only slow: "
+                             "--CommandApp.store_timeout=SECONDS)") from None
+        except (OSError, ValueError, *_transport_errors()) as exc:
+            raise store_failure(str(self), exc) from None
+
     def list_records(self, prefix: str) -> dict[str, float | None]:
         """Names (without ``.json``) of the records starting with ``prefix``, with their
         modification times (for gc of lease chains)."""
@@ -357,7 +398,7 @@ def store_failure(what: str, exc: BaseException) -> StoreError:
     and gets the fix; anything else is a ``StoreError`` with ``describe(exc)``."""
     if getattr(exc, "code", None) == 401:
         return NoCredentialsError(f"no credentials: {what}: the store answered 401 "
-                                  f"Unauthorized ({describe(exc)}). {NO_CREDENTIALS_ADVICE}")
+                                  f"Unauthorized ({describe(exc)}). {no_credentials_advice()}")
     return StoreError(f"{what}: {describe(exc)}")
 
 
