@@ -53,7 +53,7 @@ def test_gradients_and_the_lr_schedule_cross_a_cut_bit_for_bit(start_kernel):
     a = start_kernel()
     a.run(TRAINING)
     held = a.run_json(HELD)
-    assert all(g is not None for g, r in zip(held["grads"], held["requires_grad"]) if r)
+    assert all(g is not None for g, r in zip(held["grads"], held["requires_grad"], strict=True) if r)
     a.run("%checkpoint")
     uninterrupted = a.run_json(NEXT_STEP)
     assert uninterrupted["warnings"] == []
