@@ -211,8 +211,14 @@ def _owner(patch: Patch) -> Any:
     return target
 
 
+#: The labels of the attributes the last restore set again (for measurements: the others were
+#: there already).
+set_again: list[str] = []
+
+
 def _restore_patches(state: dict[str, Any]) -> str | None:
     missing = [f"{label} ({why})" for label, why in state["lost"].items()]
+    set_again.clear()
     for patch in state["patches"]:
         try:
             owner = _owner(patch)
@@ -224,6 +230,7 @@ def _restore_patches(state: dict[str, Any]) -> str | None:
                                       and _origin(current) == _origin(patch.value)):
             continue
         setattr(owner, patch.attribute, patch.value)
+        set_again.append(patch.label)
     return f"not set again: {', '.join(missing)}" if missing else None
 
 

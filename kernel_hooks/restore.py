@@ -215,13 +215,15 @@ def _restore(
             session_state.restore(state, lost)
             _continue_numbering(shell, manifest, state, continuing_cell)
             result.warnings.extend(lost)
-            left_out += lost
+            if lost:  # each said in its own warning line already
+                left_out.append(f"session state ({len(lost)} of the warnings)")
             left_out += [f"{s['name']} ({s['type']}) stayed on the old pod"
                          for s in state.get("left_out", [])]
         else:
             result.warnings.append(f"session state not restored: {reasons.get(SESSION_RECORD)}")
             left_out.append(result.warnings[-1])
-        left_out += _restore_interpreter_state(manifest, loaded, reasons, result)
+        named = _restore_interpreter_state(manifest, loaded, reasons, result)
+        left_out += [line.split(" not restored", 1)[0] for line in named]
     _judge_left_out(verdict, result, left_out)
     result.seconds = time.monotonic() - started
     if progress is not None:

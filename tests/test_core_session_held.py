@@ -129,3 +129,63 @@ def test_library_patches_warnings_and_closed_files_are_what_they_were(start_kern
     assert "dropout option" not in b.run(WARNS), "the resumed kernel had shown it already"
     after = b.run_json(OBSERVE_LIBRARIES)
     assert after == before
+
+
+def test_finding_patches_is_quiet_on_libraries_that_patch_nothing():
+    """In this process (pandas, torch, matplotlib, tqdm loaded as a notebook would), nothing is
+    found until a call patches; ``tqdm.pandas()``'s attributes and a notebook function set on a
+    library class are found, with the owner a fresh kernel can import."""
+    import matplotlib.pyplot  # noqa: F401
+    import pandas
+    import torch  # noqa: F401
+    from tqdm import tqdm
+
+    from kernel_hooks import library_patches
+
+    assert library_patches.find_patches(remembered=False) == []
+    before = {cls: set(vars(cls)) for cls in (pandas.DataFrame, pandas.Series)}
+
+    def helper(frame):
+        return len(frame)
+
+    helper.__module__ = "__main__"  # as a cell defines it
+    try:
+        tqdm.pandas(disable=True)
+        pandas.DataFrame.rows = helper
+        labels = {p.label for p in library_patches.find_patches(remembered=False)}
+        assert {"pandas.DataFrame.progress_apply", "pandas.Series.progress_map",
+                "pandas.DataFrame.rows"} <= labels
+        assert all(label.startswith("pandas.") for label in labels), labels
+    finally:
+        for cls, names in before.items():
+            for name in set(vars(cls)) - names:
+                delattr(cls, name)
+        for patch in library_patches.find_patches(remembered=False):  # the groupby classes
+            delattr(library_patches._owner(patch), patch.attribute)
+
+
+def test_reading_the_filters_version_shows_nothing_and_a_checkpoint_keeps_the_registries():
+    """The version probe prints nothing and raises nothing under ``error`` or ``always`` filters,
+    and leaves nothing in ``onceregistry``; inside ``kept()``, a ``catch_warnings`` (which moves
+    the version) does not make an already shown warning show again."""
+    import warnings
+
+    from kernel_hooks import warnings_shown
+
+    def warn_here():
+        warnings.warn("shown once", UserWarning, stacklevel=1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        for action in ("error", "always", "once"):
+            warnings.simplefilter(action)
+            warnings_shown.filters_version()
+        assert caught == [] and not any("probe" in str(k) for k in warnings.onceregistry)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        warn_here()
+        with warnings_shown.kept():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+        warn_here()
+        assert [str(w.message) for w in caught] == ["shown once"]
