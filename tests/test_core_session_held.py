@@ -189,3 +189,41 @@ def test_reading_the_filters_version_shows_nothing_and_a_checkpoint_keeps_the_re
                 warnings.simplefilter("ignore")
         warn_here()
         assert [str(w.message) for w in caught] == ["shown once"]
+
+
+def test_a_patch_that_cannot_travel_is_named_and_one_already_there_is_left_alone():
+    """A patch whose value cannot be pickled is named at resume (so the verdict is not exact);
+    one the owner already has (same origin) is not set again; a missing one is."""
+    import threading
+
+    import pandas
+
+    from kernel_hooks import library_patches
+
+    library_patches.remember_baseline()  # as the extension does when it loads
+    lock = threading.Lock()
+
+    def locked(frame):
+        with lock:
+            return frame
+
+    def rows(frame):
+        return len(frame)
+
+    for function in (locked, rows):
+        function.__module__ = "__main__"  # as a cell defines it
+    pandas.DataFrame.locked, pandas.Series.rows = locked, rows
+    try:
+        state = library_patches._patches()
+        assert set(state["lost"]) == {"pandas.DataFrame.locked"}
+        assert [p.label for p in state["patches"]] == ["pandas.Series.rows"]
+        assert library_patches._restore_patches(state).startswith(
+            "not set again: pandas.DataFrame.locked (")
+        assert library_patches.set_again == []  # Series.rows is there already
+        del pandas.Series.rows
+        library_patches._restore_patches(state)
+        assert library_patches.set_again == ["pandas.Series.rows"] and pandas.Series.rows is rows
+    finally:
+        for cls, name in ((pandas.DataFrame, "locked"), (pandas.Series, "rows")):
+            if name in vars(cls):
+                delattr(cls, name)
