@@ -19,13 +19,14 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 model[0].bias.requires_grad_(False)
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 batches, targets = torch.randn(4, 32, 8), torch.randn(4, 32, 1)
 
 def micro(i):
     (((model(batches[i]) - targets[i]) ** 2).mean() / 2).backward()
 
-micro(0); micro(1); opt.step(); sched.step(); opt.zero_grad()
+micro(0); micro(1); opt.step(); opt.zero_grad()  # AdamW has state before the cut
+# the scheduler's first step() checks that opt.step is still its wrapper: after the cut
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 micro(2)  # half of the next step's gradient, accumulated before the cut
 """
 
