@@ -23,6 +23,7 @@ from jupyter_gkeresume.snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_
 from jupyter_gkeresume.snapshot.signing import key_of_workspace
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
 
+from . import warnings_shown
 from .capture import take_checkpoint
 from .notebooks import newest_snapshot, this_notebook
 from .replay import ReplayPlan, plan_replay
@@ -51,6 +52,14 @@ def _target(namespace: dict[str, Any] | None) -> tuple[dict[str, Any], Any]:
     return namespace, shell if shell is not None and namespace is shell.user_ns else None
 
 
+def next_cell_number(shell: Any) -> int:
+    """The number the next counted cell gets, the same from inside a cell (a magic, a call) and
+    from the server's silent request (not counted): one past the input history, whose entry for
+    a cell is stored before it runs. Not ``shell.execution_count``: IPython 9 moves it when a
+    cell starts (IPython/core/interactiveshell.py ``run_cell``), IPython 8 when it ends."""
+    return len(shell.history_manager.input_hist_raw)
+
+
 def checkpoint(
     name: str | None = None,
     *,
@@ -63,23 +72,25 @@ def checkpoint(
 ) -> CheckpointResult:
     """Write a snapshot of the namespace and return what was saved, skipped and written.
     ``reason`` goes into the manifest: ``checkpoint`` (a magic or a call), or the server's
-    ``user`` / ``idle`` / ``shutdown``."""
+    ``user`` / ``idle`` / ``shutdown``. The snapshot records the number the next cell gets
+    (``next_cell_number``). Warnings the session has shown stay shown (``warnings_shown.kept``)."""
     if name is not None:
         validate_snapshot_name(name)
     namespace, shell = _target(namespace)
     snapshots = open_store(store, workspace)
-    return take_checkpoint(
-        namespace,
-        snapshots,
-        load_signing_key(workspace=snapshots.workspace),
-        name=name,
-        notebook=this_notebook(notebook),
-        hidden=shell.user_ns_hidden if shell else None,
-        execution_count=shell.execution_count if shell else 0,
-        history=list(shell.history_manager.input_hist_raw) if shell else None,
-        progress=progress,
-        why=reason,
-    )
+    with warnings_shown.kept():
+        return take_checkpoint(
+            namespace,
+            snapshots,
+            load_signing_key(workspace=snapshots.workspace),
+            name=name,
+            notebook=this_notebook(notebook),
+            hidden=shell.user_ns_hidden if shell else None,
+            execution_count=next_cell_number(shell) if shell else 0,
+            history=list(shell.history_manager.input_hist_raw) if shell else None,
+            progress=progress,
+            why=reason,
+        )
 
 
 def resume(
@@ -119,9 +130,10 @@ def resume(
     into = None if any_notebook else this_notebook(notebook)
     if reference is None or reference.strip() == "latest":
         reference = newest_snapshot(snapshots, key, into)
-    return take_resume(namespace, snapshots, key, reference=reference, only=only,
-                       progress=progress, continuing_cell=continuing_cell, shell=shell,
-                       lease_wait=lease_wait, into_notebook=into)
+    with warnings_shown.kept():
+        return take_resume(namespace, snapshots, key, reference=reference, only=only,
+                           progress=progress, continuing_cell=continuing_cell, shell=shell,
+                           lease_wait=lease_wait, into_notebook=into)
 
 
 def replay(

@@ -9,8 +9,9 @@ session (``packages.capture_packages``), then the directories of ``c.GkeResume.e
 hand it to ``SnapshotWriter.commit`` (sign, create-only commit, read back and check, removed again
 if the check fails). What no snapshot carries (child processes, threads of the session, files open
 for writing outside the home volume: ``left_behind``) is reported with the skipped objects. The
-kernel side captures; the writer commits. Any exception leaves no visible snapshot and the
-namespace untouched (capture only reads it). The user's names
+kernel side captures; the writer commits. What stays behind is also carried in the session record
+(``left_out``), so the resume's verdict is not ``exact`` for it. Any exception leaves no visible
+snapshot and the namespace untouched (capture only reads it). The user's names
 that seem to hold no storages are pickled first (``storages.seems_to_hold_storages``): a resume
 then unpickles them while the blobs are still being read, not after the last one; the namespace
 keeps its order (``Manifest.objects``).
@@ -22,6 +23,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
@@ -133,9 +135,10 @@ def take_checkpoint(
         items.append((var, value))
     items.sort(key=lambda item: seems_to_hold_storages(item[1]))  # stable: see the docstring
     session, secret_env = session_state.capture(execution_count)
-    for env_name in secret_env:
-        skipped.append(Skipped(f"${env_name}", "environment variable", "looks like a credential"))
-    skipped.extend(left_behind())
+    left = [Skipped(f"${n}", "environment variable", "looks like a credential") for n in secret_env]
+    left += left_behind()
+    session["left_out"] = [asdict(s) for s in left]  # the resume's verdict names them too
+    skipped.extend(left)
     states, state_failed = interpreter_state.capture_all()
     items += [(SESSION_RECORD, session), (HOOKS_RECORD, list(registry.resume_hooks)),
               *((interpreter_state.record_name(n), state) for n, state in states.items())]

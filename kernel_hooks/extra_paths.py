@@ -132,18 +132,22 @@ def _files(directory: str) -> tuple[list[tuple[str, int]], int, list[str]]:
     return files, size, others
 
 
+#: What the line of a path that did not come back says (the resume's verdict looks for it).
+NOT_PUT_BACK = "not put back"
+
+
 def restore_paths(store: SnapshotStore, records: list[PathRecord]) -> list[str]:
     """Put back the directories of ``records`` (see the module docstring); one line each."""
     here, lines = configured(), []
     for record in records:
         if record.path not in here:
-            lines.append(f"{record.path}: not put back: this server's c.GkeResume.extra_paths "
+            lines.append(f"{record.path}: {NOT_PUT_BACK}: this server's c.GkeResume.extra_paths "
                          "does not name it")
             continue
         try:
             lines.append(_restore_one(store, record))
         except (GkeResumeError, OSError) as exc:  # the others still come back
-            lines.append(f"{record.path}: not put back: {exc}")
+            lines.append(f"{record.path}: {NOT_PUT_BACK}: {exc}")
     return lines
 
 

@@ -3,7 +3,8 @@
 ``write_graph`` pickles each name with ONE cloudpickle pickler, so its memo spans the names:
 ``b is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
-placeholders; registered app checkpoints replace their objects. A name whose pickling raises is
+placeholders; registered app checkpoints replace their objects; tensors keep their gradients and
+optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``). A name whose pickling raises is
 dropped and the stream is rebuilt without it, so one bad object never sinks the snapshot.
 
 Functions defined in the notebook (globals of module ``__main__``: cells, lambdas, closures,
@@ -39,6 +40,7 @@ import cloudpickle
 from . import rebuild, registry
 from .placeholders import Uncaptured, type_name, uncapturable_reason
 from .storages import StorageCollector
+from .torch_reduce import TorchReductions
 
 PROTOCOL = 5
 MAX_REBUILDS = 8
@@ -58,6 +60,7 @@ class _GraphPickler(cloudpickle.Pickler):
     def __init__(self, file: io.BytesIO, collector: StorageCollector):
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
+        self.torch = TorchReductions(PROTOCOL)
         self.note = RecordNote()
         self._app_saving: set[int] = set()
 
@@ -81,6 +84,9 @@ class _GraphPickler(cloudpickle.Pickler):
         if reason is not None:
             self.note.uncaptured.append(f"{type_name(obj)} ({reason})")
             return (Uncaptured, (type_name(obj), reason))
+        reduced = self.torch.reduce(obj)
+        if reduced is not None:
+            return reduced
         if isinstance(obj, _BY_REFERENCE):
             module = getattr(obj, "__module__", None)
             if isinstance(module, str) and module not in ("__main__", "builtins"):

@@ -29,18 +29,28 @@ def remember_baseline() -> None:
 
 # -- matplotlib ------------------------------------------------------------------------------
 
+#: The module of ipykernel's default backend: importing it registers the display formatters
+#: that show a figure as an image (matplotlib_inline/backend_inline.py,
+#: ``_enable_matplotlib_integration``).
+INLINE_MODULE = "matplotlib_inline.backend_inline"
+
+
 def _matplotlib_backend() -> Any:
-    """The pyplot backend and interactive mode (the ``%matplotlib`` choice), unless they are
-    what a kernel starts with (``MPLBACKEND``, interactive: ipykernel's inline backend)."""
+    """The pyplot backend and interactive mode (the ``%matplotlib`` choice), and whether the
+    backend was loaded (the first plot loads it); None when it is what a kernel starts with
+    (``MPLBACKEND``, interactive: ipykernel's inline backend) and not loaded yet."""
     if "matplotlib.pyplot" not in sys.modules:
         return None
     import matplotlib
 
     backend = matplotlib.rcParams._get_backend_or_none()
     interactive = matplotlib.is_interactive()
+    loaded = INLINE_MODULE in sys.modules
     if interactive and (backend or "").lower() == os.environ.get("MPLBACKEND", "").lower():
-        return None  # what a fresh kernel chooses
-    return {"backend": backend, "interactive": interactive}
+        # what a fresh kernel chooses; once the inline backend is loaded, a figure displays as
+        # an image, which a resumed kernel that only unpickles figures would not do
+        return {"backend": None, "interactive": True, "loaded": True} if loaded else None
+    return {"backend": backend, "interactive": interactive, "loaded": loaded}
 
 
 def _restore_matplotlib_backend(state: dict[str, Any]) -> str | None:
@@ -59,6 +69,10 @@ def _restore_matplotlib_backend(state: dict[str, Any]) -> str | None:
 
             activate_matplotlib(backend)
             configure_inline_support(shell, backend)
+    elif state.get("loaded"):  # as the session's first plot did
+        import matplotlib.pyplot as plt
+
+        plt._get_backend_mod()
     matplotlib.interactive(state["interactive"])
     return None
 

@@ -3,7 +3,9 @@
 ``uncapturable_reason(obj)`` names the kinds of object that hold live process resources (running
 frames, file descriptors, sockets, locks, threads, database connections): pickling them is either
 impossible or would restore something dead. The capture replaces them with ``Uncaptured`` and
-reports them; everything around them is still saved.
+reports them; everything around them is still saved. A closed file (what ``with open(...) as f``
+leaves in ``f``) holds nothing of the process: it is named as what it is. In-memory streams
+(``io.BytesIO``, ``io.StringIO``) are data and pickle with their contents.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import sqlite3
 import threading
 import types
 
+_OPEN_STREAM = "an open file or stream belongs to this process"
 _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
     ((types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType),
      "a generator or coroutine holds a running frame"),
-    ((io.IOBase,), "an open file or stream belongs to this process"),
     ((socket.socket,), "an open network connection cannot move to another process"),
     ((threading.Thread,), "a thread cannot move to another process"),
     ((_thread.LockType, _thread.RLock, type(threading.RLock())),
@@ -28,12 +30,36 @@ _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
 )
 
 
+#: Streams that hold their data in memory: they pickle (contents and position) while open.
+_IN_MEMORY = (io.BytesIO, io.StringIO)
+SHOWN_CHARS = 120
+
+
 def uncapturable_reason(obj: object) -> str | None:
     """Why ``obj`` cannot be captured, or None when it may be."""
+    if isinstance(obj, io.IOBase):
+        return _stream_reason(obj)
     for kinds, reason in _REASONS:
         if isinstance(obj, kinds):
             return reason
     return None
+
+
+def _stream_reason(stream: io.IOBase) -> str | None:
+    try:
+        closed = stream.closed
+    except ValueError:  # a wrapper whose buffer was detached
+        closed = True
+    if not closed:
+        return None if isinstance(stream, _IN_MEMORY) else _OPEN_STREAM
+    try:
+        name = getattr(stream, "name", None)
+    except ValueError:  # detached
+        name = None
+    shown = f" {str(name)[:SHOWN_CHARS]!r}" if isinstance(name, (str, bytes)) else ""
+    kind = "stream" if isinstance(stream, _IN_MEMORY) else "file"
+    return (f"a closed {kind}{shown}: nothing is open to carry (open it again after resume if "
+            "it is needed)")
 
 
 def type_name(obj: object) -> str:

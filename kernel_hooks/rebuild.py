@@ -3,7 +3,8 @@
 The capture reduces each torch storage to ``storage(key, dtype)`` (``untyped(key)`` for a bare
 UntypedStorage), each large numpy array to ``array(key, ...)`` and each ``__cuda_array_interface__``
 object to ``cuda_array(key, record)``, and each notebook function to ``notebook_function`` +
-``notebook_function_state``. While a graph is read, the restore code installs its loader and
+``notebook_function_state``; ``tensor_grad`` and ``optimizer_state`` put back what torch's own
+pickling drops (``torch_reduce``). While a graph is read, the restore code installs its loader and
 target namespace with ``loading(Loading(loader, namespace))``; storages ask the loader for their bytes,
 notebook functions are bound to the namespace. Pickle's memo makes each reduced object come back
 once, so aliases stay aliases.
@@ -118,3 +119,39 @@ def array(key: str, dtype: Any, shape: tuple, strides: tuple, offset: int, write
 
 def cuda_array(key: str, record: dict[str, Any]) -> Any:
     return _current().cuda_array(key, record)
+
+
+def tensor_grad(tensor: Any, grad: Any) -> None:
+    """State setter of a tensor pickled with its gradient (``torch_reduce``): ``.grad`` back, on
+    the tensor's device (the two storages are placed one by one: a device that could not take
+    one of them holds neither)."""
+    if grad.device != tensor.device:
+        grad = grad.to(tensor.device)
+    tensor.grad = grad
+
+
+def optimizer_state(optimizer: Any, state: tuple[dict, bool]) -> None:
+    """State setter of an optimizer whose ``step`` an LR scheduler wrapped (``torch_reduce``):
+    torch's own ``__setstate__``, then the wrapper again, as ``LRScheduler.__init__``'s
+    ``patch_track_step_called`` makes it (torch/optim/lr_scheduler.py): it marks the optimizer
+    ``_opt_called`` and calls the class's ``step``; ``_opt_called`` as it was."""
+    import functools
+    import weakref
+
+    from .torch_reduce import LR_SCHEDULER_MARK
+
+    torch_state, called = state
+    optimizer.__setstate__(torch_state)
+    if called:
+        optimizer._opt_called = True
+    reference = weakref.ref(optimizer)
+    func = optimizer.step.__func__
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        opt = reference()
+        opt._opt_called = True
+        return func.__get__(opt, opt.__class__)(*args, **kwargs)
+
+    setattr(wrapper, LR_SCHEDULER_MARK, True)
+    optimizer.step = wrapper

@@ -10,7 +10,9 @@ verified against its digest (``start``), unpickle the graph record by record wit
 arriving through ``rebuild``, finish (``finish``: every read and device copy landed). Then find
 what a damaged blob or a failed record cost and, only then, assign the names in one step and
 apply the session state, then the interpreter state (``interpreter_state``). A failure before
-that last step leaves the namespace as it was.
+that last step leaves the namespace as it was. Last, the verdict is judged again on what came
+back (``_judge_left_out``): ``exact`` only when nothing the session held was left out (an object,
+a state entry, part of the session state, what stayed on the old pod, an extra path).
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ from jupyter_gkeresume.snapshot import (
     load_manifest,
     resolve,
 )
+from jupyter_gkeresume.snapshot.compat import Verdict
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 
 from . import interpreter_state, rebuild, session_state
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation, get_engine
 from .errors import OtherNotebookError
-from .extra_paths import restore_paths
+from .extra_paths import NOT_PUT_BACK, restore_paths
 from .graph import read_graph
 from .loader import StorageLoader
 from .notebooks import notebook_path
@@ -143,10 +146,11 @@ def _restore(
                 f"not in snapshot {snapshot_id}: {', '.join(unknown)} "
                 f"(it has: {', '.join(manifest.saved_names)})"
             )
-    result = ResumeResult(snapshot_id, verdict=verdict.to_dict())
+    result = ResumeResult(snapshot_id)
     result.packages = install_packages(store, manifest.packages, manifest.blobs,
                                        progress)  # 0. before any unpickling
     result.paths = restore_paths(store, manifest.extra_paths)  # 0. an object may open its file
+    left_out = [line for line in result.paths if NOT_PUT_BACK in line]
     engine = get_engine()
     priority = list(dict.fromkeys([*(only or []), *manifest.records]))
     plan = make_plan(manifest.storages, priority, engine)  # 1. plan: devices, placement
@@ -207,11 +211,20 @@ def _restore(
     if only is None:
         state = loaded.get(SESSION_RECORD)
         if isinstance(state, dict):
-            session_state.restore(state, result.warnings)
+            lost: list[str] = []
+            session_state.restore(state, lost)
             _continue_numbering(shell, manifest, state, continuing_cell)
+            result.warnings.extend(lost)
+            if lost:  # each said in its own warning line already
+                left_out.append(f"session state ({len(lost)} of the warnings)")
+            left_out += [f"{s['name']} ({s['type']}) stayed on the old pod"
+                         for s in state.get("left_out", [])]
         else:
             result.warnings.append(f"session state not restored: {reasons.get(SESSION_RECORD)}")
-        _restore_interpreter_state(manifest, loaded, reasons, result)
+            left_out.append(result.warnings[-1])
+        named = _restore_interpreter_state(manifest, loaded, reasons, result)
+        left_out += [line.split(" not restored", 1)[0] for line in named]
+    _judge_left_out(verdict, result, left_out)
     result.seconds = time.monotonic() - started
     if progress is not None:
         progress(Progress("done", loader.bytes_read, loader.bytes_read, result.seconds))
@@ -223,9 +236,21 @@ def _restore(
     return result
 
 
+def _judge_left_out(verdict: Verdict, result: ResumeResult, left_out: list[str]) -> None:
+    """``result.verdict``: the compatibility verdict, at least ``partial`` with one reason when
+    an object or any of ``left_out`` did not come back (``exact`` only when nothing did)."""
+    if result.not_restored:
+        names = ", ".join(s.name for s in result.not_restored)
+        verdict.worsen("partial", f"not restored: {names}")
+    if left_out:
+        verdict.worsen("partial", f"left out: {'; '.join(left_out)}")
+    result.verdict = verdict.to_dict()
+
+
 def _restore_interpreter_state(manifest: Manifest, loaded: dict[str, Any],
-                               reasons: dict[str, str], result: ResumeResult) -> None:
-    """Every interpreter-state record restored (``result.state``) or named in a warning."""
+                               reasons: dict[str, str], result: ResumeResult) -> list[str]:
+    """Every interpreter-state record restored (``result.state``) or named in a warning (the
+    lines returned too)."""
     states, failures = {}, {}
     for record in manifest.records:
         entry = interpreter_state.entry_name(record)
@@ -235,6 +260,7 @@ def _restore_interpreter_state(manifest: Manifest, loaded: dict[str, Any],
             states[entry] = loaded[record]
     result.state, named = interpreter_state.restore_all(states, failures)
     result.warnings.extend(named)
+    return named
 
 
 class _AfterReads:
@@ -261,18 +287,21 @@ class _AfterReads:
 
 
 def _continue_numbering(shell: Any, manifest: Manifest, state: dict, continuing_cell: bool) -> None:
-    """Make the next cell's number follow the checkpointed session's, with its input history."""
+    """Give the next cell the number it would have had (the snapshot's ``execution_count``: see
+    ``api.next_cell_number``), with the input history up to it. Inside a counted cell (a magic)
+    that cell moves the count once more: before this runs with IPython 9, after with IPython 8
+    (when the count is one past the history, the cell has moved it already)."""
     if shell is None:
         return
-    count = int(state.get("execution_count") or manifest.execution_count)
+    following = int(state.get("execution_count") or manifest.execution_count)
     history = manifest.history
     manager = shell.history_manager
+    moved = shell.execution_count == len(manager.input_hist_raw)
     if history:
         # A new history session: line numbers restart at the checkpoint's, without clashing
         # with the lines this kernel already logged.
         manager.reset(new_session=True)
-        padded = (list(history) + [""] * (count + 1))[: count + 1]
+        padded = (list(history) + [""] * following)[:following]
         manager.input_hist_parsed[:] = padded
         manager.input_hist_raw[:] = padded
-    # A magic runs inside a counted cell that adds 1 when it ends; a silent call does not.
-    shell.execution_count = count if continuing_cell else count + 1
+    shell.execution_count = following - 1 if continuing_cell and not moved else following

@@ -1,0 +1,250 @@
+"""Attributes the session set on library classes and modules: found at checkpoint, set again at
+resume.
+
+A call such as ``tqdm.pandas()`` (tqdm/std.py) sets ``DataFrame.progress_apply`` and friends on
+pandas' classes; a cell may set ``torch.Tensor.__repr__ = mine`` or ``json.dumps = my_dumps``. A
+fresh kernel imports those libraries as they ship, so without this entry the attributes are gone
+after a resume (``AttributeError`` in the next cell) and nothing says so.
+
+What counts (``find_patches``), in every loaded module but ``__main__`` and this product's own:
+
+- on each class the module defines at its top level (made by a call, such as pyplot's
+  ``backend_mod``, it is made again in a fresh kernel): an attribute whose value is a class or a
+  function (or a ``classmethod``, ``staticmethod`` or ``property`` over one) defined in the
+  notebook (``__main__``); or a function, not a dunder, defined in another distribution than the
+  class's, on a class outside the standard library, unless the class's distribution requires the
+  function's (with any extra): the standard library makes the methods of namedtuples, enums and
+  dataclasses, and a library's classes use its dependencies' decorators (huggingface_hub's strict
+  dataclasses in transformers, pyparsing in matplotlib, typing_extensions' ``deprecated`` in
+  torch);
+- on the module itself: a function or class defined in the notebook (the module's other foreign
+  functions are its own imports).
+
+Those present when the extension loaded (``remember_baseline``: the kernel's own machinery) do not
+count, nor what this product sets. Data attributes (numbers, strings) set on a library are not
+found: nothing tells them from the library's own values.
+
+At resume (``_restore_patches``, after the variables): each attribute is set again on its owner
+(its module imported if the resume has not: the session had it) unless the owner already has that
+value or one of the same origin (module and qualified name: a library that patches another when it
+is imported did it again when the resume imported it). An owner that cannot be found, or a value
+that could not be pickled at checkpoint, is named.
+
+Cost: one pass over the loaded modules' classes at each checkpoint (measured in docs/core.md);
+nothing is imported at checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import sys
+import types
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import cloudpickle
+
+#: Packages whose patches are the product's own (set again when the extension loads).
+OWN = frozenset({"kernel_hooks", "jupyter_gkeresume"})
+NOTEBOOK = "__main__"
+#: Origins that are never a patch on a library's class (the standard library's: see the module
+#: docstring; this product's own).
+NOT_PATCHES = frozenset(sys.stdlib_module_names) | OWN
+
+
+@dataclass(frozen=True)
+class Patch:
+    """``owner`` (a module, or a class of it by qualified name) has ``attribute`` = ``value``."""
+
+    module: str
+    owner: str | None  # a class's qualified name in ``module``; None: the module itself
+    attribute: str
+    value: Any
+
+    @property
+    def label(self) -> str:
+        where = f"{self.module}.{self.owner}" if self.owner else self.module
+        return f"{where}.{self.attribute}"
+
+
+_baseline: set[tuple[str, str | None, str, int]] = set()
+
+
+def remember_baseline() -> None:
+    """The attributes of this kind present now are the kernel's own (idempotent)."""
+    if not _baseline:
+        _baseline.update(_key(p) for p in find_patches(remembered=False))
+        _baseline.add(("", None, "", 0))  # taken, even when empty
+
+
+def _key(patch: Patch) -> tuple[str, str | None, str, int]:
+    return patch.module, patch.owner, patch.attribute, id(patch.value)
+
+
+def _function(value: Any) -> Any:
+    """The function a method-like attribute is made of, or None (``type(value)``, never
+    ``isinstance``: a deprecated object's ``__class__`` warns when it is read)."""
+    kind = type(value)
+    if kind is classmethod or kind is staticmethod:
+        value = value.__func__
+    elif kind is property:
+        value = value.fget
+    return value if type(value) is types.FunctionType else None
+
+
+def _is_class(value: Any) -> bool:
+    kind = type(value)
+    return kind is type or issubclass(kind, type)
+
+
+def _package(name: Any) -> str | None:
+    return name.partition(".")[0] if isinstance(name, str) else None
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    """Top-level package -> distributions (read once per kernel, and only when needed)."""
+    return metadata.packages_distributions()
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@functools.cache
+def _requires(distribution: str) -> frozenset[str]:
+    """What ``distribution`` requires, with any of its extras (names normalized; markers are not
+    evaluated: a requirement for some platform or extra counts)."""
+    try:
+        requirements = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return frozenset()
+    return frozenset(_normalized(re.match(r"[A-Za-z0-9._-]*", r).group()) for r in requirements)
+
+
+def _own_making(owner: str, origin: str) -> bool:
+    """Whether a function of package ``origin`` on a class of package ``owner`` is how the
+    owner's distribution is built (see the module docstring), not a patch."""
+    owners = {_normalized(d) for d in _distributions().get(owner, [])}
+    origins = {_normalized(d) for d in _distributions().get(origin, [])}
+    return bool(owners & origins) or any(origins & _requires(d) for d in owners)
+
+
+_FUNCTION = types.FunctionType
+#: The kinds of most module attributes besides functions: known not to be classes (no
+#: ``issubclass`` call for them).
+_NOT_CLASSES = frozenset({types.ModuleType, types.BuiltinFunctionType, str, int, float, bool,
+                          dict, list, tuple, set, frozenset, type(None), bytes})
+
+
+def find_patches(*, remembered: bool = True) -> list[Patch]:
+    """The session's attributes on library classes and modules (see the module docstring), in
+    import order; ``remembered``: leave out those of the baseline."""
+    found = []
+    notebook = sys.modules.get(NOTEBOOK)
+    for name, module in list(sys.modules.items()):
+        package = _package(name)
+        if package in OWN or module is notebook or not isinstance(module, types.ModuleType):
+            continue
+        for attribute, value in list(vars(module).items()):
+            kind = type(value)
+            if kind is types.FunctionType:
+                if value.__module__ == NOTEBOOK:
+                    found.append(Patch(name, None, attribute, value))
+            elif kind is type or (kind not in _NOT_CLASSES and issubclass(kind, type)):
+                if value.__module__ == name and "<locals>" not in value.__qualname__:
+                    found.extend(_class_patches(name, package, value))
+                elif value.__module__ == NOTEBOOK:
+                    found.append(Patch(name, None, attribute, value))
+    if remembered and _baseline:
+        found = [p for p in found if _key(p) not in _baseline]
+    return found
+
+
+def _class_patches(module: str, package: str | None, cls: type) -> list[Patch]:
+    """The patches on ``cls`` (of ``module``, in ``package``). Inlined type tests, no call per
+    attribute: the common case, a method defined in the class's own module, costs a type check
+    and one comparison (this runs over every class of every loaded module)."""
+    found = []
+    library = package not in sys.stdlib_module_names
+    for attribute, value in list(vars(cls).items()):
+        kind = type(value)
+        if kind is _FUNCTION:
+            origin = value.__module__
+        elif kind is classmethod or kind is staticmethod or kind is property:
+            function = _function(value)
+            if function is None:
+                continue
+            origin = function.__module__
+        else:
+            if (kind is type or issubclass(kind, type)) and value.__module__ == NOTEBOOK:
+                found.append(Patch(module, cls.__qualname__, attribute, value))
+            continue
+        if origin == module:
+            continue
+        if origin == NOTEBOOK or (library and not attribute.startswith("__")
+                                  and _foreign(package, origin)):
+            found.append(Patch(module, cls.__qualname__, attribute, value))
+    return found
+
+
+def _foreign(package: str | None, origin: Any) -> bool:
+    """Whether a function of module ``origin`` on a class of ``package`` is a patch."""
+    top = _package(origin)
+    return (top is not None and top != package and top not in NOT_PATCHES
+            and origin in sys.modules and not _own_making(package, top))
+
+
+def _patches() -> Any:
+    """The state: the patches whose values pickle, and the labels of those that do not."""
+    remember_baseline()
+    kept, lost = [], {}
+    for patch in find_patches():
+        try:
+            cloudpickle.dumps(patch.value)
+        except Exception as exc:  # reported at resume: the attribute will be missing there
+            lost[patch.label] = f"{type(exc).__name__}: {exc}"[:200]
+            continue
+        kept.append(patch)
+    return {"patches": kept, "lost": lost} if kept or lost else None
+
+
+def _origin(value: Any) -> tuple[Any, Any]:
+    function = _function(value) or value
+    return getattr(function, "__module__", None), getattr(function, "__qualname__", None)
+
+
+def _owner(patch: Patch) -> Any:
+    target = sys.modules.get(patch.module) or importlib.import_module(patch.module)
+    for part in (patch.owner or "").split(".") if patch.owner else ():
+        target = getattr(target, part)
+    return target
+
+
+#: The labels of the attributes the last restore set again (for measurements: the others were
+#: there already).
+set_again: list[str] = []
+
+
+def _restore_patches(state: dict[str, Any]) -> str | None:
+    missing = [f"{label} ({why})" for label, why in state["lost"].items()]
+    set_again.clear()
+    for patch in state["patches"]:
+        try:
+            owner = _owner(patch)
+        except Exception as exc:  # a module or class of the session not found here
+            missing.append(f"{patch.label} ({type(exc).__name__}: {exc})")
+            continue
+        current = vars(owner).get(patch.attribute)
+        if current is patch.value or (current is not None
+                                      and _origin(current) == _origin(patch.value)):
+            continue
+        setattr(owner, patch.attribute, patch.value)
+        set_again.append(patch.label)
+    return f"not set again: {', '.join(missing)}" if missing else None
+
+
+ENTRIES = (("attributes set on libraries", _patches, _restore_patches),)

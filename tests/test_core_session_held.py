@@ -1,0 +1,230 @@
+"""What a session holds beyond its variables' values, cut by a checkpoint in one kernel and
+resumed in a fresh one: gradients accumulated over ``backward()`` calls and the wrapper an LR
+scheduler puts on its optimizer's ``step`` (torch/_tensor.py ``_reduce_ex_internal`` and
+torch/nn/parameter.py ``Parameter.__reduce_ex__`` drop ``.grad``; torch/optim/lr_scheduler.py
+``LRScheduler.__init__`` sets ``optimizer.step``, which ``Optimizer.__getstate__`` drops),
+attributes a session call patched into a library (tqdm/std.py ``tqdm.pandas`` sets
+``DataFrame.progress_apply`` and friends), the warnings already shown, how a figure displays, and
+the verdict of the resume."""
+
+from __future__ import annotations
+
+import json
+
+TRAINING = r"""
+import hashlib, json, warnings
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+model[0].bias.requires_grad_(False)
+opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+batches, targets = torch.randn(4, 32, 8), torch.randn(4, 32, 1)
+
+def micro(i):
+    (((model(batches[i]) - targets[i]) ** 2).mean() / 2).backward()
+
+micro(0); micro(1); opt.step(); opt.zero_grad()  # AdamW has state before the cut
+# the scheduler's first step() checks that opt.step is still its wrapper: after the cut
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+micro(2)  # half of the next step's gradient, accumulated before the cut
+"""
+
+HELD = r"""
+print(json.dumps({
+    "grads": [None if p.grad is None else p.grad.tolist() for p in model.parameters()],
+    "requires_grad": [p.requires_grad for p in model.parameters()],
+}))
+"""
+
+NEXT_STEP = r"""
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    micro(3); opt.step(); sched.step()
+state = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+print(json.dumps({"params": hashlib.sha256(state).hexdigest(), "lr": sched.get_last_lr(),
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+FIGURE = r"""
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(4, 2.5)); ax.plot(losses := [3, 2, 1.5])
+"""  # the inline backend shows it and closes it when the cell ends: no figure is open after
+
+FORMATS = "print(json.dumps(sorted(get_ipython().display_formatter.format(fig)[0])))"
+
+
+def test_gradients_and_the_lr_schedule_cross_a_cut_bit_for_bit(start_kernel):
+    """The gradient accumulated before the cut comes back on every parameter (``requires_grad``
+    too), and the next optimizer step after the resume gives the same parameters, bit for bit,
+    as the kernel that never stopped, without the scheduler's "overridden" warning. The loss
+    figure still displays as an image, not as ``<Figure size ...>`` text (matplotlib_inline/
+    backend_inline.py registers the formatter when the backend loads, which a resumed kernel that
+    only unpickles the figure never does). Nothing was left out: the verdict is ``exact``."""
+    a = start_kernel()
+    a.run(TRAINING)
+    a.run(FIGURE)
+    assert "image/png" in a.run_json(FORMATS)
+    held = a.run_json(HELD)
+    assert all(g is not None for g, r in zip(held["grads"], held["requires_grad"], strict=True) if r)
+    a.run("%checkpoint")
+    uninterrupted = a.run_json(NEXT_STEP)
+    assert uninterrupted["warnings"] == []
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "not restored" not in out and "(exact)" in out.splitlines()[0], out
+    assert "image/png" in b.run_json(FORMATS)
+    assert b.run_json(HELD) == held
+    resumed = b.run_json(NEXT_STEP)
+    assert resumed == uninterrupted, json.dumps([uninterrupted, resumed])
+
+
+LIBRARY_SESSION = r"""
+import json, warnings
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+tqdm.pandas(disable=True)  # sets DataFrame.progress_apply and friends on pandas' classes
+df = pd.DataFrame({"a": range(5)})
+with open(PATH, "w") as _f:
+    _f.write("x")
+"""
+
+# torch/nn/modules/rnn.py warns once per place (UserWarning, "default" action).
+WARNS = "torch.nn.LSTM(2, 2, dropout=0.5); None"
+
+OBSERVE_LIBRARIES = r"""
+print(json.dumps({
+    "progress_apply": df.progress_apply(lambda c: c * 2, axis=0)["a"].tolist(),
+}))
+"""
+
+
+def test_library_patches_warnings_and_closed_files_are_what_they_were(start_kernel, tmp_path):
+    """``tqdm.pandas()``'s attributes on pandas' classes come back; a warning torch already showed
+    is not shown again, neither after ``%checkpoint`` in the same kernel nor in the resumed one;
+    the closed file is named as a closed file; and since it did not come back, the verdict is
+    not ``exact``."""
+    a = start_kernel()
+    a.run(f"PATH = {str(tmp_path / 'notes.txt')!r}")
+    a.run(LIBRARY_SESSION)
+    before = a.run_json(OBSERVE_LIBRARIES)
+    assert before["progress_apply"] == [0, 2, 4, 6, 8]
+    # shown once; not again until the filters change (tqdm's progress_apply changes them)
+    assert "dropout option" in a.run(WARNS) and "dropout option" not in a.run(WARNS)
+    out = a.run("%checkpoint")
+    [line] = [line for line in out.splitlines() if "not saved: _f" in line]
+    assert "a closed file" in line and "notes.txt" in line, out
+    assert "dropout option" not in a.run(WARNS), "a checkpoint changes nothing the session sees"
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(partial)" in out.splitlines()[0] and "note: not restored: _f" in out, out
+    [line] = [line for line in out.splitlines() if line.startswith("  not restored: _f")]
+    assert "a closed file" in line, out
+    assert "dropout option" not in b.run(WARNS), "the resumed kernel had shown it already"
+    after = b.run_json(OBSERVE_LIBRARIES)
+    assert after == before
+
+
+def test_finding_patches_is_quiet_on_libraries_that_patch_nothing():
+    """In this process (pandas, torch, matplotlib, tqdm loaded as a notebook would), nothing is
+    found until a call patches; ``tqdm.pandas()``'s attributes and a notebook function set on a
+    library class are found, with the owner a fresh kernel can import."""
+    import matplotlib.pyplot  # noqa: F401
+    import pandas
+    import torch  # noqa: F401
+    from tqdm import tqdm
+
+    from kernel_hooks import library_patches
+
+    assert library_patches.find_patches(remembered=False) == []
+    before = {cls: set(vars(cls)) for cls in (pandas.DataFrame, pandas.Series)}
+
+    def helper(frame):
+        return len(frame)
+
+    helper.__module__ = "__main__"  # as a cell defines it
+    try:
+        tqdm.pandas(disable=True)
+        pandas.DataFrame.rows = helper
+        labels = {p.label for p in library_patches.find_patches(remembered=False)}
+        assert {"pandas.DataFrame.progress_apply", "pandas.Series.progress_map",
+                "pandas.DataFrame.rows"} <= labels
+        assert all(label.startswith("pandas.") for label in labels), labels
+    finally:
+        for cls, names in before.items():
+            for name in set(vars(cls)) - names:
+                delattr(cls, name)
+        for patch in library_patches.find_patches(remembered=False):  # the groupby classes
+            delattr(library_patches._owner(patch), patch.attribute)
+
+
+def test_reading_the_filters_version_shows_nothing_and_a_checkpoint_keeps_the_registries():
+    """The version probe prints nothing and raises nothing under ``error`` or ``always`` filters,
+    and leaves nothing in ``onceregistry``; inside ``kept()``, a ``catch_warnings`` (which moves
+    the version) does not make an already shown warning show again."""
+    import warnings
+
+    from kernel_hooks import warnings_shown
+
+    def warn_here():
+        warnings.warn("shown once", UserWarning, stacklevel=1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        for action in ("error", "always", "once"):
+            warnings.simplefilter(action)
+            warnings_shown.filters_version()
+        assert caught == [] and not any("probe" in str(k) for k in warnings.onceregistry)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        warn_here()
+        with warnings_shown.kept():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+        warn_here()
+        assert [str(w.message) for w in caught] == ["shown once"]
+
+
+def test_a_patch_that_cannot_travel_is_named_and_one_already_there_is_left_alone():
+    """A patch whose value cannot be pickled is named at resume (so the verdict is not exact);
+    one the owner already has (same origin) is not set again; a missing one is."""
+    import threading
+
+    import pandas
+
+    from kernel_hooks import library_patches
+
+    library_patches.remember_baseline()  # as the extension does when it loads
+    lock = threading.Lock()
+
+    def locked(frame):
+        with lock:
+            return frame
+
+    def rows(frame):
+        return len(frame)
+
+    for function in (locked, rows):
+        function.__module__ = "__main__"  # as a cell defines it
+    pandas.DataFrame.locked, pandas.Series.rows = locked, rows
+    try:
+        state = library_patches._patches()
+        assert set(state["lost"]) == {"pandas.DataFrame.locked"}
+        assert [p.label for p in state["patches"]] == ["pandas.Series.rows"]
+        assert library_patches._restore_patches(state).startswith(
+            "not set again: pandas.DataFrame.locked (")
+        assert library_patches.set_again == []  # Series.rows is there already
+        del pandas.Series.rows
+        library_patches._restore_patches(state)
+        assert library_patches.set_again == ["pandas.Series.rows"] and pandas.Series.rows is rows
+    finally:
+        for cls, name in ((pandas.DataFrame, "locked"), (pandas.Series, "rows")):
+            if name in vars(cls):
+                delattr(cls, name)
