@@ -45,8 +45,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-import cloudpickle
-
 #: Packages whose patches are the product's own (set again when the extension loads).
 OWN = frozenset({"kernel_hooks", "jupyter_gkeresume"})
 NOTEBOOK = "__main__"
@@ -200,6 +198,8 @@ def _foreign(package: str | None, origin: Any) -> bool:
 
 def _patches() -> Any:
     """The state: the patches whose values pickle, and the labels of those that do not."""
+    import cloudpickle  # at the first checkpoint, not at the extension's load (issue 31)
+
     remember_baseline()
     kept, lost = [], {}
     for patch in find_patches():
