@@ -5,16 +5,17 @@ the environment load it at start, through ``etc/ipython/ipython_kernel_config.js
 ``%checkpoint``, ``%snapshots``, ``%resume``, ``%pause``; the same verbs as functions below.
 """
 
-from .api import checkpoint, list_snapshots, replay, resume
+from .api import checkpoint, list_snapshots, pause, replay, resume
 from .interpreter_state import register_state
 from .registry import on_resume, register
 
-__all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "register",
-           "register_state", "replay", "resume"]
+__all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "pause",
+           "register", "register_state", "replay", "resume"]
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register the magics, shorten the kernel's exit (``teardown``) and remember the session's
+    """Register the magics, shorten the kernel's exit (``teardown``), keep the banner from
+    drawing random numbers (``enable_tip``) and remember the session's
     starting sys.path, environment, warnings filters, loggers and extensions
     (``interpreter_state``), installed distributions (``packages.remember_environment``) and
     threads (``left_behind``)."""
@@ -25,6 +26,10 @@ def load_ipython_extension(ipython) -> None:
     from .magics import ResumeMagics
 
     teardown.install(ipython)
+    # IPython's banner picks its "Tip:" with the global ``random`` (IPython/core/tips.py
+    # pick_tip), and ipykernel builds the banner for every kernel_info_request: each client
+    # that connects (the server's own calls, every lab tab) would move the user's generator.
+    ipython.enable_tip = False
     session_state.remember_baseline()
     interpreter_state.remember_baseline(ipython)
     try:
