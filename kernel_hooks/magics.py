@@ -237,7 +237,7 @@ class ResumeMagics(Magics):
                                                                       progress=CellProgress()))))
             print("no release backend is configured here: the snapshot is saved, the pod is kept")
             return None
-        self._run(lambda: server_link.request_pause(args.name))
+        self._run(lambda: api.pause(args.name))
         print("pause requested: the server checkpoints this workspace when this cell ends, "
               "then releases the pod")
         return None
