@@ -159,7 +159,7 @@ def parts():
     settings = SimpleNamespace(store_url=url, workspace_id="ws", kernel_call_timeout=60.0,
                                auto_resume=False, verify="full",
                                retention_policy=RetentionPolicy, gc_grace_hours=6.0,
-                               checkpoint_on_shutdown=True)
+                               checkpoint_on_shutdown=True, lab_save_timeout=5.0)
     gateway, verifier, backend = FakeGateway(), FakeVerifier(), FakeRelease()
     orch = Orchestrator(settings=settings, kernel_manager=None, session_manager=None,
                         backend=backend, log=LOG, store=SnapshotStore(url, "ws"),
@@ -424,7 +424,42 @@ async def test_shutdown_checkpoint_records_but_releases_nothing(parts):
     assert reported["notebook"] == "train.ipynb" and "busy" in reported["reason"]
     assert ("hold", busy) not in gw.calls and ("checkpoint", busy) not in gw.calls
     assert parts.verifier.modes == ["metadata"]  # never a full read-back within the grace
-    assert await orch.shutdown(5) == "already paused or pausing"
+    # the busy kernel still has no snapshot: never skipped as "already paused", and said so
+    assert await orch.shutdown(5) == "failed: every kernel is busy running a cell: nothing was saved"
+    gw.busy_ids.clear()
+    assert await orch.shutdown(5) == "checkpointed"
+    assert sorted(k.notebook for k in orch.records.read().kernels) == ["a.ipynb", "train.ipynb"]
+    assert await orch.shutdown(5) == "already paused"
+
+
+async def test_shutdown_saves_the_kernels_a_paused_record_does_not_stand_for(parts):
+    """Issue 27.1: paused (backend ``none`` keeps the server), then a kernel is started for a
+    new notebook and one for a paused notebook (the lab opening it): the shutdown checkpoint
+    saves the new notebook's kernel and keeps the paused one's snapshot in the record."""
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    await orch.start_pause()
+    await settle(orch)
+    paused = orch.records.read()
+    late, stand_in = gw.add("late.ipynb", y=2), gw.add("a.ipynb")
+    assert await orch.shutdown(5) == "checkpointed"
+    record = orch.records.read()
+    assert {k.notebook: k.snapshot_id for k in record.kernels} == {
+        "a.ipynb": paused.kernels[0].snapshot_id,
+        "late.ipynb": orch.state.kernel(late).snapshot_id}
+    assert ("checkpoint", stand_in) not in gw.calls
+
+
+async def test_shutdown_waits_for_a_pause_and_saves_what_it_left(parts):
+    """A pause in flight at SIGTERM is waited for; when it fails, the kernels it left running
+    are checkpointed in the time left."""
+    orch, gw = parts.orch, parts.gateway
+    a = gw.add("a.ipynb", x=1)
+    parts.backend.fail_with = "the Hub refused"  # the pause fails at its release
+    await orch.start_pause()
+    assert await orch.shutdown(5) == "checkpointed"
+    assert parts.backend.calls == 1
+    assert [k.kernel_id for k in orch.records.read().kernels] == [a]
 
 
 async def test_shutdown_checkpoint_saves_every_kernel_it_can(parts):
