@@ -18,12 +18,8 @@ resumed (issue 27.1), and no pause but the button's saved any document.
 
 from __future__ import annotations
 
-import json
 import threading
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pytest
 from jupyter_client import BlockingKernelClient
@@ -120,7 +116,7 @@ def test_every_entry_point_saves_every_notebook(server_process, tmp_path, count)
     server = server_process("start", config(store))
     kernels = {name: server.new_session(name) for name in names}
     expected = {name: ["start"] for name in names}
-    for name, kid in kernels.items():
+    for kid in kernels.values():
         server.run_cell(kid, "state = ['start']")
 
     for link, entry in enumerate(LINKS):
