@@ -103,9 +103,11 @@ export class LabSaves {
 
   private async loop(): Promise<void> {
     let after = 0;
+    let failing = false; // said once per streak of failures (a released pod answers none)
     while (this._running) {
       try {
         const { request, open } = await this.channel.next(this.lab, after);
+        failing = false;
         after = request;
         if (open && this._running) {
           const answer = await saveDocuments(this.documents());
@@ -113,7 +115,10 @@ export class LabSaves {
           this._onAnswered.splice(0).forEach(resolve => resolve(request));
         }
       } catch (error) {
-        console.warn('jupyter-gkeresume: save requests unavailable, retrying', error);
+        if (!failing) {
+          console.warn('jupyter-gkeresume: save requests unavailable, retrying', error);
+        }
+        failing = true;
         await new Promise(resolve => setTimeout(resolve, this.retryMs));
       }
     }
