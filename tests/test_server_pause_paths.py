@@ -9,7 +9,9 @@ resumes, and checks every notebook's ``state`` list (each link appends to it; th
 appends once it ends) before the next link pauses again. A fake lab (the real protocol of
 ``labextension/src/labsaves.ts``: the long poll, a contents ``PUT``, ``POST lab/saved``) keeps
 an unsaved edit of the first notebook; each pause must have it saved before the kernels are held
-(issue 27.2), whatever started it. SIGTERM does not wait for the busy cell (the platform's grace
+(issue 27.2), whatever started it; not at SIGTERM, when jupyter_server no longer accepts a
+connection (jupyter_server/serverapp.py ``ServerApp.stop``: ``http_server.stop()`` before the
+extensions' cleanup), so the last edit there is the previous link's. SIGTERM does not wait for the busy cell (the platform's grace
 is short): that notebook is named in the record's ``not_saved``, the others come back.
 
 Before the fix, ``%pause`` sent only its own kernel: the other notebooks were neither saved nor
