@@ -11,8 +11,9 @@ appends once it ends) before the next link pauses again. A fake lab (the real pr
 an unsaved edit of the first notebook; each pause must have it saved before the kernels are held
 (issue 27.2), whatever started it; not at SIGTERM, when jupyter_server no longer accepts a
 connection (jupyter_server/serverapp.py ``ServerApp.stop``: ``http_server.stop()`` before the
-extensions' cleanup), so the last edit there is the previous link's. SIGTERM does not wait for the busy cell (the platform's grace
-is short): that notebook is named in the record's ``not_saved``, the others come back.
+extensions' cleanup), so the last edit there is the previous link's. SIGTERM does not wait
+for the busy cell (the platform's grace is short): that notebook is named in the record's
+``not_saved``, the others come back.
 
 Before the fix, ``%pause`` sent only its own kernel: the other notebooks were neither saved nor
 resumed (issue 27.1), and no pause but the button's saved any document.
@@ -56,16 +57,18 @@ class FakeLab(threading.Thread):
         super().__init__(daemon=True)
         self.server, self.path, self.source = server, path, source
         self.stopped = threading.Event()
-        self.answered: list[int] = []
 
     def run(self) -> None:
+        try:
+            self._answer_requests()
+        except OSError:  # the server stopped
+            return
+
+    def _answer_requests(self) -> None:
         after = 0
         while not self.stopped.is_set():
             query = urllib.parse.urlencode({"lab": "fake-lab", "after": after})
-            try:
-                code, reply = self.server.call("GET", f"gkeresume/api/lab/requests?{query}")
-            except OSError:  # the server stopped
-                return
+            code, reply = self.server.call("GET", f"gkeresume/api/lab/requests?{query}")
             if code != 200:
                 return
             after = reply["request"]
@@ -76,7 +79,6 @@ class FakeLab(threading.Thread):
                 saved = [self.path] if code in (200, 201) else []
                 self.server.call("POST", "gkeresume/api/lab/saved", {
                     "lab": "fake-lab", "request": after, "saved": saved, "not_saved": []})
-                self.answered.append(after)
 
 
 def start_busy(server, kid: str, code: str) -> None:
