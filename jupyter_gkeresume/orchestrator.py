@@ -452,6 +452,8 @@ class Orchestrator:
         op = self.state.operation
         if op is not None and op.kind == "resume":
             return "resume in flight"
+        if self.state.state == State.RELEASING:  # every kernel is in the record: nothing to wait
+            return "already paused: releasing"  # for (the release may be what stops us)
         if op is not None and op.task is not None:  # a pause: let it end, then see what is left
             await asyncio.wait([op.task], timeout=deadline - loop.time())
             if self.state.operation is not None:

@@ -144,11 +144,14 @@ class FakeRelease(ReleaseBackend):
         self.calls = 0
         self.fail_with: str | None = None
         self.during_release = None  # called as the release runs
+        self.gate: asyncio.Event | None = None  # holds the release (a Hub stopping this server)
 
     async def release(self):
         self.calls += 1
         if self.during_release is not None:
             self.during_release()
+        if self.gate is not None:
+            await self.gate.wait()
         if self.fail_with:
             raise ReleaseError(self.fail_with)
 
@@ -448,6 +451,20 @@ async def test_shutdown_saves_the_kernels_a_paused_record_does_not_stand_for(par
         "a.ipynb": paused.kernels[0].snapshot_id,
         "late.ipynb": orch.state.kernel(late).snapshot_id}
     assert ("checkpoint", stand_in) not in gw.calls
+
+
+async def test_shutdown_during_the_release_does_not_wait_for_it(parts):
+    """The release may be what stops this server (JupyterHub): every kernel is in the record,
+    so the shutdown returns at once instead of spending its budget waiting on the release."""
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    parts.backend.gate = asyncio.Event()
+    op = await orch.start_pause()
+    while orch.state.state != State.RELEASING:
+        await asyncio.sleep(0.01)
+    assert await asyncio.wait_for(orch.shutdown(30), 5) == "already paused: releasing"
+    parts.backend.gate.set()
+    await op.task
 
 
 async def test_shutdown_waits_for_a_pause_and_saves_what_it_left(parts):
