@@ -481,7 +481,7 @@ class Orchestrator:
         if self.state.state != State.PAUSED or record is None:
             return [k for k in live if not self._still_in_record(k)]
         notebooks = await self.gateway.notebooks()
-        recorded = {k.notebook for k in record.kernels} | {k.kernel_id for k in record.kernels}
+        recorded = {n for k in record.kernels for n in (k.notebook, k.kernel_id) if n}
         return [k for k in live if k not in recorded and notebooks.get(k) not in recorded]
 
     async def _start_shutdown_checkpoint(self, ids: list[str], timeout: float) -> Operation:
