@@ -44,9 +44,17 @@ export interface ISaveChannel {
   answer(lab: string, request: number, answer: ISaveAnswer): Promise<unknown>;
 }
 
+/** How long one save may take before it is reported as not saved (below the server's 5 s
+ * wait: a save stuck behind a dialog, "File Changed" for one, must not cost the answer). */
+export const SAVE_TIMEOUT_MS = 4000;
+
 /** Save every dirty document, all at once; a failure is named and never stops the others. A
- * read-only document with changes cannot be saved: it is named too. */
-export async function saveDocuments(documents: IOpenDocument[]): Promise<ISaveAnswer> {
+ * read-only document with changes cannot be saved: it is named too, and so is a save that has
+ * not finished within `timeoutMs`. */
+export async function saveDocuments(
+  documents: IOpenDocument[],
+  timeoutMs = SAVE_TIMEOUT_MS
+): Promise<ISaveAnswer> {
   const answer: ISaveAnswer = { saved: [], not_saved: [] };
   const dirty = [...new Map(documents.filter(d => d.dirty).map(d => [d.path, d])).values()];
   await Promise.all(
@@ -55,12 +63,21 @@ export async function saveDocuments(documents: IOpenDocument[]): Promise<ISaveAn
         answer.not_saved.push({ path: document.path, reason: 'read-only' });
         return;
       }
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`not saved within ${timeoutMs / 1000} s (is a dialog open?)`)),
+          timeoutMs
+        );
+      });
       try {
-        await document.save();
+        await Promise.race([document.save(), late]);
         answer.saved.push(document.path);
       } catch (error) {
         const reason = error instanceof Error ? error.message : String(error);
         answer.not_saved.push({ path: document.path, reason: reason || 'the save failed' });
+      } finally {
+        clearTimeout(timer);
       }
     })
   );

@@ -50,6 +50,20 @@ test('saveDocuments saves each dirty document once and names each failure', asyn
   );
 });
 
+test('saveDocuments names a save that does not finish in time', async () => {
+  const stuck: IOpenDocument = {
+    path: 'stuck.ipynb',
+    dirty: true,
+    readOnly: false,
+    save: () => new Promise<void>(() => undefined) // a "File Changed" dialog nobody answers
+  };
+  const answer = await saveDocuments([stuck, doc('ok.ipynb', true)], 50);
+  assert.deepEqual(answer.saved, ['ok.ipynb']);
+  assert.equal(answer.not_saved.length, 1);
+  assert.equal(answer.not_saved[0].path, 'stuck.ipynb');
+  assert.match(answer.not_saved[0].reason, /not saved within 0.05 s/);
+});
+
 test('LabSaves answers an open request only, with its page id, and keeps polling', async () => {
   const replies: ISaveRequest[] = [
     { request: 3, open: false }, // the page loads after three earlier pauses: nothing to do
