@@ -130,7 +130,8 @@ def test_every_entry_point_saves_every_notebook(server_process, tmp_path, count)
             expected[name].append(link)
         lab = FakeLab(server, names[0], f"edit = {link}")
         lab.start()
-        busy_for = IDLE_TIMEOUT + BUSY_SECONDS if entry == "idle" else BUSY_SECONDS
+        # the idle pause starts after IDLE_TIMEOUT; SIGTERM must find the cell still running
+        busy_for = {"idle": IDLE_TIMEOUT + BUSY_SECONDS, "SIGTERM": 600}.get(entry, BUSY_SECONDS)
         start_busy(server, kernels[busy_name],
                    f"import time\ntime.sleep({busy_for})\nstate = state + ['busy{link}']")
         first = kernels[names[0]]
