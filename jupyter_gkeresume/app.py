@@ -140,6 +140,11 @@ class GkeResume(LoggingConfigurable):
         DEFAULT_GRACE_SECONDS / 3600, help="After automatic retention, gc frees unreferenced "
         "blobs older than this (it must exceed the longest checkpoint)."
     ).tag(config=True)
+    lab_save_timeout = Float(
+        5.0, min=0, help="Before every pause, seconds the connected labs get to save their "
+        "open documents; a lab that has not answered by then does not hold the pause up (the "
+        "pause's result says so)."
+    ).tag(config=True)
     kernel_call_timeout = Float(
         3600.0, help="Seconds one kernel may take to checkpoint or restore."
     ).tag(config=True)

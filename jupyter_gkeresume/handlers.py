@@ -233,6 +233,54 @@ class SettingsHandler(GkeResumeHandler):
         self.finish(json.dumps(await self._run(lambda: self.orchestrator.update_settings(body))))
 
 
+LAB_ID_MAX = 64  # a lab's id: what its page made up (a UUID)
+
+
+def _lab_id(value: Any) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= LAB_ID_MAX or not value.isprintable():
+        raise web.HTTPError(400, f"'lab' must be a printable string of 1 to {LAB_ID_MAX} "
+                            "characters")
+    return value
+
+
+class LabRequestsHandler(GkeResumeHandler):
+    """A lab's long poll for save requests (``lab_saves.LabSaves.next_request``):
+    ``?lab=ID&after=N`` answers ``{"request": M, "open": bool}`` once request ``M > N`` exists,
+    or ``M == N`` after ``lab_saves.WAIT_SECONDS``; ``open``: the lab should save and answer."""
+
+    _track_activity = False  # the lab polls: that is not user activity (idle pause)
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        lab = _lab_id(self.get_query_argument("lab", ""))
+        after = self.get_query_argument("after", "0")
+        if not after.isdigit():
+            raise web.HTTPError(400, "'after' must be a request number")
+        saves = self.orchestrator.lab_saves
+        request = await saves.next_request(lab, int(after))
+        self.finish(json.dumps({"request": request, "open": saves.is_open(request)}))
+
+
+class LabSavedHandler(GkeResumeHandler):
+    """A lab's answer to a save request: ``{"lab", "request", "saved": [path],
+    "not_saved": [{"path", "reason"}]}``; 204, also for a request no longer open."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self._body({"lab": str, "request": int, "saved": list, "not_saved": list})
+        saved = _string_list(body, "saved") or []
+        not_saved = body.get("not_saved") or []
+        if not all(isinstance(n, dict) and set(n) == {"path", "reason"}
+                   and all(isinstance(v, str) for v in n.values()) for n in not_saved):
+            raise web.HTTPError(400, "'not_saved' must be a list of {path, reason} strings")
+        self.orchestrator.lab_saves.reply(_lab_id(body.get("lab")), body.get("request", 0),
+                                          saved, not_saved)
+        self.set_status(204)
+        self.finish()
+
+
 class DoctorHandler(GkeResumeHandler):
     """``doctor.run_checks`` with this server's own configuration (what ``jupyter gkeresume
     doctor`` reports about a running server), in a worker thread (it waits on the store, the
@@ -259,4 +307,6 @@ def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHa
         (f"{prefix}/paused", PausedHandler),
         (f"{prefix}/settings", SettingsHandler),
         (f"{prefix}/doctor", DoctorHandler),
+        (f"{prefix}/lab/requests", LabRequestsHandler),
+        (f"{prefix}/lab/saved", LabSavedHandler),
     ]

@@ -42,6 +42,7 @@ from .errors import (
 from .events import EventLog
 from .idle import UserActivity
 from .kernels import KernelGateway
+from .lab_saves import LabSaves
 from .pause import PauseOperation, ShutdownCheckpoint, SnapshotVerifier, complete_interrupted
 from .paused_record import PausedRecord, PausedRecords
 from .printable import printable
@@ -90,6 +91,7 @@ class Orchestrator:
         self.verifier = verifier or SnapshotVerifier(self.store, lambda: self.key,
                                                      mode=settings.verify)
         self.events = EventLog(self.store, log)
+        self.lab_saves = LabSaves()  # every pause asks the connected labs to save first
         self._lock = asyncio.Lock()
         self.retention = AutoRetention(
             self.store, lambda: self.key, settings.retention_policy(),
@@ -196,7 +198,9 @@ class Orchestrator:
             self.state.begin(op, State.PAUSING, State.PAUSING, reason)
             return self._launch(op, PauseOperation(
                 op, **self._pause_parts(), name=name, record=release,
-                timeout=self.settings.kernel_call_timeout))
+                timeout=self.settings.kernel_call_timeout,
+                save_documents=lambda: self.lab_saves.save_documents(
+                    self.settings.lab_save_timeout)))
 
     def _pause_kernels(self, kernel_ids: list[str] | None, *, release: bool, name: str | None,
                        allow_busy: bool) -> list[str]:
@@ -209,7 +213,7 @@ class Orchestrator:
         unknown = [k for k in ids if k not in live]
         if unknown:
             raise KernelNotFoundError(f"no running kernel {unknown[0]!r}")
-        if release and self.backend.releases_pod:  # the others would die unsaved
+        if release:  # the workspace goes: the server decides the set, never the caller
             ids += [k for k in live if k not in ids]
         ids = [k for k in ids if not self._still_in_record(k)]
         if not ids:
@@ -444,39 +448,65 @@ class Orchestrator:
 
     # -- shutdown ---------------------------------------------------------------------------
     async def shutdown(self, timeout: float) -> str:
-        """Checkpoint every kernel before the server stops (SIGTERM), unless the runtime
-        setting ``checkpoint_on_shutdown`` is off; returns the outcome."""
-        op = self.state.operation
+        """Checkpoint every kernel that has no committed snapshot before the server stops
+        (SIGTERM), unless the runtime setting ``checkpoint_on_shutdown`` is off; returns the
+        outcome. A pause in flight is waited for within ``timeout``; what it leaves unsaved (it
+        failed, or kernels started while paused) is checkpointed in the time left."""
+        deadline = asyncio.get_running_loop().time() + timeout
         # No store read here: the grace may be 1 s (KubeSpawner). The settings read at startup
         # or last changed decide; never read (the store was down): the trait, on the safe side.
         known = self._server_settings
         enabled = known.checkpoint_on_shutdown if known else self.settings.checkpoint_on_shutdown
-        if not enabled:
-            outcome = "not checkpointed: checkpoint_on_shutdown is off"
-        elif self.state.state in (State.PAUSED, State.RELEASING) or (op and op.kind == "pause"):
-            outcome = "already paused or pausing"
-            if op and op.task:
-                await asyncio.wait([op.task], timeout=timeout)
-        elif op or not self.gateway.live_ids():
-            outcome = "nothing to checkpoint" if not op else "resume in flight"
-        else:
-            try:
-                checkpoint = await self._start_shutdown_checkpoint(timeout)
-                await asyncio.wait([checkpoint.task], timeout=timeout + 5)
-                outcome = "checkpointed" if self.state.state == State.PAUSED else (
-                    f"failed: {self.state.reason}")
-            except GkeResumeError as exc:
-                outcome = f"failed: {exc}"
+        outcome = await self._shutdown_outcome(deadline) if enabled else (
+            "not checkpointed: checkpoint_on_shutdown is off")
         paused = self.state.paused
         metrics.log_event(self.log, "shutdown", outcome=outcome,
                           not_saved=paused.not_saved if paused and outcome == "checkpointed" else [])
         return outcome
 
-    async def _start_shutdown_checkpoint(self, timeout: float) -> Operation:
-        """Every idle kernel at once; a busy one is listed as not saved, never waited for (the
-        platform's grace period is short: 1 s by default on KubeSpawner)."""
+    async def _shutdown_outcome(self, deadline: float) -> str:
+        loop = asyncio.get_running_loop()
+        op = self.state.operation
+        if op is not None and op.kind == "resume":
+            return "resume in flight"
+        if self.state.state == State.RELEASING:  # every kernel is in the record: nothing to wait
+            return "already paused: releasing"  # for (the release may be what stops us)
+        if op is not None and op.task is not None:  # a pause: let it end, then see what is left
+            await asyncio.wait([op.task], timeout=deadline - loop.time())
+            if self.state.operation is not None:
+                return "pause still in flight when the budget ran out"
+        unsaved = await self._unsaved_kernels()
+        if not unsaved:
+            return "already paused" if self.state.state == State.PAUSED else (
+                "nothing to checkpoint")
+        left = deadline - loop.time()
+        if left <= 0:
+            return f"failed: no time left to checkpoint {len(unsaved)} kernel(s)"
+        try:
+            checkpoint = await self._start_shutdown_checkpoint(unsaved, left)
+            await asyncio.wait([checkpoint.task], timeout=left + 5)
+        except GkeResumeError as exc:
+            return f"failed: {exc}"
+        return "checkpointed" if self.state.state == State.PAUSED else (
+            f"failed: {self.state.reason}")
+
+    async def _unsaved_kernels(self) -> list[str]:
+        """The live kernels the paused record does not stand for: every one while nothing is
+        paused; while paused, those of notebooks the record does not name (a kernel of a paused
+        notebook is its fresh stand-in: the record's snapshot is what comes back)."""
+        live, record = self.gateway.live_ids(), self.state.paused
+        if self.state.state != State.PAUSED or record is None:
+            return [k for k in live if not self._still_in_record(k)]
+        notebooks = await self.gateway.notebooks()
+        recorded = {n for k in record.kernels for n in (k.notebook, k.kernel_id) if n}
+        return [k for k in live if k not in recorded and notebooks.get(k) not in recorded]
+
+    async def _start_shutdown_checkpoint(self, ids: list[str], timeout: float) -> Operation:
+        """``ids`` at once, the idle ones; a busy one is listed as not saved, never waited for
+        (the platform's grace period is short: 1 s by default on KubeSpawner). While paused,
+        the new record keeps the paused one's kernels beside these."""
         async with self._lock:
-            ids = self._pause_kernels(None, release=False, name=None, allow_busy=True)
+            self._refuse_if_busy()
             busy = set(self.gateway.busy(ids))
             notebooks = await self.gateway.notebooks()
             not_saved = [{"kernel_id": k, "notebook": notebooks.get(k),

@@ -1,7 +1,8 @@
 """A pause: checkpoint every kernel, verify, record, release, stop.
 
-``PauseOperation.run`` reads top to bottom: hold every kernel (from then on each refuses cells:
-the consistent cut), checkpoint each kernel (``KernelGateway``), read
+``PauseOperation.run`` reads top to bottom: (a queued pause) wait for running cells, ask the
+connected labs to save their documents (``lab_saves``, bounded), hold every kernel (from then on
+each refuses cells: the consistent cut), checkpoint each kernel (``KernelGateway``), read
 each snapshot (``SnapshotVerifier``, ``c.GkeResume.verify``), write the paused record (``PausedRecords``),
 record the advisor's event, ``releasing``, then (when ``release``) ``backend.release()`` and stop
 the kernels, ``paused``. ``ShutdownCheckpoint`` is the variant run when the server stops: it
@@ -20,13 +21,15 @@ Invariants:
 - Without the paused record (``record=False``), the pause only checkpoints: back to ``running``.
 - After a failed resume (``previous``: the record of what did not come back), the new record
   keeps those kernels beside the ones just saved.
+- The documents are saved before the hold, whatever started the pause; what the labs could not
+  save (or a lab that did not answer) is in ``op.documents`` and the record's ``documents``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 from logging import Logger
@@ -37,6 +40,7 @@ from .advisor import Event
 from .errors import GkeResumeError
 from .events import EventLog
 from .kernels import KernelGateway
+from .lab_saves import SaveReport
 from .paused_record import PausedKernel, PausedRecord, PausedRecords
 from .release import ReleaseBackend
 from .snapshot import SigningKey, SnapshotStore
@@ -79,7 +83,8 @@ class PauseOperation:
     def __init__(self, op: Operation, *, state: WorkspaceState, gateway: KernelGateway,
                  records: PausedRecords, verifier: SnapshotVerifier, backend: ReleaseBackend,
                  events: EventLog, log: Logger, name: str | None, record: bool, timeout: float,
-                 previous: PausedRecord | None = None):
+                 previous: PausedRecord | None = None,
+                 save_documents: Callable[[], Awaitable[SaveReport]] | None = None):
         self.op = op
         self.state = state
         self.gateway = gateway
@@ -92,6 +97,7 @@ class PauseOperation:
         self.record = record
         self.timeout = timeout
         self.previous = previous  # the record of what a failed resume did not bring back
+        self.save_documents = save_documents  # the labs save their documents (lab_saves)
         self.not_saved: list[dict[str, Any]] = []  # kernels not saved, and why (shutdown)
         self._holding: list[str] = []  # kernels sent a hold
         self._held: set[str] = set()  # kernels whose hold is in place
@@ -103,6 +109,8 @@ class PauseOperation:
             try:
                 if self.waits_for_cells:
                     await self._wait_for_cells()  # other kernels keep running meanwhile
+                if self.save_documents is not None:
+                    op.documents = (await self.save_documents()).to_dict()
                 await self._hold_all()  # the cut: no cell runs in these kernels from now on
                 items, gpus = await self.save_all()
                 paused = self._paused_record(items, gpus, self.not_saved) if self.record else None
@@ -211,7 +219,7 @@ class PauseOperation:
         if self.previous is not None:
             items = self.previous.carried_into(items)
         return PausedRecord.new(self.gateway.workspace, self.op.reason, self.backend.name, gpus,
-                                items, not_saved)
+                                items, not_saved, self.op.documents)
 
     async def _checkpoint(self, kid: str, notebook: str | None) -> PausedKernel:
         self.state.set_notebook(kid, notebook)
@@ -249,7 +257,8 @@ class PauseOperation:
         metrics.OPERATIONS.labels("pause", "ok").inc()
         metrics.log_event(self.log, "pause", outcome="ok", state=final.value, reason=op.reason,
                           seconds=round(seconds, 3), kernels=len(op.kernels),
-                          snapshots=[self.state.kernel(k).snapshot_id for k in op.kernels])
+                          snapshots=[self.state.kernel(k).snapshot_id for k in op.kernels],
+                          documents=op.documents)
 
     def _cancelled(self) -> None:
         message = "pause cancelled, nothing was released"

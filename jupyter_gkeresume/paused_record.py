@@ -101,15 +101,17 @@ class PausedRecord:
     version: int = RECORD_VERSION
     not_saved: list[dict[str, Any]] = field(default_factory=list)
     """Kernels the pause could not save (shutdown checkpoint): kernel_id, notebook, reason."""
+    documents: dict[str, Any] | None = None
+    """What the connected labs saved before the pause (``lab_saves.SaveReport.to_dict``)."""
 
     @classmethod
     def new(cls, workspace: str, reason: str | None, release_backend: str, gpus: int,
-            kernels: list[PausedKernel],
-            not_saved: list[dict[str, Any]] | None = None) -> PausedRecord:
+            kernels: list[PausedKernel], not_saved: list[dict[str, Any]] | None = None,
+            documents: dict[str, Any] | None = None) -> PausedRecord:
         """A record stamped now."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return cls(workspace, now, reason, release_backend, gpus, kernels,
-                   not_saved=list(not_saved or []))
+                   not_saved=list(not_saved or []), documents=documents)
 
     @property
     def bytes_total(self) -> int:
@@ -128,9 +130,12 @@ class PausedRecord:
         not_saved = data.get("not_saved", [])
         if not (isinstance(not_saved, list) and all(isinstance(n, dict) for n in not_saved)):
             raise StoredRecordError("paused record: 'not_saved' is not a list of objects")
+        documents = data.get("documents")
+        if documents is not None and not isinstance(documents, dict):
+            raise StoredRecordError("paused record: 'documents' is not an object")
         return cls(data["workspace"], data["paused_at"], data.get("reason"), data["release_backend"],
                    data["gpus"], [PausedKernel.from_dict(k) for k in data["kernels"]],
-                   not_saved=not_saved)
+                   not_saved=not_saved, documents=documents)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kernels": [k.to_dict() for k in self.kernels]}

@@ -76,12 +76,14 @@ class Operation:
     waiting_for: dict[str, Any] | None = None
     """A queued pause: the running cell it waits for (``kernel_id``, ``notebook``,
     ``execution_count``, ``running_seconds``); ``None`` once the pause itself runs."""
+    documents: dict[str, Any] | None = None
+    """A pause: what the connected labs saved before the hold (``lab_saves.SaveReport``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "started": self.started, "reason": self.reason,
                 "release": self.release, "mode": self.mode, "kernels": list(self.kernels),
                 "cancellable": self.cancellable, "waiting_for": self.waiting_for,
-                "estimate_seconds": self.estimate_seconds}
+                "estimate_seconds": self.estimate_seconds, "documents": self.documents}
 
 
 class WorkspaceState:

@@ -40,7 +40,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     S.RUNNING: frozenset({S.PAUSING, S.PAUSED, S.WAITING_FOR_RESOURCES}),
     S.PAUSING: frozenset({S.RELEASING, S.RUNNING, S.FAILED}),
     S.RELEASING: frozenset({S.PAUSED, S.RUNNING, S.FAILED}),
-    S.PAUSED: frozenset({S.WAITING_FOR_RESOURCES, S.RUNNING}),
+    S.PAUSED: frozenset({S.WAITING_FOR_RESOURCES, S.RUNNING, S.PAUSING}),
     S.WAITING_FOR_RESOURCES: frozenset({S.RESTORING, S.READY, S.FAILED}),
     S.RESTORING: frozenset({S.READY, S.FAILED}),
     S.READY: frozenset({S.PAUSING, S.WAITING_FOR_RESOURCES, S.RUNNING}),
@@ -48,6 +48,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 }
 """Allowed moves. ``running -> paused`` is a server that starts and finds a paused record;
 ``paused -> running`` and ``failed -> running`` are the user discarding the paused record;
+``paused -> pausing`` is the shutdown checkpoint of kernels started while paused;
 ``waiting_for_resources -> ready`` is a files-only resume (fresh kernels, nothing restored);
 ``failed -> waiting_for_resources`` is a retry, ``failed -> pausing`` a pause after a failed
 resume; ``ready -> running`` is the next cell a user runs after a resume

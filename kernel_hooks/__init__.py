@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from .interpreter_state import register_state
 from .registry import on_resume, register
 
-__all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "register",
-           "register_state", "replay", "resume"]
+__all__ = ["checkpoint", "list_snapshots", "load_ipython_extension", "on_resume", "pause",
+           "register", "register_state", "replay", "resume"]
 
-_VERBS = ("checkpoint", "list_snapshots", "replay", "resume")  # from .api
+_VERBS = ("checkpoint", "list_snapshots", "pause", "replay", "resume")  # from .api
 
 # The submodule ``replay`` (the planner, light) shares its name with the verb: loading it binds
 # the package attribute once, so it is loaded here and the name handed back to the verb (on a
@@ -39,11 +39,12 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from .api import checkpoint, list_snapshots, replay, resume
+    from .api import checkpoint, list_snapshots, pause, replay, resume
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register the magics, shorten the kernel's exit (``teardown``) and remember the session's
+    """Register the magics, shorten the kernel's exit (``teardown``), keep the banner from
+    drawing random numbers (``enable_tip``) and remember the session's
     starting sys.path, environment, warnings filters, loggers and extensions
     (``interpreter_state``), installed distributions (``distributions.remember_environment``) and
     threads (``left_behind``). Opens no store: the first checkpoint or resume does."""
@@ -51,6 +52,10 @@ def load_ipython_extension(ipython) -> None:
     from .magics import ResumeMagics
 
     teardown.install(ipython)
+    # IPython's banner picks its "Tip:" with the global ``random`` (IPython/core/tips.py
+    # pick_tip), and ipykernel builds the banner for every kernel_info_request: each client
+    # that connects (the server's own calls, every lab tab) would move the user's generator.
+    ipython.enable_tip = False
     session_state.remember_baseline()
     interpreter_state.remember_baseline(ipython)
     distributions.remember_environment()

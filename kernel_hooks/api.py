@@ -202,3 +202,15 @@ def list_snapshots(*, store: str | None = None, workspace: str | None = None) ->
     snapshots = open_store(store, workspace)
     return catalog_list(snapshots, load_signing_key(workspace=snapshots.workspace),
                         environment_fingerprint())
+
+
+def pause(name: str | None = None) -> dict[str, Any]:
+    """Ask the jupyter-gkeresume server running this kernel to pause the workspace: it saves the
+    notebooks open in the connected labs, checkpoints every kernel of the workspace (not only
+    this one) once the running cells have ended, verifies the snapshots, then releases. Returns
+    the server's answer (``{"operation": ..., "state": ...}``) at once; the pause itself runs
+    after the calling cell ends. ``ServerUnreachableError`` without a server extension,
+    ``ServerRefusedError`` when the server refuses (the message says why)."""
+    from . import server_link
+
+    return server_link.request_pause(name)

@@ -242,8 +242,9 @@ class ResumeMagics(Magics):
     @argument("-n", "--name", help="give the snapshot a name")
     @line_magic
     def pause(self, line: str = ""):
-        """Pause this workspace: the jupyter-gkeresume server extension checkpoints the kernels as
-        soon as this cell ends, verifies the snapshots, then releases the pod (and its GPU).
+        """Pause this workspace: the jupyter-gkeresume server extension has the open labs save
+        their notebooks, checkpoints every kernel of the workspace (not only this one) as soon as
+        the running cells end, verifies the snapshots, then releases the pod (and its GPU).
         Follow it in the status bar or with GET /gkeresume/api/status. Without the server
         extension it checkpoints here and says that no release backend is configured.
         """
@@ -255,7 +256,7 @@ class ResumeMagics(Magics):
                                                                       progress=_cell_progress()))))
             print("no release backend is configured here: the snapshot is saved, the pod is kept")
             return None
-        self._run(lambda: server_link.request_pause(args.name))
-        print("pause requested: the server checkpoints this workspace when this cell ends, "
-              "then releases the pod")
+        self._run(lambda: _api().pause(args.name))
+        print("pause requested: when the running cells end, the server has the open labs save "
+              "their notebooks, checkpoints every kernel of this workspace, then releases the pod")
         return None

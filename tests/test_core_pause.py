@@ -36,6 +36,9 @@ def test_pause_magic_without_a_server_checkpoints_and_says_so(start_kernel):
     k.run("y = 7")
     out = k.run("%pause")
     assert "checkpoint" in out and "no release backend is configured" in out
+    out = k.run("import kernel_hooks\ntry:\n    kernel_hooks.pause()\n"
+                "except Exception as exc:\n    print(type(exc).__name__, exc)")
+    assert out.startswith("ServerUnreachableError no jupyter-gkeresume server extension"), out
 
 
 EXIT_PROBE = """

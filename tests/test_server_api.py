@@ -200,7 +200,8 @@ async def test_requests_without_a_valid_token_are_refused(api):
     bad = {"Authorization": "token not-the-token"}
     for method, path in [("GET", "status"), ("POST", "pause"), ("POST", "resume"),
                          ("GET", "snapshots"), ("DELETE", "snapshots/20261130T101500Z-a1b2c3"),
-                         ("DELETE", "paused"), ("GET", "doctor")]:
+                         ("DELETE", "paused"), ("GET", "doctor"),
+                         ("GET", "lab/requests"), ("POST", "lab/saved")]:
         code, _ = await api.call(method, f"gkeresume/api/{path}", {}, headers=bad)
         assert code == 403, (method, path, code)
 

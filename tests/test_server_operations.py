@@ -138,18 +138,20 @@ class FakeVerifier:
 
 class FakeRelease(ReleaseBackend):
     name = "fake"
-    releases_pod = True
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.calls = 0
         self.fail_with: str | None = None
         self.during_release = None  # called as the release runs
+        self.gate: asyncio.Event | None = None  # holds the release (a Hub stopping this server)
 
     async def release(self):
         self.calls += 1
         if self.during_release is not None:
             self.during_release()
+        if self.gate is not None:
+            await self.gate.wait()
         if self.fail_with:
             raise ReleaseError(self.fail_with)
 
@@ -160,7 +162,7 @@ def parts():
     settings = SimpleNamespace(store_url=url, workspace_id="ws", kernel_call_timeout=60.0,
                                auto_resume=False, verify="full",
                                retention_policy=RetentionPolicy, gc_grace_hours=6.0,
-                               checkpoint_on_shutdown=True)
+                               checkpoint_on_shutdown=True, lab_save_timeout=5.0)
     gateway, verifier, backend = FakeGateway(), FakeVerifier(), FakeRelease()
     orch = Orchestrator(settings=settings, kernel_manager=None, session_manager=None,
                         backend=backend, log=LOG, store=SnapshotStore(url, "ws"),
@@ -298,18 +300,18 @@ async def test_validation_refuses_before_anything_moves(parts):
 
 
 async def test_a_releasing_pause_takes_every_kernel(parts):
+    """Issue 27.1: whichever kernels the caller names, a releasing pause takes every kernel of
+    the workspace (the workspace goes; the server decides the set); a checkpoint (no release)
+    takes only the ones named."""
     orch, gw = parts.orch, parts.gateway
     a, b = gw.add("a.ipynb"), gw.add("b.ipynb")
+    op = await orch.start_pause([a], release=False)
+    assert op.kernels == [a]
+    await settle(orch)
     op = await orch.start_pause([a])
     assert op.kernels == [a, b]
     await settle(orch)
-    parts.backend.releases_pod = False
-    c, d = gw.add("c.ipynb"), gw.add("d.ipynb")
-    await orch.discard_paused()
-    op = await orch.start_pause([c])
-    assert op.kernels == [c]
-    await settle(orch)
-    assert d in gw.live_ids() and c not in gw.live_ids()
+    assert not gw.live_ids()
 
 
 async def test_one_operation_at_a_time_under_one_lock(parts):
@@ -425,7 +427,56 @@ async def test_shutdown_checkpoint_records_but_releases_nothing(parts):
     assert reported["notebook"] == "train.ipynb" and "busy" in reported["reason"]
     assert ("hold", busy) not in gw.calls and ("checkpoint", busy) not in gw.calls
     assert parts.verifier.modes == ["metadata"]  # never a full read-back within the grace
-    assert await orch.shutdown(5) == "already paused or pausing"
+    # the busy kernel still has no snapshot: never skipped as "already paused", and said so
+    assert await orch.shutdown(5) == "failed: every kernel is busy running a cell: nothing was saved"
+    gw.busy_ids.clear()
+    assert await orch.shutdown(5) == "checkpointed"
+    assert sorted(k.notebook for k in orch.records.read().kernels) == ["a.ipynb", "train.ipynb"]
+    assert await orch.shutdown(5) == "already paused"
+
+
+async def test_shutdown_saves_the_kernels_a_paused_record_does_not_stand_for(parts):
+    """Issue 27.1: paused (backend ``none`` keeps the server), then a kernel is started for a
+    new notebook and one for a paused notebook (the lab opening it): the shutdown checkpoint
+    saves the new notebook's kernel and keeps the paused one's snapshot in the record."""
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    await orch.start_pause()
+    await settle(orch)
+    paused = orch.records.read()
+    late, stand_in = gw.add("late.ipynb", y=2), gw.add("a.ipynb")
+    assert await orch.shutdown(5) == "checkpointed"
+    record = orch.records.read()
+    assert {k.notebook: k.snapshot_id for k in record.kernels} == {
+        "a.ipynb": paused.kernels[0].snapshot_id,
+        "late.ipynb": orch.state.kernel(late).snapshot_id}
+    assert ("checkpoint", stand_in) not in gw.calls
+
+
+async def test_shutdown_during_the_release_does_not_wait_for_it(parts):
+    """The release may be what stops this server (JupyterHub): every kernel is in the record,
+    so the shutdown returns at once instead of spending its budget waiting on the release."""
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    parts.backend.gate = asyncio.Event()
+    op = await orch.start_pause()
+    while orch.state.state != State.RELEASING:
+        await asyncio.sleep(0.01)
+    assert await asyncio.wait_for(orch.shutdown(30), 5) == "already paused: releasing"
+    parts.backend.gate.set()
+    await op.task
+
+
+async def test_shutdown_waits_for_a_pause_and_saves_what_it_left(parts):
+    """A pause in flight at SIGTERM is waited for; when it fails, the kernels it left running
+    are checkpointed in the time left."""
+    orch, gw = parts.orch, parts.gateway
+    a = gw.add("a.ipynb", x=1)
+    parts.backend.fail_with = "the Hub refused"  # the pause fails at its release
+    await orch.start_pause()
+    assert await orch.shutdown(5) == "checkpointed"
+    assert parts.backend.calls == 1
+    assert [k.kernel_id for k in orch.records.read().kernels] == [a]
 
 
 async def test_shutdown_checkpoint_saves_every_kernel_it_can(parts):

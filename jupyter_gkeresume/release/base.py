@@ -11,9 +11,6 @@ class ReleaseBackend(LoggingConfigurable):
     """Gives the pod (or, for ``none``, nothing beyond the kernels) back to the cluster."""
 
     name: ClassVar[str] = "base"
-    releases_pod: ClassVar[bool] = True
-    """True when releasing ends every kernel of the server (the pod or server goes away): a pause
-    with release must then checkpoint every kernel, whichever ones the request named."""
 
     async def release(self) -> None:
         """Release the server's resources; raise ``ReleaseError`` when that is not possible.

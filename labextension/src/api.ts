@@ -7,6 +7,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { requestJSON } from './http';
+import { ISaveAnswer, ISaveChannel, ISaveRequest } from './labsaves';
 import {
   IPauseReply,
   IPauseRequest,
@@ -34,6 +35,16 @@ export function requestAPI<T>(
 function post<T>(endPoint: string, body: object): Promise<T> {
   return requestAPI<T>(endPoint, { method: 'POST', body: JSON.stringify(body) });
 }
+
+/** The server's save requests (labsaves.ts): a long poll and the answer. */
+export const saveChannel: ISaveChannel = {
+  next: (lab: string, after: number): Promise<ISaveRequest> =>
+    requestAPI<ISaveRequest>(
+      `lab/requests?${new URLSearchParams({ lab, after: String(after) })}`
+    ),
+  answer: (lab: string, request: number, answer: ISaveAnswer): Promise<unknown> =>
+    post('lab/saved', { lab, request, ...answer })
+};
 
 export const api = {
   status: (): Promise<IStatus> => requestAPI<IStatus>('status'),

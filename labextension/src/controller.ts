@@ -20,7 +20,9 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { api } from './api';
 import { askResume, showMessage } from './dialogs';
 import { pauseSummary, resumeSummary } from './describe';
+import { openDocuments } from './documents';
 import { APIError } from './http';
+import { saveDocuments } from './labsaves';
 import { IFinished, StatusModel } from './model';
 import { OperationNotifier } from './notifier';
 import { resumeOffer } from './offer';
@@ -156,15 +158,14 @@ export class Controller {
     }
   }
 
+  /** Save every open document first; a document that cannot be saved stops the pause. */
   private async saveAll(): Promise<void> {
-    const contexts = new Set<DocumentRegistry.Context>();
-    for (const widget of this.app.shell.widgets('main')) {
-      const context = this.docManager.contextForWidget(widget);
-      if (context) {
-        contexts.add(context);
-      }
+    const { not_saved } = await saveDocuments(openDocuments(this.app, this.docManager));
+    if (not_saved.length) {
+      throw new Error(
+        `Not paused: ${not_saved.map(n => `${n.path} (${n.reason})`).join(', ')} could not be saved.`
+      );
     }
-    await Promise.all([...contexts].map(context => this.saveContext(context)));
   }
 
   private async saveContext(context: DocumentRegistry.Context): Promise<void> {

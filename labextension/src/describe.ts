@@ -30,6 +30,7 @@ import {
   IWaitingFor,
   State
 } from './types';
+import { documentLines } from './labsaves';
 
 export { ACTIVE_STATES } from './progress';
 
@@ -275,6 +276,7 @@ export function pauseSummary(status: IStatus, polled: ICheckpointResult[]): IMes
   if (released) {
     const notebooks = status.paused!.kernels.map(k => k.notebook ?? k.kernel_id);
     lines.push(`Notebooks: ${notebooks.join(', ')}.`);
+    lines.push(...documentLines(status.paused!.documents));
     const { release_backend: backend, gpus } = status.paused!;
     const terminals = status.terminals ?? [];
     if (terminals.length && backend !== 'none') {

@@ -18,9 +18,11 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { CommandToolbarButton, LabIcon } from '@jupyterlab/ui-components';
 import { Menu } from '@lumino/widgets';
 
-import { api } from './api';
+import { api, saveChannel } from './api';
 import { PausedBadge } from './badge';
 import { Controller } from './controller';
+import { openDocuments } from './documents';
+import { LabSaves } from './labsaves';
 import { StatusModel } from './model';
 import { SnapshotsPanel } from './panel';
 import { ServerSettings } from './settings';
@@ -82,6 +84,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     const settings = new ServerSettings(api.putSettings, loaded ?? null);
     const controller = new Controller(app, docManager, notebooks, model, settings);
+    // every pause, whoever starts it, has this page save its documents first
+    new LabSaves(saveChannel, () => openDocuments(app, docManager)).start();
     const { commands, shell } = app;
 
     const panel = new SnapshotsPanel(model, {

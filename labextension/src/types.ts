@@ -3,6 +3,8 @@
  * enum in jupyter_gkeresume/states.py string for string (tests/test_ui_unit.py checks that).
  */
 
+import { IDocumentsReport } from './labsaves';
+
 /** Every state a kernel or the workspace can be in. */
 export const STATES = [
   'running',
@@ -106,6 +108,8 @@ export interface IOperation {
   waiting_for?: IWaitingFor | null;
   /** Expected whole duration in seconds, learned from this workspace's recorded operations. */
   estimate_seconds?: number | null;
+  /** A pause: what the connected labs saved before the hold (null until they answered). */
+  documents?: IDocumentsReport | null;
 }
 
 export interface IKernelStatus {
@@ -165,6 +169,8 @@ export interface IPausedRecord {
   release_backend: string;
   gpus: number;
   kernels: IPausedKernel[];
+  /** What the connected labs saved before the pause (absent in older records). */
+  documents?: IDocumentsReport | null;
 }
 
 export interface ILastError {
