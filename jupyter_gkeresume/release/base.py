@@ -11,6 +11,10 @@ class ReleaseBackend(LoggingConfigurable):
     """Gives the pod (or, for ``none``, nothing beyond the kernels) back to the cluster."""
 
     name: ClassVar[str] = "base"
+    releases_pod: ClassVar[bool] = True
+    """True when releasing gives the pod or server back (``none`` frees nothing beyond the
+    kernels): an idle workspace without kernels is released only then, and the doctor says
+    whether anything will ever give the GPU back. Every pause takes every kernel either way."""
 
     async def release(self) -> None:
         """Release the server's resources; raise ``ReleaseError`` when that is not possible.

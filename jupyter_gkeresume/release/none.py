@@ -9,6 +9,7 @@ class NoRelease(ReleaseBackend):
     """Local use: the orchestrator shuts the paused kernels down (their GPU memory is freed)."""
 
     name = "none"
+    releases_pod = False
 
     async def release(self) -> None:
         self.log.info("gkeresume: release backend 'none': only the kernels stop")
