@@ -6,9 +6,11 @@ Call order:
    this environment's baseline, kept in memory and, the first time this environment (its
    ``sys.prefix`` and image) is seen, in the store's record ``environment-<key>``; a later
    kernel of the same environment reads it back, so a package installed before a kernel restart still counts
-   as installed in the session. The record is signed with the workspace key (``sign_record``):
-   one planted by anyone else who can write the prefix, claiming a package for the image so that
-   no snapshot carries it, is ignored and replaced by this kernel's own. ``store=None`` (no store
+   as installed in the session. The record is signed with the workspace key over its name (so
+   over the environment it is for) and a sequence (``records.SignedRecords``): one planted by
+   anyone else who can write the prefix, or copied from another environment's record (an older
+   image's), claiming a package for the image so that no snapshot carries it, is ignored and
+   replaced by this kernel's own. ``store=None`` (no store
    configured yet) keeps it in memory until the first checkpoint.
 2. ``capture_packages(store, write_blob)`` in ``take_checkpoint``: every distribution whose (name,
    version, location) is not in the baseline and whose location is not on the persistent volume
@@ -17,9 +19,11 @@ Call order:
    the ``PackageRecord`` list for the manifest (which the signature covers) and, by name, what
    could not be stored.
 3. ``install_packages(store, records, ...)`` in ``take_resume`` after the compatibility check and
-   before anything is unpickled: each package not installed here at that version is read (its
-   digest verified before any byte is written), the other version's files removed, its files
-   written (dist-info last), one report line per package.
+   before anything is unpickled: each package not installed here at that version is streamed
+   into temporary files beside its own and verified (``blob_files``: no link followed, no
+   setuid/setgid bit), renamed into place (dist-info last), and only then are the other
+   version's files removed: a failed install leaves that version in place. One report line per
+   package.
 
 ``GKERESUME_PACKAGES=0`` (the server's ``c.GkeResume.carry_packages = False``) turns 2 and 3 off.
 The scan is one ``os.scandir`` per ``sys.path`` directory (name and version come from the
@@ -53,10 +57,11 @@ from jupyter_gkeresume.snapshot.compat import (
 )
 from jupyter_gkeresume.snapshot.fingerprint import ENV_FACTS
 from jupyter_gkeresume.snapshot.format import PackageRecord
-from jupyter_gkeresume.snapshot.signing import SigningKey, load_signing_key, open_record, sign_record
+from jupyter_gkeresume.snapshot.records import SignedRecords
+from jupyter_gkeresume.snapshot.signing import load_signing_key
 from jupyter_gkeresume.units import human_bytes
 
-from .blob_files import mapped, read_entries, write_file
+from .blob_files import Placement, mapped, stage_blob
 from .notebooks import ROOT_DIR_ENV
 from .results import Progress
 
@@ -146,10 +151,11 @@ def remember_environment(store: SnapshotStore | None) -> set[Installed]:
     if store is not None and not _persisted:
         try:
             key = load_signing_key(workspace=store.workspace)
-            stored = _stored_baseline(store, key)
+            records = SignedRecords(store, lambda: key)
+            stored = _stored_baseline(records)
             if stored is None:
                 record = {"workspace": store.workspace, "distributions": sorted(_baseline)}
-                store.write_record(environment_record(), sign_record(record, key))
+                records.write(environment_record(), record)
             else:
                 _baseline = stored
             _persisted = True
@@ -158,14 +164,14 @@ def remember_environment(store: SnapshotStore | None) -> set[Installed]:
     return _baseline
 
 
-def _stored_baseline(store: SnapshotStore, key: SigningKey) -> set[Installed] | None:
+def _stored_baseline(records: SignedRecords) -> set[Installed] | None:
     """The baseline this workspace stored for this environment; None when there is none, or
-    the record is not one this workspace's key signed (planted, tampered, malformed)."""
-    raw = store.read_record(environment_record())
-    if raw is None:
-        return None
+    the record is not one this workspace's key signed for this environment (planted, tampered,
+    malformed, copied from another environment's, older than one seen)."""
     try:
-        record = open_record(raw, key, store.workspace, "the environment baseline")
+        record = records.read(environment_record(), "the environment baseline")
+        if record is None:
+            return None
         return {Installed(*map(str, d)) for d in record["distributions"]}
     except (StoredRecordError, KeyError, TypeError, ValueError):
         return None
@@ -252,22 +258,22 @@ def install_packages(store: SnapshotStore, records: list[PackageRecord], sizes: 
 
 
 def _install_one(store: SnapshotStore, record: PackageRecord) -> str:
-    """Read and verify the record's blob, remove another version from the destination, write
-    the files (metadata last); returns the report line."""
+    """Stream and verify the record's blob into temporaries beside its files, rename them into
+    place (metadata last), then remove what another version in the destination had and this one
+    has not; returns the report line. A failure before the renames (the blob, a full disk, a
+    link in the way) leaves the other version as it was."""
     destination = _destination(record)
-    contents = read_entries(store, record.blob)
-    if len(contents) != len(record.files):
-        raise PackageError(f"{record.name} {record.version}: its blob holds {len(contents)} "
-                                  f"files, the manifest lists {len(record.files)}")
-    targets = [_target(destination, record, relative) for relative in record.files]
-    replaced = _remove_other_versions(record, destination)
-    order = sorted(range(len(targets)), key=lambda i: ".dist-info/" in record.files[i])
-    for i in order:
-        executable = os.path.basename(os.path.dirname(targets[i])) == "bin"
-        write_file(targets[i], contents[i], 0o755 if executable else None)
+    placements = [_placement(destination, record, relative) for relative in record.files]
+    others = _other_versions(record, destination)
+    staged = stage_blob(store, record.blob, placements)
+    try:
+        staged.commit(last=lambda p: ".dist-info/" in p.target)
+    finally:
+        staged.discard()
+    replaced = _remove_left_over(others, {p.target for p in placements})
     imported = sorted({n for n in top_level_names(record.files) if n in sys.modules})
     line = (f"{record.name} {record.version}: installed into {destination} "
-            f"({human_bytes(sum(map(len, contents)))}"
+            f"({human_bytes(staged.nbytes)}"
             + (f", replacing {', '.join(replaced)}" if replaced else "") + ")")
     if imported:
         line += f"; restart the kernel to use it: {', '.join(imported)} was imported before"
@@ -285,27 +291,48 @@ def _destination(record: PackageRecord) -> str:
     return paths["purelib" if pure else "platlib"]
 
 
-def _target(destination: str, record: PackageRecord, relative: str) -> str:
-    """Where a file goes: inside ``destination`` or this environment's prefix, nowhere else."""
+def _placement(destination: str, record: PackageRecord, relative: str) -> Placement:
+    """Where a file goes: inside ``destination`` or this environment's prefix, nowhere else
+    (executables in a ``bin`` directory get 0o755)."""
     target = os.path.normpath(os.path.join(destination, relative))
-    if not any(target.startswith(os.path.join(root, "")) for root in (destination, sys.prefix)):
-        raise PackageError(f"{record.name} {record.version}: file {relative!r} would land "
-                                  f"outside {destination} and {sys.prefix}")
-    return target
+    mode = 0o755 if os.path.basename(os.path.dirname(target)) == "bin" else None
+    for root in (destination, sys.prefix):
+        if target.startswith(os.path.join(root, "")):
+            return Placement(root, os.path.relpath(target, root), mode)
+    raise PackageError(f"{record.name} {record.version}: file {relative!r} would land "
+                       f"outside {destination} and {sys.prefix}")
 
 
-def _remove_other_versions(record: PackageRecord, destination: str) -> list[str]:
-    """Uninstall (as pip does: its RECORD's files) another version in ``destination``."""
-    removed = []
+class _Installed(NamedTuple):
+    """Another version's files and metadata directories, read before anything changes."""
+
+    version: str
+    files: list[str]
+    metadata_dirs: list[str]
+
+
+def _other_versions(record: PackageRecord, destination: str) -> list[_Installed]:
+    """Other versions of the record's distribution in ``destination`` (their RECORD, as pip
+    uninstalls)."""
+    found = []
     for other in metadata.distributions(path=[destination]):
         if normalize(other.metadata["Name"] or "") != normalize(record.name):
             continue
-        removed.append(other.version)  # read before its metadata goes
         files = other.files or []
-        for f in files:
-            path = other.locate_file(f)
-            if os.path.isfile(path):
+        found.append(_Installed(
+            other.version, [str(other.locate_file(f)) for f in files],
+            [str(other.locate_file(d)) for d in {f.parts[0] for f in files
+                                                 if f.parts[0].endswith(".dist-info")}]))
+    return found
+
+
+def _remove_left_over(others: list[_Installed], written: set[str]) -> list[str]:
+    """Remove the files of ``others`` that the new version did not replace; their versions."""
+    for other in others:
+        for path in other.files:
+            if os.path.normpath(path) not in written and os.path.isfile(path):
                 os.unlink(path)
-        for metadata_dir in {f.parts[0] for f in files if f.parts[0].endswith(".dist-info")}:
-            shutil.rmtree(other.locate_file(metadata_dir), ignore_errors=True)
-    return removed
+        for metadata_dir in other.metadata_dirs:
+            if not any(w.startswith(os.path.join(metadata_dir, "")) for w in written):
+                shutil.rmtree(metadata_dir, ignore_errors=True)
+    return [other.version for other in others]
