@@ -118,12 +118,19 @@ class BlobWriter:
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
         key = cache_key(DEFAULT, [d for d, _ in entries], views)
         parts = [layout.header, *views]
-        digest = _cached(key)
-        if digest is None:
-            digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
-            _remember(key, digest)
-        else:
-            new = self.writer.put_blob(digest, layout.size, lambda: parts, sent=sent)
+        try:
+            digest = _cached(key)
+            if digest is None:
+                digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
+                _remember(key, digest)
+            else:
+                new = self.writer.put_blob(digest, layout.size, lambda: parts, sent=sent)
+        finally:
+            # A callee's frame can outlive this call in a reference cycle (an exception caught
+            # on the way, with its traceback) and keeps this frame, so these lists, alive: they
+            # must not keep the caller's buffers exported (a mapped file could not be closed).
+            parts.clear()
+            views.clear()
         return digest, layout.size, new
 
     def _write_plan(self, plan: list[CollectedStorage]) -> tuple[str, int, bool]:
