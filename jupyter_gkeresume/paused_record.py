@@ -12,12 +12,12 @@ verifies it before anything else, so an unsigned, tampered, foreign (another key
 workspace), moved or older record never names a snapshot to restore. ``delete`` spends the
 record: once a resume consumed it (or a user discarded it), it put back is refused. A record
 signed by the earlier version (no kind, name or sequence) is still read until this volume sees
-a newer one, so a workspace paused before the upgrade resumes. A record is read strictly (``RECORD_VERSION``, every snapshot id
-valid, ``saved`` a list of names, every notebook path safe); anything else is a
-``StoredRecordError`` naming the field or the signature problem, and its readers treat such a
-record as absent (``protected_ids`` protects nothing by it; the server logs it and lets a pause
-write a new one). A notebook path from the record reaches the sessions API only through
-``safe_notebook_path``.
+a newer one, so a workspace paused before the upgrade resumes. A record is read strictly
+(``RECORD_VERSION``, every snapshot id valid, ``saved`` a list of names, every notebook path
+safe); anything else is a ``StoredRecordError`` naming the field or the signature problem, and
+its readers treat such a record as absent (``protected_ids`` protects nothing by it; the
+server logs it and lets a pause write a new one). A notebook path from the record reaches the
+sessions API only through ``safe_notebook_path``.
 """
 
 from __future__ import annotations

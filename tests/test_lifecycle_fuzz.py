@@ -226,7 +226,8 @@ def read_settings(raw: bytes):
 
 
 def test_the_valid_records_read_back():
-    assert read_paused(sign_record("paused", PAUSED, KEY, sequence=1)).kernels[0].notebook == "a.ipynb"
+    paused = read_paused(sign_record("paused", PAUSED, KEY, sequence=1))
+    assert paused.kernels[0].notebook == "a.ipynb"
     assert read_settings(sign_record("settings", SETTINGS, KEY, sequence=1)) == ServerSettings(False)
     assert read_paused(json.dumps(PAUSED).encode()) is None  # unsigned
     assert read_settings(json.dumps(SETTINGS).encode()) is None
@@ -258,10 +259,12 @@ def test_random_records(raw):
 @FUZZ
 @given(st.binary(min_size=1, max_size=8), st.integers(0, 2000), st.booleans())
 def test_corrupted_bytes_of_a_valid_record(patch, at, paused):
-    raw = bytearray(sign_record("paused", PAUSED, KEY, sequence=1) if paused else sign_record("settings", SETTINGS, KEY, sequence=1))
+    valid = {True: sign_record("paused", PAUSED, KEY, sequence=1),
+             False: sign_record("settings", SETTINGS, KEY, sequence=1)}
+    raw = bytearray(valid[paused])
     at %= len(raw)
     raw[at : at + len(patch)] = patch
-    if bytes(raw) not in (sign_record("paused", PAUSED, KEY, sequence=1), sign_record("settings", SETTINGS, KEY, sequence=1)):
+    if bytes(raw) not in valid.values():
         (read_paused if paused else read_settings)(bytes(raw))
 
 
