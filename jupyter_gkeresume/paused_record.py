@@ -166,7 +166,6 @@ class PausedRecords:
     store raises the store's ``StoreError``."""
 
     def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey]):
-        self.store = store
         self.signed = SignedRecords(store, key)
 
     def read(self) -> PausedRecord | None:
