@@ -142,10 +142,13 @@ def stage_blob(store: SnapshotStore, digest: str, placements: list[Placement]) -
 @contextlib.contextmanager
 def _parent(placement: Placement, *, make: bool = True) -> Iterator[tuple[int, str]]:
     """``(descriptor of the directory that holds the placement's file, the file's name)``,
-    walked from ``root`` without following a link (``make``: missing directories are made)."""
+    walked from ``root`` without following a link below it (``make``: missing directories, the
+    root included, are made)."""
     parts = placement.relative.split(os.sep)
     if any(p in ("", ".", "..") for p in parts):
         raise UnsafePathError(f"{placement.relative!r} is not a path inside {placement.root}")
+    if make:  # the root itself is the caller's (a fresh pod may not have it yet)
+        os.makedirs(placement.root, exist_ok=True)
     directory = os.open(placement.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:

@@ -34,7 +34,6 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -44,7 +43,13 @@ from jupyter_core.paths import jupyter_data_dir
 from ..errors import IntegrityError, InvalidInputError, StoredRecordError
 from ..printable import printable
 from .format import canonical_json
-from .signing import SigningKey, check_signature, signature_of
+from .signing import (
+    SigningKey,
+    check_signature,
+    read_private_json,
+    signature_of,
+    write_private_json,
+)
 
 if TYPE_CHECKING:
     from .store import SnapshotStore
@@ -167,16 +172,11 @@ class RecordOrder:
             yield highest, lambda value: wanted.append(max(value, wanted[-1]))
             if wanted[-1] != highest:
                 table[self.workspace] = {**own, name: wanted[-1]}
-                _save(path, table)
+                write_private_json(path, table)
 
 
 def _load() -> dict[str, Any]:
-    try:
-        with open(sequences_path(), "rb") as f:
-            table = json.load(f)
-    except (OSError, ValueError):  # none yet, or unreadable: nothing seen
-        return {}
-    return table if isinstance(table, dict) else {}
+    return read_private_json(sequences_path())
 
 
 @contextlib.contextmanager
@@ -193,18 +193,6 @@ def _locked(path: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _save(path: str, table: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp-{secrets.token_hex(8)}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(table, f)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
 
 
 class SignedRecords:

@@ -154,27 +154,36 @@ def remember_key(workspace: str, key: SigningKey) -> None:
     known = known_key_ids(workspace)
     if key.key_id in known:
         return
-    history = {**_key_history(), workspace: [*known, key.key_id]}
-    path = key_history_path()
+    write_private_json(key_history_path(), {**_key_history(), workspace: [*known, key.key_id]})
+
+
+def _key_history() -> dict:
+    return read_private_json(key_history_path())
+
+
+def read_private_json(path: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (``{}`` when there is none yet, or it is unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_private_json(path: str, data: dict[str, Any]) -> None:
+    """Replace ``path`` (mode 0600, its directory made) with ``data`` as JSON, atomically. Best
+    effort: a data dir that cannot be written keeps the old file."""
     tmp = f"{path}.tmp-{secrets.token_hex(8)}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump(history, f)
+            json.dump(data, f)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-
-
-def _key_history() -> dict:
-    try:
-        with open(key_history_path(), "rb") as f:
-            history = json.load(f)
-    except (OSError, ValueError):  # none yet, or unreadable: no ids
-        return {}
-    return history if isinstance(history, dict) else {}
 
 
 def key_of_workspace(path: str, workspace: str) -> SigningKey:
