@@ -303,7 +303,7 @@ def _placement(destination: str, record: PackageRecord, relative: str) -> Placem
                        f"outside {destination} and {sys.prefix}")
 
 
-class _Installed(NamedTuple):
+class _OtherVersion(NamedTuple):
     """Another version's files and metadata directories, read before anything changes."""
 
     version: str
@@ -311,7 +311,7 @@ class _Installed(NamedTuple):
     metadata_dirs: list[str]
 
 
-def _other_versions(record: PackageRecord, destination: str) -> list[_Installed]:
+def _other_versions(record: PackageRecord, destination: str) -> list[_OtherVersion]:
     """Other versions of the record's distribution in ``destination`` (their RECORD, as pip
     uninstalls)."""
     found = []
@@ -319,14 +319,14 @@ def _other_versions(record: PackageRecord, destination: str) -> list[_Installed]
         if normalize(other.metadata["Name"] or "") != normalize(record.name):
             continue
         files = other.files or []
-        found.append(_Installed(
+        found.append(_OtherVersion(
             other.version, [str(other.locate_file(f)) for f in files],
             [str(other.locate_file(d)) for d in {f.parts[0] for f in files
                                                  if f.parts[0].endswith(".dist-info")}]))
     return found
 
 
-def _remove_left_over(others: list[_Installed], written: set[str]) -> list[str]:
+def _remove_left_over(others: list[_OtherVersion], written: set[str]) -> list[str]:
     """Remove the files of ``others`` that the new version did not replace; their versions."""
     for other in others:
         for path in other.files:
