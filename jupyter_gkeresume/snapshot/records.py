@@ -132,8 +132,7 @@ class RecordOrder:
         self.workspace = workspace
 
     def highest(self, name: str) -> int:
-        value = _load().get(self.workspace, {}).get(name, 0)
-        return value if isinstance(value, int) else 0
+        return _highest(_load().get(self.workspace), name)
 
     def check(self, name: str, sequence: int, what: str) -> None:
         """Accept ``sequence`` (then it is the highest seen) or raise ``StoredRecordError``:
@@ -167,12 +166,18 @@ class RecordOrder:
             table = _load()
             own = table.get(self.workspace)
             own = dict(own) if isinstance(own, dict) else {}
-            highest = own.get(name, 0) if isinstance(own.get(name), int) else 0
+            highest = _highest(own, name)
             wanted = [highest]
             yield highest, lambda value: wanted.append(max(value, wanted[-1]))
             if wanted[-1] != highest:
                 table[self.workspace] = {**own, name: wanted[-1]}
                 write_private_json(path, table)
+
+
+def _highest(own: Any, name: str) -> int:
+    """The number kept for ``name`` in a workspace's entry (0: none, or not a number)."""
+    value = own.get(name) if isinstance(own, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _load() -> dict[str, Any]:
