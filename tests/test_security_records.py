@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import shutil
 import stat
@@ -35,9 +36,11 @@ from test_server_handlers import DenyingAuthorizer, _allow_all  # noqa: F401 (au
 from jupyter_gkeresume.credentials import env_looks_secret
 from jupyter_gkeresume.errors import StoredRecordError
 from jupyter_gkeresume.paused_record import PausedRecords
+from jupyter_gkeresume.server_settings import ServerSettings, SettingsRecords
 from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore
-from jupyter_gkeresume.snapshot.format import PackageRecord
-from jupyter_gkeresume.snapshot.records import SignedRecords, sign_record
+from jupyter_gkeresume.snapshot.format import PackageRecord, canonical_json
+from jupyter_gkeresume.snapshot.records import RecordOrder, SignedRecords, sign_record
+from jupyter_gkeresume.snapshot.signing import signature_of
 from kernel_hooks import packages
 
 KEY = SigningKey(SIGNING_KEY.encode())
@@ -113,6 +116,35 @@ def test_a_signed_record_moved_or_copied_under_another_name_is_refused(where, gk
     other.write_record(older_image, store.read_record(older_image))
     with pytest.raises(StoredRecordError, match="belongs to workspace 'server-ws', not 'other'"):
         SignedRecords(other, lambda: KEY).read(older_image, "baseline")
+
+
+def signed_the_old_way(data: dict) -> bytes:
+    """A record as the version before issue 30 signed it: its fields, no kind, name or sequence."""
+    return json.dumps({**data, "signature": signature_of(canonical_json(data), KEY)}).encode()
+
+
+def test_a_paused_record_signed_the_old_way_resumes_once(tmp_path, gk_env):
+    """Records signed before the kind, name and sequence were bound: a paused record is read
+    (a workspace paused by the earlier version resumes), once: spent, it is refused like any;
+    settings signed the old way are refused (the defaults apply until the next PUT)."""
+    store = SnapshotStore(str(tmp_path / "store"), WORKSPACE)
+    paused = {"version": 1, "workspace": WORKSPACE, "paused_at": "2026-11-30T10:15:00Z",
+              "reason": "user", "release_backend": "none", "gpus": 0,
+              "kernels": [{"snapshot_id": "20261130T101500Z-a1b2c3", "notebook": "nb.ipynb"}]}
+    store.write_record("paused", signed_the_old_way(paused))
+    records = PausedRecords(store, lambda: KEY)
+    assert records.read().kernels[0].notebook == "nb.ipynb"
+    records.delete()  # the resume consumed it
+    store.write_record("paused", signed_the_old_way(paused))
+    with pytest.raises(StoredRecordError, match="older than one this workspace already saw"):
+        records.read()
+
+    store.write_record("settings", signed_the_old_way(
+        {"workspace": WORKSPACE, "checkpoint_on_shutdown": False}))
+    with pytest.raises(StoredRecordError, match="signed by an earlier version"):
+        SettingsRecords(store, lambda: KEY).read(ServerSettings())
+    (tmp_path / "jupyter-data" / "gkeresume" / "record-sequences.json").write_text("[1, 2")
+    assert RecordOrder(WORKSPACE).highest("paused") == 0  # a corrupt file: nothing seen
 
 
 async def test_a_baseline_copied_from_another_environment_is_not_taken(api, where):
