@@ -65,9 +65,13 @@ class AutoRetention:
             gc = await asyncio.to_thread(collect_garbage, self.store,
                                          grace_seconds=self.grace_seconds)
             self.report = {"at": time.time(), "deleted": deleted,
-                           "bytes_freed": gc.bytes_freed, "error": None}
+                           "bytes_freed": gc.bytes_freed, "error": None,
+                           "unreadable": gc.unreadable}
             self.log.info("gkeresume: retention deleted %d snapshot(s), gc freed %d bytes",
                           len(deleted), gc.bytes_freed)
+            for snapshot_id, why in gc.unreadable.items():
+                self.log.warning("gkeresume: gc skipped snapshot %s: %s", snapshot_id,
+                                 printable(why))
         except Exception as exc:  # never fails the pause: said in the log and in status
             self.report = {"at": time.time(), "deleted": deleted, "bytes_freed": 0,
                            "error": f"{type(exc).__name__}: {exc}"}

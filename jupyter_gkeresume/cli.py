@@ -226,9 +226,11 @@ def cmd_gc(ctx: Context) -> int:
             print(f"kept {len(report.young)} unreferenced blobs younger than "
                   f"{args.grace_hours:g} h ({human_bytes(sum(report.young.values()))}): "
                   "a checkpoint may be writing them")
+        for snapshot_id, why in report.unreadable.items():
+            print(f"snapshot {snapshot_id} cannot be read: {printable(why)}", file=sys.stderr)
 
     ctx.emit(data, human)
-    return 0
+    return 1 if report.unreadable else 0
 
 
 def cmd_rm(ctx: Context) -> int:
@@ -323,16 +325,18 @@ def list_workspaces(store: SnapshotStore) -> list[str]:
 
 def gc_every_workspace(ctx: Context) -> int:
     """``gc --all-workspaces``: ``cmd_gc`` for each workspace of the store, one after another;
-    with ``--json`` one document ``{workspace: report}``. A workspace whose gc fails (say, a
-    manifest that cannot be parsed) is reported (``{"error": ...}`` in JSON, a line on stderr)
-    and the next one still runs; the exit code is then 1."""
+    with ``--json`` one document ``{workspace: report}``. A workspace whose gc fails (a store
+    error) is reported (``{"error": ...}`` in JSON, a line on stderr) and the next one still
+    runs; the exit code is then 1, as when a workspace had a manifest that cannot be parsed
+    (skipped and reported: ``unreadable``)."""
     results: dict[str, Any] | None = {} if ctx.args.json else None
     failed = False
     for workspace in list_workspaces(ctx.store):
         if results is None:
             print(f"workspace {workspace}:")
         try:
-            cmd_gc(Context(ctx.args, SnapshotStore(ctx.store.url, workspace), results))
+            failed |= cmd_gc(Context(ctx.args, SnapshotStore(ctx.store.url, workspace),
+                                     results)) != 0
         except GkeResumeError as exc:
             failed = True
             ctx.progress.close()

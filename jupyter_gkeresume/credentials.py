@@ -12,7 +12,8 @@ credential wrongly taken for a setting would reach the bucket in clear.
 - ``value_looks_secret(value)``: URL userinfo with a password, a PEM block, a known token prefix
   (GitHub ``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``, Slack ``xoxa- xoxb- xoxp-``, AWS ``AKIA``/``ASIA``,
   Google ``ya29.``, OpenAI-style ``sk-``, GitLab ``glpat-``, Hugging Face ``hf_``), a JWT (``eyJ...``),
-  an Azure connection string's ``AccountKey=`` / ``SharedAccessKey=`` / ``SharedAccessSignature=``,
+  an Azure connection string's ``AccountKey=`` / ``SharedAccessKey=`` / ``SharedAccessSignature=``
+  in any case (the Azure SDK upper-cases the keys it parses),
   a Slack webhook URL, an HTTP ``Bearer`` value.
 
 - ``mask(text)``: all of the above plus ``key=value`` / ``"key": value`` pairs whose key looks
@@ -48,7 +49,7 @@ _TOKEN = (
     r"|glpat-[\w-]{16,}"
     r"|eyJ[\w-]{8,}\.[\w-]{8,}(?:\.[\w-]*)?"
     r"|hf_[A-Za-z0-9]{30,}"
-    r"|(?:AccountKey|SharedAccessKey|SharedAccessSignature)=[^;\s]{8,}"
+    r"|(?i:AccountKey|SharedAccessKey|SharedAccessSignature)=[^;\s]{8,}"  # any case, as Azure
     r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[\w/-]+"
     r"|(?i:bearer)\s+[\w.~+/=-]{8,}"
 )

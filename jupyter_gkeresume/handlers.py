@@ -3,8 +3,9 @@
 Every verb is ``@web.authenticated`` (403 without a user: these are API handlers) and
 ``@authorized`` on the resource ``gkeresume``; pause, resume and cancel also need
 ``OPERATION_PERMISSIONS`` (they run code in kernels, stop and start kernels and sessions), and so
-do ``PUT settings`` (it can turn off the shutdown checkpoint) and ``DELETE snapshots/ID`` (it
-destroys saved state): a user read-only on kernels and sessions can do neither.
+do ``PUT settings`` (it can turn off the shutdown checkpoint), ``DELETE snapshots/ID`` (it
+destroys saved state) and ``DELETE paused`` (it discards a pause: its snapshots lose their
+retention protection): a user read-only on kernels and sessions can do none of them.
 Bodies are streamed to the handler (``stream_request_body``), so a body larger than
 ``MAX_BODY_BYTES`` is refused when its headers arrive (413 by its Content-Length; one sent in
 chunks is cut off at that size by tornado), never buffered first. They are parsed strictly by
@@ -82,13 +83,13 @@ class GkeResumeHandler(APIHandler):
 
     async def _require_operation_permissions(self) -> None:
         """403 unless the user may also run code in, start and stop kernels and sessions
-        (pause, resume, cancel, changing settings, deleting a snapshot)."""
+        (pause, resume, cancel, changing settings, deleting a snapshot, discarding a pause)."""
         for action, resource in OPERATION_PERMISSIONS:
             allowed = await ensure_async(
                 self.authorizer.is_authorized(self, self.current_user, action, resource))
             if not allowed:
-                raise web.HTTPError(403, f"pause, resume, settings and deleting snapshots "
-                                    f"need permission to {action} {resource}")
+                raise web.HTTPError(403, f"pause, resume, settings, deleting snapshots and "
+                                    f"discarding a pause need permission to {action} {resource}")
 
     async def _run(self, call: Callable[[], Awaitable[Any]]) -> Any:
         await self.orchestrator.ensure_started()
@@ -212,6 +213,7 @@ class PausedHandler(GkeResumeHandler):
     @web.authenticated
     @authorized
     async def delete(self) -> None:
+        await self._require_operation_permissions()
         await self._run(self.orchestrator.discard_paused)
         self.set_status(204)
         self.finish()

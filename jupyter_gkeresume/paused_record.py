@@ -6,15 +6,18 @@ pause and resume operations, retention/gc and ``jupyter gkeresume rm`` all go th
 pause writes it before the release; the server reads it at start; a resume from it deletes it once
 every kernel is ``ready``.
 
-Invariants: the stored record is signed with the workspace key over its canonical JSON, which
-includes the workspace id (``signing.sign_record``); ``PausedRecords.read`` verifies it before
-anything else, so an unsigned, tampered or foreign record (another key, another workspace) never
-names a snapshot to restore. A record is read strictly (``RECORD_VERSION``, every snapshot id
-valid, ``saved`` a list of names, every notebook path safe); anything else is a
-``StoredRecordError`` naming the field or the signature problem, and its readers treat such a
-record as absent (``protected_ids`` protects nothing by it; the server logs it and lets a pause
-write a new one). A notebook path from the record reaches the sessions API only through
-``safe_notebook_path``.
+Invariants: the stored record is signed with the workspace key over its fields, its workspace
+id, its kind and name and its sequence (``records.SignedRecords``); ``PausedRecords.read``
+verifies it before anything else, so an unsigned, tampered, foreign (another key, another
+workspace), moved or older record never names a snapshot to restore. ``delete`` spends the
+record: once a resume consumed it (or a user discarded it), it put back is refused. A record
+signed by the earlier version (no kind, name or sequence) is still read until this volume sees
+a newer one, so a workspace paused before the upgrade resumes. A record is read strictly
+(``RECORD_VERSION``, every snapshot id valid, ``saved`` a list of names, every notebook path
+safe); anything else is a ``StoredRecordError`` naming the field or the signature problem, and
+its readers treat such a record as absent (``protected_ids`` protects nothing by it; the
+server logs it and lets a pause write a new one). A notebook path from the record reaches the
+sessions API only through ``safe_notebook_path``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from typing import Any
 
 from .errors import GkeResumeError, StoredRecordError
 from .snapshot.format import valid_hash_seed, validate_snapshot_id
-from .snapshot.signing import SigningKey, open_record, sign_record
+from .snapshot.records import SignedRecords
+from .snapshot.signing import SigningKey
 from .snapshot.store import SnapshotStore
 
 RECORD_VERSION = 1
@@ -162,25 +166,24 @@ class PausedRecord:
 
 class PausedRecords:
     """The paused record of one store, signed with ``key()`` (called on first use): ``read``
-    (``None`` when there is none), ``write``, ``delete``. A corrupt, unsigned, tampered or foreign
-    record raises ``StoredRecordError``; an unreachable store raises the store's ``StoreError``."""
+    (``None`` when there is none), ``write``, ``delete`` (spends it). A corrupt, unsigned,
+    tampered, foreign, moved, older or spent record raises ``StoredRecordError``; an unreachable
+    store raises the store's ``StoreError``."""
 
     def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey]):
-        self.store = store
-        self.key = key
+        self.signed = SignedRecords(store, key)
 
     def read(self) -> PausedRecord | None:
-        raw = self.store.read_record(RECORD_NAME)
-        if raw is None:
-            return None
-        return PausedRecord.from_dict(
-            open_record(raw, self.key(), self.store.workspace, "paused record"))
+        data = self.signed.read(RECORD_NAME, "paused record", legacy=True)
+        return None if data is None else PausedRecord.from_dict(data)
 
     def write(self, record: PausedRecord) -> None:
-        self.store.write_record(RECORD_NAME, sign_record(record.to_dict(), self.key()))
+        self.signed.write(RECORD_NAME, record.to_dict())
 
     def delete(self) -> None:
-        self.store.delete_record(RECORD_NAME)
+        """The record was acted on (resumed, discarded, superseded by nothing): removed, and
+        refused if it comes back."""
+        self.signed.spend(RECORD_NAME)
 
     def protected_ids(self) -> frozenset[str]:
         """The snapshot ids a paused workspace needs (empty when nothing is paused, and when the

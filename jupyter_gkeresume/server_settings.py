@@ -4,10 +4,11 @@ The lab sets them (``PUT /gkeresume/api/settings``, e.g. "Do not checkpoint on s
 the first resume dialog); they live in the store so that a restarted server, with no lab open,
 honours them. A setting never stored takes its ``c.GkeResume`` trait as default.
 ``SettingsRecords`` owns the format: ``read`` (the defaults when there is none; a
-``StoredRecordError`` when it is corrupt, unsigned, tampered or another workspace's: the caller
-logs it and keeps the defaults), ``write`` (signed with the workspace key over the settings and
-the workspace id, ``signing.sign_record``: a planted record cannot turn the shutdown checkpoint
-off). ``parse_changes`` checks what a client sends.
+``StoredRecordError`` when it is corrupt, unsigned, tampered, another workspace's, moved, signed
+by the earlier version or older than one seen here: the caller logs it and keeps the defaults),
+``write`` (signed with the workspace key over the settings, the workspace id, its kind, name and
+sequence, ``records.SignedRecords``: neither a planted record nor an older one put back can turn
+the shutdown checkpoint off). ``parse_changes`` checks what a client sends.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from .errors import InvalidInputError, StoredRecordError
 from .snapshot import SigningKey, SnapshotStore
-from .snapshot.signing import open_record, sign_record
+from .snapshot.records import SignedRecords
 
 SETTINGS_RECORD = "settings"
 FIELDS: dict[str, type] = {"checkpoint_on_shutdown": bool}
@@ -53,13 +54,12 @@ class SettingsRecords:
 
     def __init__(self, store: SnapshotStore, key: Callable[[], SigningKey]):
         self.store = store
-        self.key = key
+        self.signed = SignedRecords(store, key)
 
     def read(self, defaults: ServerSettings) -> ServerSettings:
-        raw = self.store.read_record(SETTINGS_RECORD)
-        if raw is None:
+        data = self.signed.read(SETTINGS_RECORD, "settings record")
+        if data is None:
             return defaults
-        data = open_record(raw, self.key(), self.store.workspace, "settings record")
         del data["workspace"]
         try:
             return defaults.with_changes(parse_changes(data))
@@ -68,4 +68,4 @@ class SettingsRecords:
 
     def write(self, settings: ServerSettings) -> None:
         data = {"workspace": self.store.workspace, **settings.to_dict()}
-        self.store.write_record(SETTINGS_RECORD, sign_record(data, self.key()))
+        self.signed.write(SETTINGS_RECORD, data)

@@ -14,8 +14,11 @@ Call order:
    missing or unreadable; each is named, as are the entries that are not regular files.
 2. ``restore_paths(store, records)`` in ``take_resume`` after the packages and before anything
    is unpickled (an object may open its file as it loads): each directory that this kernel's
-   server also names in ``extra_paths`` gets its files back, each blob's digest verified before
-   any file is written; files there that the snapshot does not hold are left alone. A directory
+   server also names in ``extra_paths`` gets its files back, each blob streamed into temporary
+   files and its digest verified before any file is replaced (``blob_files``: no symbolic link
+   below the directory is followed, setuid/setgid bits are dropped, a directory that cannot be
+   written entirely keeps every file as it was); files there that the snapshot does not hold
+   are left alone. A directory
    the server here does not name is not written to: its line says so.
 """
 
@@ -32,7 +35,7 @@ from jupyter_gkeresume.errors import GkeResumeError
 from jupyter_gkeresume.snapshot.format import PathRecord
 from jupyter_gkeresume.units import human_bytes
 
-from .blob_files import mapped, read_entries, write_file
+from .blob_files import Placement, mapped, stage_blob
 from .results import Skipped
 
 if TYPE_CHECKING:
@@ -152,15 +155,17 @@ def restore_paths(store: SnapshotStore, records: list[PathRecord]) -> list[str]:
 
 
 def _restore_one(store: SnapshotStore, record: PathRecord) -> str:
-    contents = read_entries(store, record.blob)
-    if len(contents) != len(record.files):
-        raise ExtraPathError(f"its blob holds {len(contents)} files, the manifest lists "
-                             f"{len(record.files)}")
-    root = os.path.join(record.path, "")
-    targets = [os.path.normpath(os.path.join(record.path, f)) for f in record.files]
-    if not all(t.startswith(root) for t in targets):
+    """Every file of ``record`` streamed in beside its place, verified, then renamed into place
+    (``blob_files``): no link below the directory is followed, no setuid/setgid bit comes back,
+    and one that cannot be written leaves every file of the directory as it was."""
+    relatives = [os.path.normpath(f) for f in record.files]
+    if any(os.path.isabs(r) or r == ".." or r.startswith(f"..{os.sep}") for r in relatives):
         raise ExtraPathError("a file would land outside it")
-    for target, data, mode in zip(targets, contents, record.modes, strict=True):
-        write_file(target, data, mode)
-    return (f"{record.path}: {len(targets)} files put back "
-            f"({human_bytes(sum(map(len, contents)))})")
+    staged = stage_blob(store, record.blob, [
+        Placement(record.path, relative, mode)
+        for relative, mode in zip(relatives, record.modes, strict=True)])
+    try:
+        staged.commit()
+    finally:
+        staged.discard()
+    return f"{record.path}: {len(relatives)} files put back ({human_bytes(staged.nbytes)})"

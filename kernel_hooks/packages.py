@@ -11,9 +11,11 @@ Call order:
    the ``PackageRecord`` list for the manifest (which the signature covers) and, by name, what
    could not be stored.
 3. ``install_packages(store, records, ...)`` in ``take_resume`` after the compatibility check and
-   before anything is unpickled: each package not installed here at that version is read (its
-   digest verified before any byte is written), the other version's files removed, its files
-   written (dist-info last), one report line per package.
+   before anything is unpickled: each package not installed here at that version is streamed
+   into temporary files beside its own and verified (``blob_files``: no link followed, no
+   setuid/setgid bit), renamed into place (dist-info last), and only then are the other
+   version's files removed: a failed install leaves that version in place. One report line per
+   package.
 
 ``GKERESUME_PACKAGES=0`` (the server's ``c.GkeResume.carry_packages = False``) turns 2 and 3 off.
 The scan is one ``os.scandir`` per ``sys.path`` directory (name and version come from the
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from importlib import metadata
+from typing import NamedTuple
 
 from jupyter_gkeresume.errors import GkeResumeError
 from jupyter_gkeresume.snapshot import SnapshotStore
@@ -44,7 +47,7 @@ from jupyter_gkeresume.snapshot.compat import (
 from jupyter_gkeresume.snapshot.format import PackageRecord
 from jupyter_gkeresume.units import human_bytes
 
-from .blob_files import mapped, read_entries, write_file
+from .blob_files import Placement, mapped, stage_blob
 from .distributions import Installed, baseline, normalize, persistent_dirs, scan, session_packages
 from .results import Progress
 
@@ -150,22 +153,22 @@ def install_packages(store: SnapshotStore, records: list[PackageRecord], sizes: 
 
 
 def _install_one(store: SnapshotStore, record: PackageRecord) -> str:
-    """Read and verify the record's blob, remove another version from the destination, write
-    the files (metadata last); returns the report line."""
+    """Stream and verify the record's blob into temporaries beside its files, rename them into
+    place (metadata last), then remove what another version in the destination had and this one
+    has not; returns the report line. A failure before the renames (the blob, a full disk, a
+    link in the way) leaves the other version as it was."""
     destination = _destination(record)
-    contents = read_entries(store, record.blob)
-    if len(contents) != len(record.files):
-        raise PackageError(f"{record.name} {record.version}: its blob holds {len(contents)} "
-                                  f"files, the manifest lists {len(record.files)}")
-    targets = [_target(destination, record, relative) for relative in record.files]
-    replaced = _remove_other_versions(record, destination)
-    order = sorted(range(len(targets)), key=lambda i: ".dist-info/" in record.files[i])
-    for i in order:
-        executable = os.path.basename(os.path.dirname(targets[i])) == "bin"
-        write_file(targets[i], contents[i], 0o755 if executable else None)
+    placements = [_placement(destination, record, relative) for relative in record.files]
+    others = _other_versions(record, destination)
+    staged = stage_blob(store, record.blob, placements)
+    try:
+        staged.commit(last=lambda p: ".dist-info/" in p.target)
+    finally:
+        staged.discard()
+    replaced = _remove_left_over(others, {p.target for p in placements})
     imported = sorted({n for n in top_level_names(record.files) if n in sys.modules})
     line = (f"{record.name} {record.version}: installed into {destination} "
-            f"({human_bytes(sum(map(len, contents)))}"
+            f"({human_bytes(staged.nbytes)}"
             + (f", replacing {', '.join(replaced)}" if replaced else "") + ")")
     if imported:
         line += f"; restart the kernel to use it: {', '.join(imported)} was imported before"
@@ -183,27 +186,48 @@ def _destination(record: PackageRecord) -> str:
     return paths["purelib" if pure else "platlib"]
 
 
-def _target(destination: str, record: PackageRecord, relative: str) -> str:
-    """Where a file goes: inside ``destination`` or this environment's prefix, nowhere else."""
+def _placement(destination: str, record: PackageRecord, relative: str) -> Placement:
+    """Where a file goes: inside ``destination`` or this environment's prefix, nowhere else
+    (executables in a ``bin`` directory get 0o755)."""
     target = os.path.normpath(os.path.join(destination, relative))
-    if not any(target.startswith(os.path.join(root, "")) for root in (destination, sys.prefix)):
-        raise PackageError(f"{record.name} {record.version}: file {relative!r} would land "
-                                  f"outside {destination} and {sys.prefix}")
-    return target
+    mode = 0o755 if os.path.basename(os.path.dirname(target)) == "bin" else None
+    for root in (destination, sys.prefix):
+        if target.startswith(os.path.join(root, "")):
+            return Placement(root, os.path.relpath(target, root), mode)
+    raise PackageError(f"{record.name} {record.version}: file {relative!r} would land "
+                       f"outside {destination} and {sys.prefix}")
 
 
-def _remove_other_versions(record: PackageRecord, destination: str) -> list[str]:
-    """Uninstall (as pip does: its RECORD's files) another version in ``destination``."""
-    removed = []
+class _OtherVersion(NamedTuple):
+    """Another version's files and metadata directories, read before anything changes."""
+
+    version: str
+    files: list[str]
+    metadata_dirs: list[str]
+
+
+def _other_versions(record: PackageRecord, destination: str) -> list[_OtherVersion]:
+    """Other versions of the record's distribution in ``destination`` (their RECORD, as pip
+    uninstalls)."""
+    found = []
     for other in metadata.distributions(path=[destination]):
         if normalize(other.metadata["Name"] or "") != normalize(record.name):
             continue
-        removed.append(other.version)  # read before its metadata goes
         files = other.files or []
-        for f in files:
-            path = other.locate_file(f)
-            if os.path.isfile(path):
+        found.append(_OtherVersion(
+            other.version, [str(other.locate_file(f)) for f in files],
+            [str(other.locate_file(d)) for d in {f.parts[0] for f in files
+                                                 if f.parts[0].endswith(".dist-info")}]))
+    return found
+
+
+def _remove_left_over(others: list[_OtherVersion], written: set[str]) -> list[str]:
+    """Remove the files of ``others`` that the new version did not replace; their versions."""
+    for other in others:
+        for path in other.files:
+            if os.path.normpath(path) not in written and os.path.isfile(path):
                 os.unlink(path)
-        for metadata_dir in {f.parts[0] for f in files if f.parts[0].endswith(".dist-info")}:
-            shutil.rmtree(other.locate_file(metadata_dir), ignore_errors=True)
-    return removed
+        for metadata_dir in other.metadata_dirs:
+            if not any(w.startswith(os.path.join(metadata_dir, "")) for w in written):
+                shutil.rmtree(metadata_dir, ignore_errors=True)
+    return [other.version for other in others]

@@ -11,8 +11,10 @@ its name's and whose expiry is bounded, and the lease and gc still work on it (i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +32,7 @@ from jupyter_gkeresume.snapshot import (
 )
 from jupyter_gkeresume.snapshot.compat import LEVELS
 from jupyter_gkeresume.snapshot.lease import RestoreLease, finished_chains, read_link
-from jupyter_gkeresume.snapshot.signing import sign_record
+from jupyter_gkeresume.snapshot.records import sequences_path, sign_record
 
 DIGEST = "ab" * 32
 VALID = {
@@ -187,8 +189,16 @@ SETTINGS = {"workspace": "ws", "checkpoint_on_shutdown": False}
 LEASE = {"epoch": 0, "state": "held", "holder": "pod-a", "token": "t", "expires_at": 2e9}
 
 
+def fresh_volume() -> None:
+    """Forget the records seen (each example is read as on a new volume: this is about
+    parsing; the order has its own tests, test_security_records)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(sequences_path())
+
+
 def read_paused(raw: bytes):
     """Read back ``raw`` as the paused record: a record that round-trips, or the one error."""
+    fresh_volume()
     STORE.write_record("paused", raw)
     records = PausedRecords(STORE, lambda: KEY)
     try:
@@ -204,6 +214,7 @@ def read_paused(raw: bytes):
 
 
 def read_settings(raw: bytes):
+    fresh_volume()
     STORE.write_record("settings", raw)
     try:
         settings = SettingsRecords(STORE, lambda: KEY).read(ServerSettings())
@@ -215,8 +226,9 @@ def read_settings(raw: bytes):
 
 
 def test_the_valid_records_read_back():
-    assert read_paused(sign_record(PAUSED, KEY)).kernels[0].notebook == "a.ipynb"
-    assert read_settings(sign_record(SETTINGS, KEY)) == ServerSettings(False)
+    paused = read_paused(sign_record("paused", PAUSED, KEY, sequence=1))
+    assert paused.kernels[0].notebook == "a.ipynb"
+    assert read_settings(sign_record("settings", SETTINGS, KEY, sequence=1)) == ServerSettings(False)
     assert read_paused(json.dumps(PAUSED).encode()) is None  # unsigned
     assert read_settings(json.dumps(SETTINGS).encode()) is None
 
@@ -229,13 +241,13 @@ SETTINGS_PATHS = [p for p in paths(SETTINGS) if p]
 @given(st.sampled_from(PAUSED_PATHS), json_values | st.just("<delete>"))
 def test_a_signed_paused_record_with_one_field_replaced_or_removed(path, value):
     """Signed by the workspace key (the worst case: the signature passes), any one field."""
-    read_paused(sign_record(replaced(PAUSED, path, value), KEY))
+    read_paused(sign_record("paused", replaced(PAUSED, path, value), KEY, sequence=1))
 
 
 @FUZZ
 @given(st.sampled_from(SETTINGS_PATHS), json_values | st.just("<delete>"))
 def test_signed_settings_with_one_field_replaced_or_removed(path, value):
-    read_settings(sign_record(replaced(SETTINGS, path, value), KEY))
+    read_settings(sign_record("settings", replaced(SETTINGS, path, value), KEY, sequence=1))
 
 
 @FUZZ
@@ -247,10 +259,12 @@ def test_random_records(raw):
 @FUZZ
 @given(st.binary(min_size=1, max_size=8), st.integers(0, 2000), st.booleans())
 def test_corrupted_bytes_of_a_valid_record(patch, at, paused):
-    raw = bytearray(sign_record(PAUSED, KEY) if paused else sign_record(SETTINGS, KEY))
+    valid = {True: sign_record("paused", PAUSED, KEY, sequence=1),
+             False: sign_record("settings", SETTINGS, KEY, sequence=1)}
+    raw = bytearray(valid[paused])
     at %= len(raw)
     raw[at : at + len(patch)] = patch
-    if bytes(raw) not in (sign_record(PAUSED, KEY), sign_record(SETTINGS, KEY)):
+    if bytes(raw) not in valid.values():
         (read_paused if paused else read_settings)(bytes(raw))
 
 

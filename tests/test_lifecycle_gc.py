@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fixtures_lifecycle import make_snapshot, put_blob
 
-from jupyter_gkeresume.errors import InvalidInputError, ManifestError
+from jupyter_gkeresume.errors import InvalidInputError
 from jupyter_gkeresume.paused_record import PausedKernel, PausedRecord, PausedRecords
 from jupyter_gkeresume.snapshot import SigningKey
 from jupyter_gkeresume.snapshot.gc import (
@@ -123,14 +123,18 @@ def test_a_blob_refreshed_during_gc_is_kept(local_store, signing_key):
     assert set(report.swept) == set(garbage.blobs) - {reused}
 
 
-def test_unreadable_manifest_stops_gc_before_any_deletion(local_store, signing_key):
+def test_an_unreadable_manifest_is_skipped_and_keeps_what_it_names(local_store, signing_key):
+    """Issue 30.7: one manifest that cannot be parsed no longer freezes gc; the blobs whose
+    digests it spells (all of a manifest cut short, here) stay, the rest is collected."""
     s = make_snapshot(local_store, signing_key, [b"a"])
     garbage, _ = put_blob(local_store, b"garbage")
-    Path(local_store.manifest_path(s.snapshot_id)).write_text("{broken")
-    with pytest.raises(ManifestError, match=f"gc stopped before deleting any blob: snapshot "
-                                            f"{s.snapshot_id} cannot be read"):
-        collect_garbage(local_store, grace_seconds=0, now=LATER)
-    assert local_store.has_blob(garbage)
+    raw = Path(local_store.manifest_path(s.snapshot_id)).read_bytes()
+    Path(local_store.manifest_path(s.snapshot_id)).write_bytes(raw[: len(raw) * 2 // 3])
+    report = collect_garbage(local_store, grace_seconds=0, now=LATER)
+    assert list(report.unreadable) == [s.snapshot_id]
+    assert "skipped, the blobs it may name are kept" in report.unreadable[s.snapshot_id]
+    assert set(report.swept) == {garbage}
+    assert all(local_store.has_blob(d) for d in s.blobs)
 
 
 def test_keep_last_counts_per_notebook(local_store, signing_key):

@@ -53,6 +53,9 @@ async def test_pause_then_resume_brings_the_variables_back(api, store_dir):
     assert len(RecordingRelease.calls) == 1
     record = paused_record(store_dir)
     assert record.pop("signature")["value"]  # signed with the workspace key (issue 22.1)
+    signed_as = record.pop("record")  # with its kind, name and a sequence (issue 30)
+    assert (signed_as["kind"], signed_as["name"], signed_as["sequence"] > 0) == (
+        "paused", "paused", True)
     assert record == status["paused"]
     assert record["reason"] == "user" and record["release_backend"] == "recording"
     [entry] = record["kernels"]

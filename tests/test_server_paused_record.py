@@ -11,7 +11,8 @@ import pytest
 from jupyter_gkeresume.errors import StoredRecordError
 from jupyter_gkeresume.paused_record import PausedKernel, PausedRecord, PausedRecords
 from jupyter_gkeresume.snapshot import SnapshotStore
-from jupyter_gkeresume.snapshot.signing import SigningKey, sign_record
+from jupyter_gkeresume.snapshot.records import RecordOrder, sign_record
+from jupyter_gkeresume.snapshot.signing import SigningKey
 
 KEY = SigningKey(b"paused-record-test-key-" + b"k" * 32)
 OTHER_KEY = SigningKey(b"another-workspace-key-" + b"o" * 32)
@@ -36,10 +37,17 @@ def test_a_record_round_trips_and_names_its_snapshots(tmp_path):
     assert records.read() == written
     assert records.protected_ids() == frozenset(IDS)
     stored = json.loads(store.read_record("paused"))
-    assert stored.pop("signature")["key_id"] == KEY.key_id and stored == written.to_dict()
+    assert stored.pop("signature")["key_id"] == KEY.key_id
+    assert stored.pop("record") == {"kind": "paused", "name": "paused",
+                                    "sequence": stored_sequence(store)}
+    assert stored == written.to_dict()
     records.delete()
     assert records.read() is None
     records.delete()  # deleting nothing is fine
+
+
+def stored_sequence(store) -> int:
+    return RecordOrder(store.workspace).highest("paused")
 
 
 def test_a_record_without_saved_names_means_not_known():
@@ -71,7 +79,7 @@ def test_a_paused_record_with_malformed_saved_names_is_refused(saved):
 def test_corrupt_records_are_one_error_naming_the_field(tmp_path, data, fragment):
     """Signed by the right key and still corrupt: the error names the field."""
     store = SnapshotStore(str(tmp_path), "ws")
-    store.write_record("paused", sign_record(data, KEY))
+    store.write_record("paused", sign_record("paused", data, KEY))
     with pytest.raises(StoredRecordError, match=fragment):
         PausedRecords(store, lambda: KEY).read()
     # retention/gc and `rm` read it the same way, and an invalid record protects nothing
@@ -84,9 +92,9 @@ def test_corrupt_records_are_one_error_naming_the_field(tmp_path, data, fragment
     (lambda: b"[" * 100_000, "not JSON"),
     (lambda: b"[]", "not a JSON object"),
     (lambda: json.dumps(record()).encode(), "unsigned"),
-    (lambda: sign_record(record(), OTHER_KEY), "signed with another key"),
-    (lambda: sign_record(record(), KEY).replace(b"nb.ipynb", b"xx.ipynb"), "tampered"),
-    (lambda: sign_record({**record(), "workspace": "other\x1b]0;pwned\x07"}, KEY),
+    (lambda: sign_record("paused", record(), OTHER_KEY), "signed with another key"),
+    (lambda: sign_record("paused", record(), KEY).replace(b"nb.ipynb", b"xx.ipynb"), "tampered"),
+    (lambda: sign_record("paused", {**record(), "workspace": "other\x1b]0;pwned\x07"}, KEY),
      r"belongs to workspace 'other\\x1b\]0;pwned\\x07'"),
 ])
 @pytest.mark.parametrize("where", ["local", "gs"])

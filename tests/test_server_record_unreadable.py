@@ -17,7 +17,7 @@ from fixtures_server import SIGNING_KEY, server_config
 
 from jupyter_gkeresume.paused_record import PausedKernel, PausedRecord, PausedRecords
 from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore
-from jupyter_gkeresume.snapshot.signing import sign_record
+from jupyter_gkeresume.snapshot.records import sign_record
 
 KEY = SigningKey(SIGNING_KEY.encode())
 GARBAGE = b'{"version": 1, "kernels": "garbage"}'
@@ -43,8 +43,8 @@ def plant(store_dir, raw: bytes) -> None:
 
 @pytest.mark.parametrize("forge", [
     lambda record: json.dumps(record).encode(),  # unsigned
-    lambda record: sign_record({**record, "workspace": "other-ws"}, KEY),  # another workspace's
-    lambda record: sign_record(record, SigningKey(b"someone-else-" + b"k" * 32)),  # another key
+    lambda record: sign_record("paused", {**record, "workspace": "other-ws"}, KEY),  # another workspace's
+    lambda record: sign_record("paused", record, SigningKey(b"someone-else-" + b"k" * 32)),  # another key
 ])
 async def test_a_planted_record_is_ignored_and_protects_nothing(api, store_dir, caplog, forge):
     """22.1: before, the planted record was restored at startup (auto_resume) into
@@ -64,7 +64,7 @@ async def test_a_planted_record_is_ignored_and_protects_nothing(api, store_dir, 
 async def test_a_corrupt_record_is_removed_by_discarding_it(api, store_dir, caplog):
     """22.2: before, every call answered 409 until someone fixed the store by hand. Its text
     reaches the log escaped (no forged log line)."""
-    plant(store_dir, sign_record({**record_naming("20261130T101500Z-a1b2c3", "nb.ipynb"),
+    plant(store_dir, sign_record("paused", {**record_naming("20261130T101500Z-a1b2c3", "nb.ipynb"),
                                   "kernels": "garbage\n[I 00:00 ServerApp] all fine"}, KEY))
     with caplog.at_level(logging.WARNING):
         status = await api.status()
@@ -96,7 +96,7 @@ async def test_the_kernel_refuses_a_snapshot_of_another_notebook(api, store_dir)
     a.ipynb with important.ipynb restored a.ipynb's state into important.ipynb; the kernel now
     compares the snapshot's signed notebook with its own and refuses."""
     old = make_snapshot(store_of(store_dir), KEY, notebook="a.ipynb")
-    plant(store_dir, sign_record(record_naming(old.snapshot_id, "important.ipynb"), KEY))
+    plant(store_dir, sign_record("paused", record_naming(old.snapshot_id, "important.ipynb"), KEY))
     await api.status()  # startup: auto-resume from the (valid) record
     status = await api.settle()
     assert status["state"] == "failed" and status["paused"] is not None, status

@@ -41,14 +41,15 @@ async def test_store_failure_mid_pause_releases_nothing(api, gcs_faulty):
 
 async def test_store_down_at_startup_then_back(api, gcs_faulty):
     from jupyter_gkeresume.snapshot import SnapshotStore
-    from jupyter_gkeresume.snapshot.signing import load_signing_key, sign_record
+    from jupyter_gkeresume.snapshot.records import sign_record
+    from jupyter_gkeresume.snapshot.signing import load_signing_key
 
     store = SnapshotStore(gcs_faulty.bucket.url, "server-ws", gcs_faulty.bucket.storage_options)
     record = {"version": 1, "workspace": "server-ws", "paused_at": "2026-11-30T10:15:00Z",
               "reason": "user", "release_backend": "recording", "gpus": 0,
               "kernels": [{"kernel_id": "old", "kernel_name": "python3", "notebook": "a.ipynb",
                            "snapshot_id": "20261130T101500Z-a1b2c3", "bytes_total": 1}]}
-    store.write_record("paused", sign_record(record, load_signing_key(workspace="server-ws")))
+    store.write_record("paused", sign_record("paused", record, load_signing_key(workspace="server-ws")))
     gcs_faulty.proxy.inject("status", count=10_000, match="/b/", status=403)
 
     status = await api.status()  # the first request reads the paused record: the store refuses

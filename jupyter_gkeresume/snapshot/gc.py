@@ -10,7 +10,10 @@ Mark and sweep, in this order, so that a checkpoint running at the same time nev
 
 1. list the blobs (with sizes and modification times);
 2. mark every blob named by any committed manifest (signed or not: gc protects more, never less);
-   a manifest that cannot be parsed stops gc before anything is deleted (its blobs are unknown);
+   a manifest that cannot be parsed (corrupt, cut short, planted) is reported (``unreadable``)
+   and skipped, and every blob it might name stays: each digest spelled anywhere in its first
+   ``MAX_MANIFEST_BYTES`` (no manifest this product writes is longer) is marked, so one bad
+   manifest neither stops the collection of the rest nor costs its own blobs;
 3. candidates: unmarked blobs older than ``grace_seconds``. A checkpoint in flight writes its
    blobs before its manifest, so its new blobs are younger than the grace period;
 4. list the manifests again and mark those committed meanwhile (a checkpoint that reused an old
@@ -28,13 +31,14 @@ reuse a blob during step 6 without refreshing it: the documented writer contract
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ..errors import ManifestError
 from ..paused_record import PausedRecords
+from .digests import ALGORITHMS
 from .lease import finished_chains
 from .manifests import scan_manifests
 from .retention import RetentionPlan, RetentionPolicy, SnapshotFacts, plan
@@ -59,6 +63,7 @@ class GcReport:
     young: dict[str, int] = field(default_factory=dict)
     partial_writes: dict[str, int] = field(default_factory=dict)
     leases: list[str] = field(default_factory=list)  # keys of the lease chains removed
+    unreadable: dict[str, str] = field(default_factory=dict)  # skipped manifests: id -> why
 
     @property
     def bytes_freed(self) -> int:
@@ -69,7 +74,8 @@ class GcReport:
             "dry_run": self.dry_run, "snapshots_deleted": self.snapshots_deleted,
             "blobs_total": self.blobs_total, "blobs_referenced": self.blobs_referenced,
             "swept": self.swept, "young": self.young, "partial_writes": self.partial_writes,
-            "leases": self.leases, "bytes_freed": self.bytes_freed,
+            "leases": self.leases, "unreadable": self.unreadable,
+            "bytes_freed": self.bytes_freed,
         }
 
 
@@ -111,7 +117,7 @@ def collect_garbage(
     blobs = store.list_blobs()
     report.blobs_total = len(blobs)
     marked_ids = [i for i in store.list_snapshot_ids() if i not in ignore]
-    referenced = _mark(store, marked_ids, notify)
+    referenced = _mark(store, marked_ids, notify, report)
     report.blobs_referenced = len({b.digest for b in blobs} & referenced)
     clock = time.time() if now is None else now
     candidates = {}
@@ -124,7 +130,7 @@ def collect_garbage(
             candidates[blob.digest] = blob.size
     seen = set(marked_ids) | set(ignore)
     late_ids = [i for i in store.list_snapshot_ids() if i not in seen]
-    for digest in _mark(store, late_ids, notify) & candidates.keys():
+    for digest in _mark(store, late_ids, notify, report) & candidates.keys():
         del candidates[digest]
     if candidates:
         for blob in store.list_blobs():
@@ -148,19 +154,31 @@ def collect_garbage(
     return report
 
 
-def _mark(store: SnapshotStore, snapshot_ids: list[str], notify: GcProgress) -> set[str]:
-    """Blobs named by these manifests, signed or not (gc protects more, never less)."""
+def _mark(store: SnapshotStore, snapshot_ids: list[str], notify: GcProgress,
+          report: GcReport) -> set[str]:
+    """Blobs named by these manifests, signed or not (gc protects more, never less); for one
+    that cannot be parsed, every digest its bytes spell (it goes into ``report.unreadable``)."""
     referenced: set[str] = set()
     for done, stored in enumerate(scan_manifests(store, None, ids=snapshot_ids), 1):
         if stored.manifest is None:
-            raise ManifestError(
-                f"gc stopped before deleting any blob: snapshot {stored.snapshot_id} cannot be read "
-                f"({stored.unreadable}); remove it with `jupyter gkeresume rm "
-                f"{stored.snapshot_id}` or restore it"
-            )
-        referenced.update(stored.manifest.blobs)
+            report.unreadable[stored.snapshot_id] = (
+                f"{stored.unreadable}; skipped, the blobs it may name are kept: remove it with "
+                f"`jupyter gkeresume rm {stored.snapshot_id}` or restore it")
+            referenced |= digests_spelled(store.read_manifest_head(stored.snapshot_id))
+        else:
+            referenced.update(stored.manifest.blobs)
         notify("marking", done, len(snapshot_ids))
     return referenced
+
+
+_HEX64 = re.compile(rb"[0-9a-f]{64}")
+
+
+def digests_spelled(raw: bytes) -> set[str]:
+    """Every digest, of any algorithm, whose hex digits appear in ``raw`` (on the safe side:
+    also where only the digits are there, without the algorithm's prefix)."""
+    runs = {m.group().decode() for m in _HEX64.finditer(raw.lower())}
+    return {a.prefix + run for run in runs for a in ALGORITHMS}
 
 
 def _young(blob: BlobInfo, now: float, grace_seconds: float) -> bool:

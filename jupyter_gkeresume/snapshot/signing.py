@@ -25,9 +25,9 @@ it is one of this workspace's own: ``remember_key`` keeps the id of every key th
 snapshot of a workspace, beside the default key file (``{jupyter data dir}/gkeresume/key-ids.json``,
 on the user's volume, never in the bucket), and ``key_of_workspace`` refuses any other key,
 whoever asks: a key from elsewhere can sign anything, including a snapshot that runs code here.
-The workspace's other records that steer a restore (the paused record, the runtime settings) are
-signed the same way: ``sign_record`` / ``open_record`` (the signature covers the workspace id, so
-one workspace's record is refused in another's prefix). Blob digests are checked on every read
+The workspace's other records that steer a restore (the paused record, the runtime settings, the
+environment baselines) are signed with the same key, binding their kind, name, workspace and
+sequence (``records``). Blob digests are checked on every read
 (``blobfile.read_verified``), so a verified manifest vouches for every byte a restore uses.
 """
 
@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_core.paths import jupyter_data_dir
 
-from ..errors import IntegrityError, InvalidInputError, StoredRecordError
+from ..errors import IntegrityError, InvalidInputError
 from ..printable import printable
-from .format import SNAPSHOT_ID_RE, Manifest, canonical_json
+from .format import SNAPSHOT_ID_RE, Manifest
 
 if TYPE_CHECKING:
     from .store import SnapshotStore
@@ -154,27 +154,36 @@ def remember_key(workspace: str, key: SigningKey) -> None:
     known = known_key_ids(workspace)
     if key.key_id in known:
         return
-    history = {**_key_history(), workspace: [*known, key.key_id]}
-    path = key_history_path()
+    write_private_json(key_history_path(), {**_key_history(), workspace: [*known, key.key_id]})
+
+
+def _key_history() -> dict:
+    return read_private_json(key_history_path())
+
+
+def read_private_json(path: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (``{}`` when there is none yet, or it is unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_private_json(path: str, data: dict[str, Any]) -> None:
+    """Replace ``path`` (mode 0600, its directory made) with ``data`` as JSON, atomically. Best
+    effort: a data dir that cannot be written keeps the old file."""
     tmp = f"{path}.tmp-{secrets.token_hex(8)}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump(history, f)
+            json.dump(data, f)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-
-
-def _key_history() -> dict:
-    try:
-        with open(key_history_path(), "rb") as f:
-            history = json.load(f)
-    except (OSError, ValueError):  # none yet, or unreadable: no ids
-        return {}
-    return history if isinstance(history, dict) else {}
 
 
 def key_of_workspace(path: str, workspace: str) -> SigningKey:
@@ -268,33 +277,6 @@ def check_signature(signature: Any, payload: bytes, key: SigningKey, what: str) 
     value = value.encode("utf-8", "replace") if isinstance(value, str) else b""
     if not hmac.compare_digest(expected.encode(), value):
         raise IntegrityError(f"{what}: signature mismatch (tampered)")
-
-
-def sign_record(data: dict[str, Any], key: SigningKey) -> bytes:
-    """A workspace record (``data`` names its ``workspace``) as stored: its fields plus
-    ``signature`` over their canonical JSON. ``open_record`` reads it back."""
-    return json.dumps({**data, "signature": signature_of(canonical_json(data), key)}).encode()
-
-
-def open_record(raw: bytes, key: SigningKey, workspace: str, what: str) -> dict[str, Any]:
-    """The fields of a record that ``sign_record`` wrote for ``workspace`` with ``key`` (without
-    ``signature``). ``StoredRecordError`` with the reason (already escaped for a log) when it is
-    not JSON, unsigned, signed with another key, tampered, or another workspace's record."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise StoredRecordError(f"{what} is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise StoredRecordError(f"{what} is not a JSON object")
-    signature = data.pop("signature", None)
-    try:
-        check_signature(signature, canonical_json(data), key, what)
-    except IntegrityError as exc:
-        raise StoredRecordError(str(exc)) from None
-    if data.get("workspace") != workspace:
-        raise StoredRecordError(f"{what} belongs to workspace '{printable(data.get('workspace'))}', "
-                                f"not '{workspace}'")
-    return data
 
 
 def key_warnings(store: SnapshotStore, key: SigningKey) -> list[str]:

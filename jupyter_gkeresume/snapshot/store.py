@@ -298,6 +298,14 @@ class SnapshotStore:
                                 f"{snapshot_id}`")
         return data
 
+    def read_manifest_head(self, snapshot_id: str) -> bytes:
+        """At most ``MAX_MANIFEST_BYTES`` of a manifest's bytes, whatever its size (b"" when it
+        is gone): what gc reads of one that cannot be parsed."""
+        data = self._unless_missing(
+            "read manifest", lambda: self.backend.read(self.manifest_path(snapshot_id),
+                                                       MAX_MANIFEST_BYTES))
+        return data or b""
+
     def list_snapshot_ids(self) -> list[str]:
         """Ids of committed manifests, oldest first (ids sort by creation time)."""
         with self._errors("list snapshots"):
