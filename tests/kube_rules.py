@@ -73,7 +73,12 @@ def check_object(obj: dict, crd: dict | None = None) -> None:
     errors: list[str] = []
     # status belongs to the status subresource (Notebook, Workspace, WorkspaceKind): the server
     # drops it on create and on updates of the main resource, so it is not validated here
-    _walk({k: v for k, v in obj.items() if k != "status"}, crd["openAPIV3Schema"], "", errors)
+    # apiVersion, kind and metadata are implicit in every structural schema (some CRDs, e.g.
+    # Istio's, leave them out of their openAPIV3Schema)
+    root = crd["openAPIV3Schema"]
+    root = {**root, "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                   "metadata": {"type": "object"}, **root.get("properties", {})}}
+    _walk({k: v for k, v in obj.items() if k != "status"}, root, "", errors)
     unknown_meta = sorted(set(obj.get("metadata") or {}) - OBJECT_META)
     errors += [f'unknown field "metadata.{k}"' for k in unknown_meta]
     if errors:
@@ -164,3 +169,48 @@ class Rbac:
 def _matches(rule: dict, verb: str, group: str, plural: str) -> bool:
     return all(want in rule.get(key, ()) or "*" in rule.get(key, ())
                for key, want in (("verbs", verb), ("apiGroups", group), ("resources", plural)))
+
+
+# -- the Kubeflow PodDefault admission webhook ---------------------------------------------------
+class PodDefaultConflict(ValueError):
+    """The webhook rejects the pod ("conflict occurred while applying poddefaults")."""
+
+
+def apply_pod_defaults(pod_spec: dict, annotations: dict[str, str],
+                       pod_defaults: list[dict]) -> tuple[dict, dict[str, str]]:
+    """What the admission webhook makes of a pod that ``pod_defaults`` select: kubeflow/kubeflow
+    v1.10-branch components/admission-webhook/main.go ``safeToApplyPodDefaultsOnPod`` then
+    ``applyPodDefaultsOnPod``. An env entry, volume or mount (by name; mounts also by path) or
+    an annotation the pod already has must be identical (``reflect.DeepEqual``), else the pod
+    is rejected; missing ones are appended in order. Returns the new spec and annotations."""
+    errors: list[str] = []
+
+    def merge(have: list[dict], keys: tuple[str, ...], field: str) -> list[dict]:
+        out = [dict(item) for item in have]
+        for pd in pod_defaults:
+            for item in pd["spec"].get(field, ()):
+                found = [o for o in out if any(o.get(k) == item.get(k) for k in keys)]
+                if not found:
+                    out.append(item)
+                elif any(o != item for o in found):
+                    errors.append(f"merging {field} for {pd['metadata']['name']} has a conflict "
+                                  f"on {item.get(keys[0])}")
+        return out
+
+    spec = dict(pod_spec)
+    spec["volumes"] = merge(pod_spec.get("volumes", []), ("name",), "volumes")
+    spec["containers"] = []
+    for container in pod_spec["containers"]:
+        container = dict(container)
+        container["env"] = merge(container.get("env", []), ("name",), "env")
+        container["volumeMounts"] = merge(container.get("volumeMounts", []),
+                                          ("name", "mountPath"), "volumeMounts")
+        spec["containers"].append(container)
+    merged = dict(annotations)
+    for pd in pod_defaults:
+        for key, value in pd["spec"].get("annotations", {}).items():
+            if merged.setdefault(key, value) != value:
+                errors.append(f"merging has conflict on {key}")
+    if errors:
+        raise PodDefaultConflict("; ".join(errors))
+    return spec, merged

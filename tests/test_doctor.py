@@ -80,7 +80,7 @@ def pod(monkeypatch, tmp_path):
     with FakeKubeApi() as kube:
         kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
         # a v2 pod runs as ws-{name}, bound to its WorkspaceKind's clusterRoles only
-        kind = yaml.safe_load((DEPLOY / "kubeflow" / "workspacekind-v1beta1.yaml").read_text())
+        kind = yaml.safe_load((DEPLOY / "kubeflow" / "base" / "workspacekind-v1beta1.yaml").read_text())
         kube.tokens = {TOKEN: ("team-a", kube.rbac.add_workspace("team-a", "train-1", kind))}
         yield kube, f"--KubeflowRelease.api_host={kube.url}", f"--podinfo-dir={podinfo}"
 
@@ -214,9 +214,10 @@ def hub_pod(monkeypatch, tmp_path):
     values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
     settings = values["singleuser"]["extraFiles"]["gkeresume-config"]["data"]["GkeResume"]
     grace = values["hub"]["config"]["KubeSpawner"]["delete_grace_period"]
+    # the idle timeout is the pod's GKERESUME_IDLE_TIMEOUT (singleuser.extraEnv), as deployed
+    monkeypatch.setenv("GKERESUME_IDLE_TIMEOUT", values["singleuser"]["extraEnv"]["GKERESUME_IDLE_TIMEOUT"])
     return [f"--store={tmp_path / 'store'}", f"--podinfo-dir={tmp_path}",
-            f"--GkeResume.shutdown_checkpoint_timeout={settings['shutdown_checkpoint_timeout']}",
-            f"--GkeResume.idle_timeout={settings['idle_timeout']}"], grace
+            f"--GkeResume.shutdown_checkpoint_timeout={settings['shutdown_checkpoint_timeout']}"], grace
 
 
 def test_the_documented_z2jh_values_pass_the_shutdown_check(hub_pod, capsys):
@@ -260,7 +261,8 @@ def test_the_sidecar_drain_is_read_as_pilot_agent_reads_it(pod, tmp_path, capsys
     notebook: no drain to fear. An annotation that cannot be read is said, not guessed."""
     _, api_host, podinfo = pod
     args = (f"--store={tmp_path / 'store'}", api_host, podinfo, GOOD_BASE)
-    poddefault = yaml.safe_load((DEPLOY / "kubeflow" / "poddefault.yaml").read_text())
+    poddefault_file = DEPLOY / "kubeflow" / "overlays" / "namespace" / "poddefault.yaml"
+    poddefault = yaml.safe_load(poddefault_file.read_text())
     config = poddefault["spec"]["annotations"]["proxy.istio.io/config"]
     classic = json.dumps({"initContainers": ["istio-init"], "containers": ["istio-proxy"]})
     annotations_file(tmp_path / "podinfo", {"sidecar.istio.io/status": classic,

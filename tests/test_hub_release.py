@@ -243,6 +243,33 @@ def test_a_token_without_delete_scope_gets_the_admin_advice(token_hub, monkeypat
     assert token_hub.server_state() == "stopped"
 
 
+def test_a_token_that_cannot_see_the_server_gets_the_404_explained(token_hub, monkeypatch):
+    """A token whose delete scope is filtered to another server (``!server=alice/other``:
+    what ``server_token_scopes`` becomes when a scope is narrowed) gets 404, not 403, for this
+    one: JupyterHub hides a resource the token may not read. The error says so."""
+    import asyncio
+
+    from jupyter_gkeresume.errors import ReleaseError
+    from jupyter_gkeresume.release import JupyterHubRelease
+
+    code, token = token_hub.call("POST", "hub/api/users/alice/tokens",
+                           {"scopes": ["delete:servers!server=alice/other"], "note": "another server"})
+    assert code == 201, token
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token["token"])
+    backend = JupyterHubRelease(api_url=f"{token_hub.url}/hub/api", user="alice")
+    with pytest.raises(ReleaseError) as refused:
+        asyncio.run(backend.release())
+    message = str(refused.value)
+    assert "404" in message and "hides what a token may not read" in message, message
+
+
+def test_the_403_advice_names_the_z2jh_key_and_the_restart():
+    from jupyter_gkeresume.release.jupyterhub import SCOPES_ADVICE
+
+    assert "hub.config.KubeSpawner.server_token_scopes" in SCOPES_ADVICE
+    assert "restart this server" in SCOPES_ADVICE
+
+
 def test_an_expired_token_is_reported_as_the_hub_says_not_as_missing_scopes(token_hub, monkeypatch):
     """The Hub answers 403 for a token it does not accept as well as for missing scopes
     (jupyterhub ``scopes.py`` ``needs_scope``: "Missing or invalid credentials." when nobody is

@@ -75,7 +75,7 @@ def shipped_rbac(*, with_deploy: bool = True) -> Rbac:
     rbac = Rbac()
     rbac.add_cluster_role(KUBEFLOW_NOTEBOOKS_EDIT)
     if with_deploy:
-        for doc in yaml.safe_load_all((DEPLOY / "kubeflow-rbac.yaml").read_text()):
+        for doc in yaml.safe_load_all((DEPLOY / "kubeflow" / "base" / "kubeflow-rbac.yaml").read_text()):
             rbac.add_cluster_role(doc)
     rbac.add_profile("team-a")
     return rbac
@@ -279,7 +279,7 @@ def test_a_v1_pod_on_a_cluster_that_forbids_workspaces_still_releases(kube, monk
 def test_forbidden_names_the_rbac_role(kube):
     kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
     kube.rbac = shipped_rbac(with_deploy=False)  # Kubeflow's own roles reach no Workspace
-    with pytest.raises(ReleaseError, match=r"deploy/kubeflow-rbac\.yaml"):
+    with pytest.raises(ReleaseError, match=r"deploy/kubeflow/base/kubeflow-rbac\.yaml"):
         asyncio.run(backend(kube).release())
     assert kube.get("v1beta1", "team-a", "workspaces", "train-1")["spec"]["paused"] is False
 
@@ -290,11 +290,11 @@ def test_a_v2_pod_releases_as_its_own_service_account(kube):
     ``generateServiceAccountName``), bound only to the ClusterRoles of their WorkspaceKind's
     ``podTemplate.serviceAccount.clusterRoles`` (``reconcileRoleBindings``): kubeflow-edit,
     and so the aggregated release role, does not reach them; the WorkspaceKind in deploy/ does."""
-    kind = yaml.safe_load((DEPLOY / "kubeflow" / "workspacekind-v1beta1.yaml").read_text())
+    kind = yaml.safe_load((DEPLOY / "kubeflow" / "base" / "workspacekind-v1beta1.yaml").read_text())
     kube.add("v1beta1", "team-a", "workspaces", "train-1", WORKSPACE)
     kube.tokens = {TOKEN: ("team-a", "ws-train-1")}
     release = backend(kube)
-    with pytest.raises(ReleaseError, match=r"deploy/kubeflow-rbac\.yaml"):
+    with pytest.raises(ReleaseError, match=r"deploy/kubeflow/base/kubeflow-rbac\.yaml"):
         asyncio.run(release.release())
     assert "ws-train-1" in json.dumps(kube.responses[-1])
     kube.rbac.add_workspace("team-a", "train-2", kind)  # another Workspace's account
@@ -422,7 +422,7 @@ def test_may_release_asks_the_api_server_and_changes_nothing(kube, monkeypatch, 
     assert f"{release.kind} team-a/train-1" in evidence
     kube.tokens = {TOKEN: ("team-a", "nobody")}  # an account no role is bound to
     allowed, evidence = asyncio.run(release.may_release())
-    assert not allowed and "deploy/kubeflow-rbac.yaml" in evidence, evidence
+    assert not allowed and "deploy/kubeflow/base/kubeflow-rbac.yaml" in evidence, evidence
     # v1 pods get the role through kubeflow-edit; a v2 pod (ws-NAME) only from its
     # WorkspaceKind's podTemplate.serviceAccount.clusterRoles (workspace_controller.go)
     fix = ("podTemplate.serviceAccount.clusterRoles" if prefix == V2_PREFIX

@@ -67,9 +67,10 @@ def test_unreadable_or_garbage_peers_are_skipped(tmp_path):
 
 
 def test_workspaces_of_one_namespace_get_their_own_keys_from_its_secret(tmp_path, monkeypatch):
-    """Kubeflow: one Secret per profile namespace (deploy/kubeflow/poddefault.yaml), mounted in
-    every notebook of the namespace. Each workspace derives its own key from it, so two notebooks
-    of one namespace never sign with one key and the shared-key warning stays for real sharing."""
+    """Kubeflow: one Secret per profile namespace (deploy/kubeflow/overlays/namespace/
+    poddefault.yaml), mounted in every notebook of the namespace. Each workspace derives its own
+    key from it, so two notebooks of one namespace never sign with one key and the shared-key
+    warning stays for real sharing."""
     secret = tmp_path / "namespace-secret"
     secret.write_text("0123456789abcdef" * 4 + "\n")
     monkeypatch.delenv("GKERESUME_SIGNING_KEY", raising=False)

@@ -12,8 +12,12 @@ The server's token may do this only when the Hub admin grants it (``jupyterhub_c
         "delete:servers!server",
     ]
 
-Without ``delete:servers!server`` the Hub answers 403 and the pause fails with that advice; any
-other refusal (an expired or revoked token is a 403 too) is shown with the Hub's own message.
+Without ``delete:servers!server`` the Hub answers 403 and the pause fails with that advice (on
+Zero to JupyterHub the key is ``hub.config.KubeSpawner.server_token_scopes``; the token is minted
+at spawn, so a running server needs a restart after the change); any other refusal (an expired
+or revoked token is a 403 too) is shown with the Hub's own message. A 404 means the token may
+not even see this user's server: the Hub grants only the part of ``server_token_scopes`` the
+user holds and hides what a token cannot read rather than refuse it.
 ``may_release`` reads the token's scopes from ``GET {JUPYTERHUB_API_URL}/user`` (JupyterHub 2+
 lists the requesting token's expanded scopes there) without stopping anything.
 """
@@ -33,7 +37,13 @@ from .base import ReleaseBackend
 
 SCOPES_ADVICE = (
     'the Hub admin must add "delete:servers!server" to c.Spawner.server_token_scopes '
-    "(see docs/server.md)"
+    "(Zero to JupyterHub: hub.config.KubeSpawner.server_token_scopes), then restart this "
+    "server: its token was minted when it started (see docs/deploy.md step 5)"
+)
+HIDDEN_ADVICE = (
+    "the Hub hides what a token may not read: this token cannot see this user's server, so "
+    "a scope of c.Spawner.server_token_scopes was filtered out (the Hub grants only the "
+    "scopes the user holds) or the server's name is wrong (see docs/deploy.md step 5)"
 )
 
 
@@ -102,7 +112,8 @@ class JupyterHubRelease(ReleaseBackend):
                     "(c.JupyterHubRelease.request_timeout)"
                 ) from None
             message = _hub_message(exc)
-            advice = f": {SCOPES_ADVICE}" if exc.code == 403 and "scope" in message else ""
+            advice = (f": {SCOPES_ADVICE}" if exc.code == 403 and "scope" in message else
+                      f": {HIDDEN_ADVICE}" if exc.code == 404 else "")
             raise ReleaseError(f"the Hub refused to {what}: {exc.code} {message}{advice}"
                                ) from None
         except OSError as exc:

@@ -14,7 +14,7 @@ as readily as 404):
 Namespace and name come from the prefix, the namespace otherwise from the service account;
 ``c.KubeflowRelease.namespace`` / ``.resource_name`` override both. Credentials are the pod's
 service account (in-cluster config; inside Kubernetes a missing token is said as such), else
-``~/.kube/config``; the ClusterRole it needs ships as ``deploy/kubeflow-rbac.yaml`` (v1 pods get
+``~/.kube/config``; the ClusterRole it needs ships as ``deploy/kubeflow/base/kubeflow-rbac.yaml`` (v1 pods get
 it through ``kubeflow-edit``, v2 pods only from their WorkspaceKind: ``rbac_advice``).
 ``may_release`` asks the API server, with a SelfSubjectAccessReview, whether those credentials
 may patch the resource (the doctor's check). The kubernetes client is synchronous: calls run in
@@ -195,7 +195,7 @@ class KubeflowNotebookRelease(KubeflowRelease):
     name = "kubeflow-notebook"
     kind, version, plural = "Notebook", "v1", "notebooks"
     rbac_advice = ("the pod's service account (default-editor) needs the gkeresume-release "
-                   "ClusterRole, which deploy/kubeflow-rbac.yaml aggregates into kubeflow-edit")
+                   "ClusterRole, which deploy/kubeflow/base/kubeflow-rbac.yaml aggregates into kubeflow-edit")
 
     def patch_body(self) -> dict[str, Any]:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -211,7 +211,7 @@ class KubeflowWorkspaceRelease(KubeflowRelease):
     rbac_advice = ("the pod runs as ws-{workspace name}, which gets only the ClusterRoles its "
                    "WorkspaceKind lists in podTemplate.serviceAccount.clusterRoles: list "
                    "gkeresume-release there (deploy/kubeflow/workspacekind-v1beta1.yaml) and "
-                   "apply deploy/kubeflow-rbac.yaml")
+                   "apply deploy/kubeflow/base/kubeflow-rbac.yaml")
 
     def patch_body(self) -> dict[str, Any]:
         return {"spec": {"paused": True}}
