@@ -53,7 +53,7 @@ from .signing import (
 if TYPE_CHECKING:
     from .store import SnapshotStore
 
-KINDS = ("paused", "settings", "environment")
+KINDS = ("paused", "settings")
 ENVELOPE = "record"
 
 
