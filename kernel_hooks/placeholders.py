@@ -1,11 +1,12 @@
 """What stands in for objects that cannot be captured, and how they are recognised.
 
-``uncapturable_reason(obj)`` names the kinds of object that hold live process resources (running
-frames, file descriptors, sockets, locks, threads, child processes, database connections):
-pickling them is either impossible or would restore something dead. The capture replaces them
-with ``Uncaptured`` and reports them; everything around them is still saved. A closed file (what ``with open(...) as f``
-leaves in ``f``) holds nothing of the process: it is named as what it is. In-memory streams
-(``io.BytesIO``, ``io.StringIO``) are data and pickle with their contents.
+``uncapturable_reason(obj)`` names the kinds of object that hold live process resources
+(running frames, file descriptors, sockets, locks, threads, child processes, database
+connections): pickling them is either impossible or would restore something dead. The capture
+replaces them with ``Uncaptured`` and reports them; everything around them is still saved. A
+closed file (what ``with open(...) as f`` leaves in ``f``) holds nothing of the process: it is
+named as what it is. In-memory streams (``io.BytesIO``, ``io.StringIO``) are data and pickle
+with their contents.
 """
 
 from __future__ import annotations
