@@ -232,7 +232,7 @@ class PauseOperation:
         metrics.SNAPSHOT_BYTES.labels("reused").inc(reply.bytes_reused)
         return PausedKernel(reply.snapshot_id, kid, self.gateway.info(kid)["kernel_name"],
                             notebook, reply.bytes_total, reply.bytes_new, reply.saved,
-                            reply.skipped, reply.hash_seed)
+                            reply.skipped, reply.hash_seed, reply.modules)
 
     async def _verify(self, item: PausedKernel) -> int:
         """Verify one snapshot in a worker thread, reporting progress as phase ``verifying``."""

@@ -52,6 +52,7 @@ class PausedKernel:
     saved: list[str] | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)
     hash_seed: str | None = None  # the snapshot's PYTHONHASHSEED (None: random, or not known)
+    modules: list[str] = field(default_factory=list)  # the names in ``saved`` bound to modules
 
     @classmethod
     def from_dict(cls, data: Any) -> PausedKernel:
@@ -78,9 +79,12 @@ class PausedKernel:
         seed = data.get("hash_seed")
         if seed is not None and not valid_hash_seed(seed):
             raise StoredRecordError("paused record: 'hash_seed' is not a PYTHONHASHSEED")
+        modules = data.get("modules", [])
+        if not (isinstance(modules, list) and all(isinstance(n, str) for n in modules)):
+            raise StoredRecordError("paused record: 'modules' is not a list of names")
         return cls(data["snapshot_id"], data.get("kernel_id"), data.get("kernel_name"),
                    data.get("notebook"), data.get("bytes_total", 0), data.get("bytes_new", 0),
-                   data.get("saved"), skipped, seed)
+                   data.get("saved"), skipped, seed, modules)
 
     def to_dict(self) -> dict[str, Any]:
         """As stored; ``saved`` and ``hash_seed`` only when known (a record without them means

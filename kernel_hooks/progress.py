@@ -40,7 +40,7 @@ def seconds_left(p: Progress) -> float | None:
 
 def _duration(seconds: float) -> str:
     if seconds < 1:
-        return "< 1 s"
+        return "under a second"
     s = round(seconds)
     if s < 60:
         return f"{s} s"
@@ -58,7 +58,7 @@ def describe(p: Progress) -> str:
         text += f" at {human_bytes(p.rate)}/s"
     left = seconds_left(p)
     if left is not None:
-        text += f", about {_duration(left)} left"
+        text += f", {'' if left < 1 else 'about '}{_duration(left)} left"
     return text
 
 

@@ -96,6 +96,11 @@ export async function askResume(
   if (offer.packages.length) {
     parts.push(row('Installs', offer.packages.join(', ')));
   }
+  if (offer.notComingBack.length) {
+    const list = el('ul', 'jp-gkeresume-not-back');
+    list.append(...offer.notComingBack.map(line => el('li', '', line)));
+    parts.push(el('p', 'jp-gkeresume-key', 'Will not come back:'), list);
+  }
   const notes = [
     ...offer.reasons,
     ...Object.entries(offer.objectsAtRisk).map(([name, why]) => `${name} will not load: ${why}`),

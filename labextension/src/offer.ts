@@ -5,8 +5,8 @@
  * reason, and which choices make sense.
  */
 
-import { formatBytes, formatDuration } from './format';
-import { recordedResults } from './describe';
+import { aboutDuration, formatBytes } from './format';
+import { recordedResults, skippedLines } from './describe';
 import { ISnapshotRow, IStatus, IVerdict, LEVELS, Level } from './types';
 
 export interface IResumeOffer {
@@ -27,6 +27,9 @@ export interface IResumeOffer {
   problems: string[];
   /** Packages installed in the paused sessions that the resume would install here. */
   packages: string[];
+  /** What the pause could not save, as the paused record names it (from each snapshot's
+   * manifest): said before Resume is clicked. */
+  notComingBack: string[];
   /** Saved objects that load here (saved minus at risk), when the server lists saved names. */
   compatibleObjects: string[] | null;
   canResume: boolean;
@@ -92,6 +95,7 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
     objectsAtRisk: atRisk,
     problems,
     packages: [...new Set(packages)],
+    notComingBack: skippedLines(record.kernels.flatMap(k => k.skipped ?? [])),
     compatibleObjects: compatible,
     canResume: usable,
     // One `only` list serves every kernel: the server gives each kernel the names its
@@ -110,5 +114,5 @@ export function estimateText(offer: IResumeOffer): string {
   const size = formatBytes(offer.bytes);
   return offer.estimateSeconds === null
     ? `${size} (no estimate yet: the first pause or resume here measures this store)`
-    : `about ${formatDuration(offer.estimateSeconds)} for ${size} (measured on this store)`;
+    : `${aboutDuration(offer.estimateSeconds)} for ${size} (measured on this store)`;
 }

@@ -51,6 +51,9 @@ export interface ISkipped {
   name: string;
   type: string;
   reason: string;
+  /** A part of the saved object `name` that comes back as a placeholder (kernel_hooks
+   * results.Skipped.inside); absent from older kernels. */
+  inside?: boolean;
 }
 
 export interface IVerdict {
@@ -70,6 +73,8 @@ export interface ICheckpointResult {
   skipped: ISkipped[];
   timings: Record<string, number>;
   warnings: string[];
+  /** The names in `saved` bound to modules (absent from older kernels). */
+  modules?: string[];
 }
 
 export interface IResumeResult {
@@ -158,6 +163,8 @@ export interface IPausedKernel {
   skipped?: ISkipped[];
   /** The PYTHONHASHSEED its resume starts the kernel with (absent: random, or an older record). */
   hash_seed?: string;
+  /** The names in `saved` bound to modules (absent in older records). */
+  modules?: string[];
 }
 
 /** The paused record (records/paused.json in the store). */
