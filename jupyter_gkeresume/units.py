@@ -7,10 +7,10 @@ from __future__ import annotations
 def human_bytes(n: float) -> str:
     """Binary units, one decimal below 100: ``512`` -> ``512 B``, ``1536`` -> ``1.5 KiB``,
     ``677 * 2**20`` -> ``677 MiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            break
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    step = 0
+    while abs(n) >= 1024 and step < len(units) - 1:
         n /= 1024
-    else:
-        unit = "TiB"
-    return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.1f} {unit}"
+        step += 1
+    digits = 0 if step == 0 or abs(n) >= 100 else 1
+    return f"{n:.{digits}f} {units[step]}"
