@@ -189,12 +189,12 @@ def take_checkpoint(
     graph_digest, graph_size, graph_new = writer.write_bytes(graph)
     timings["blobs"] = time.monotonic() - mark
     mark = time.monotonic()
-    installed = capture_packages(store, writer.write_views)
+    installed = capture_packages(store, writer.write_more)
     timings["packages"] = time.monotonic() - mark
     for package, reason in installed.not_stored.items():
         skipped.append(Skipped(package, "package installed in the session", reason))
     mark = time.monotonic()
-    directories = capture_paths(writer.write_views)
+    directories = capture_paths(writer.write_more)
     timings["extra_paths"] = time.monotonic() - mark
     skipped.extend(directories.skipped)
     new_bytes = (written.new_bytes + (graph_size if graph_new else 0) + installed.new_bytes

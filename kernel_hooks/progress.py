@@ -108,6 +108,11 @@ class PhaseBytes:
             if self.sink is not None:
                 self.sink(Progress(self.phase, self.done, self.total, time.monotonic() - self._start))
 
+    def grow(self, nbytes: int) -> None:
+        """The phase holds ``nbytes`` more than its total said (a blob planned after it began)."""
+        with self._lock:
+            self.total += nbytes
+
     def share(self, nbytes: int) -> BlobShare:
         """The ``nbytes`` one blob contributes, added chunk by chunk (see ``BlobShare``)."""
         return BlobShare(self, nbytes)
