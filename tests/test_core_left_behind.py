@@ -147,9 +147,12 @@ job = Job()
 data = np.arange(10)
 _exit_code = 0
 r = kernel_hooks.checkpoint('once').to_dict()
-job.proc.kill()
 print(json.dumps(r))
 """)
+    printed = kernel.run("%checkpoint\njob.proc.kill()")
+    assert re.search(r"job comes back without its child process: sleep 300 \(process \d+\)", printed)
+    assert "job comes back without its thread: worker:" in printed
+    assert "not saved: job" not in printed and "(inside)" not in printed
     skipped = result["skipped"]
     assert all(s["name"] == "job" for s in skipped), skipped
     kinds = sorted(s["type"] for s in skipped)
