@@ -219,7 +219,7 @@ class PauseOperation:
         if self.previous is not None:
             items = self.previous.carried_into(items)
         return PausedRecord.new(self.gateway.workspace, self.op.reason, self.backend.name, gpus,
-                                items, not_saved, self.op.documents)
+                                items, not_saved, self.op.documents, self.op.idle)
 
     async def _checkpoint(self, kid: str, notebook: str | None) -> PausedKernel:
         self.state.set_notebook(kid, notebook)

@@ -111,15 +111,19 @@ class PausedRecord:
     """Kernels the pause could not save (shutdown checkpoint): kernel_id, notebook, reason."""
     documents: dict[str, Any] | None = None
     """What the connected labs saved before the pause (``lab_saves.SaveReport.to_dict``)."""
+    idle: dict[str, Any] | None = None
+    """An idle pause: nobody was active ``since`` (ISO 8601 UTC) for ``seconds``, the
+    ``timeout`` (``idle.IdleWatcher.note``); None for any other pause."""
 
     @classmethod
     def new(cls, workspace: str, reason: str | None, release_backend: str, gpus: int,
             kernels: list[PausedKernel], not_saved: list[dict[str, Any]] | None = None,
-            documents: dict[str, Any] | None = None) -> PausedRecord:
+            documents: dict[str, Any] | None = None,
+            idle: dict[str, Any] | None = None) -> PausedRecord:
         """A record stamped now."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return cls(workspace, now, reason, release_backend, gpus, kernels,
-                   not_saved=list(not_saved or []), documents=documents)
+                   not_saved=list(not_saved or []), documents=documents, idle=idle)
 
     @property
     def bytes_total(self) -> int:
@@ -141,9 +145,16 @@ class PausedRecord:
         documents = data.get("documents")
         if documents is not None and not isinstance(documents, dict):
             raise StoredRecordError("paused record: 'documents' is not an object")
+        idle = data.get("idle")
+        if idle is not None and not (
+                isinstance(idle, dict) and set(idle) == {"since", "seconds", "timeout"}
+                and isinstance(idle["since"], str)
+                and all(isinstance(idle[n], (int, float)) and not isinstance(idle[n], bool)
+                        for n in ("seconds", "timeout"))):
+            raise StoredRecordError("paused record: 'idle' is not {since, seconds, timeout}")
         return cls(data["workspace"], data["paused_at"], data.get("reason"), data["release_backend"],
                    data["gpus"], [PausedKernel.from_dict(k) for k in data["kernels"]],
-                   not_saved=not_saved, documents=documents)
+                   not_saved=not_saved, documents=documents, idle=idle)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kernels": [k.to_dict() for k in self.kernels]}
