@@ -9,7 +9,7 @@
  * - `snapshotLabel`   -> a readable name for an unnamed snapshot.
  */
 
-import { formatAge, formatBytes, formatDuration, plural } from './format';
+import { formatAge, formatBytes, formatDuration, formatUTC, plural } from './format';
 import {
   ACTIVE_STATES,
   combinedProgress,
@@ -296,6 +296,23 @@ export function recordedResults(record: IPausedRecord): SavedSummary[] {
   }));
 }
 
+/** Why an idle pause happened, one sentence: "Paused at 2026-11-30 10:15 UTC because nobody
+ * was active since 2026-11-30 10:14 UTC (1 min 1 s; the idle pause comes after 1 min)."; null
+ * for any other pause. */
+export function idleLine(record: IPausedRecord): string | null {
+  const idle = record.reason === 'idle' ? record.idle : null;
+  if (!idle) {
+    return record.reason === 'idle'
+      ? `Paused at ${formatUTC(record.paused_at)} because nobody was active.`
+      : null;
+  }
+  return (
+    `Paused at ${formatUTC(record.paused_at)} because nobody was active since ` +
+    `${formatUTC(idle.since)} (${formatDuration(idle.seconds)}; the idle pause comes after ` +
+    `${formatDuration(idle.timeout)}).`
+  );
+}
+
 /**
  * What a finished pause saved. A released pause's record names every kernel's saved and
  * skipped objects; otherwise `results` are the checkpoint results seen while it ran; without
@@ -303,8 +320,9 @@ export function recordedResults(record: IPausedRecord): SavedSummary[] {
  */
 export function pauseSummary(status: IStatus, polled: ICheckpointResult[]): IMessage {
   const released = status.state === 'paused' && status.paused !== null;
-  const title = released ? 'Workspace paused' : 'Checkpoint saved';
-  const lines: string[] = [];
+  const why = released ? idleLine(status.paused!) : null;
+  const title = why ? 'Workspace paused: nobody was active' : released ? 'Workspace paused' : 'Checkpoint saved';
+  const lines: string[] = why ? [why] : [];
   const recorded = released ? recordedResults(status.paused!) : [];
   const results: SavedSummary[] = recorded.length ? recorded : polled;
   if (results.length) {

@@ -6,12 +6,17 @@
  */
 
 import { aboutDuration, formatBytes } from './format';
-import { recordedResults, skippedLines } from './describe';
+import { idleLine, recordedResults, savedLines, skippedLines } from './describe';
 import { ISnapshotRow, IStatus, IVerdict, LEVELS, Level } from './types';
 
 export interface IResumeOffer {
   pausedAt: string;
   reason: string | null;
+  /** Why it paused, when nobody was active (`idleLine`); null for any other pause. */
+  why: string | null;
+  /** What the pause saved ("Saved 12 objects (677 MiB, ...): opt, df, ..."), when the record
+   * names it. */
+  saved: string | null;
   notebooks: string[];
   bytes: number;
   /** From this store's recorded operations (the server's `resume_estimate_seconds`); null
@@ -86,6 +91,8 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
   return {
     pausedAt: record.paused_at,
     reason: record.reason,
+    why: idleLine(record),
+    saved: recordedResults(record).length ? savedLines(recordedResults(record))[0] : null,
     notebooks: record.kernels.map(k => k.notebook ?? `(kernel ${k.kernel_name ?? '?'})`),
     bytes,
     estimateSeconds: learned,

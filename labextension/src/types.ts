@@ -115,6 +115,8 @@ export interface IOperation {
   estimate_seconds?: number | null;
   /** A pause: what the connected labs saved before the hold (null until they answered). */
   documents?: IDocumentsReport | null;
+  /** An idle pause: since when nobody was active. */
+  idle?: IIdleNote | null;
 }
 
 export interface IKernelStatus {
@@ -167,6 +169,14 @@ export interface IPausedKernel {
   modules?: string[];
 }
 
+/** An idle pause's note (jupyter_gkeresume/idle.py `IdleWatcher.note`): nobody was active
+ * `since` (ISO 8601 UTC) for `seconds` when it began, with the idle `timeout` (seconds). */
+export interface IIdleNote {
+  since: string;
+  seconds: number;
+  timeout: number;
+}
+
 /** The paused record (records/paused.json in the store). */
 export interface IPausedRecord {
   version: number;
@@ -178,6 +188,8 @@ export interface IPausedRecord {
   kernels: IPausedKernel[];
   /** What the connected labs saved before the pause (absent in older records). */
   documents?: IDocumentsReport | null;
+  /** An idle pause: since when nobody was active (null otherwise; absent in older records). */
+  idle?: IIdleNote | null;
 }
 
 export interface ILastError {

@@ -92,3 +92,124 @@ test('no "about < 1 s": short times read as words', () => {
   const offer = resumeOffer(status('paused', { paused: record(), resume_estimate_seconds: 0.3 }), [])!;
   assert.equal(estimateText(offer), 'under a second for 677 MiB (measured on this store)');
 });
+
+// --- item 6: why and when an idle pause happened; no message of an earlier operation after a later one
+
+import { StatusModel } from '../src/model';
+import { INotificationSink, OperationNotifier } from '../src/notifier';
+import { IStatus } from '../src/types';
+import { operation } from './fixtures';
+
+const IDLE = { since: '2026-11-30T10:14:05Z', seconds: 61.2, timeout: 60 };
+
+test('after an idle pause the message says nobody was active, since when, after how long', () => {
+  const paused = status('paused', { paused: record({ reason: 'idle', idle: IDLE }), kernels: [] });
+  const message = pauseSummary(paused, []);
+  assert.equal(message.title, 'Workspace paused: nobody was active');
+  assert.equal(
+    message.lines[0],
+    'Paused at 2026-11-30 10:15 UTC because nobody was active since 2026-11-30 10:14 UTC ' +
+      '(1 min 1 s; the idle pause comes after 1 min).'
+  );
+  assert.match(message.lines[1], /^Saved 12 objects/);
+  const offer = resumeOffer(paused, [])!;
+  assert.equal(offer.why, message.lines[0]);
+  assert.match(offer.saved!, /^Saved 12 objects \(677 MiB, 677 MiB new\) from 1 kernel: arr, /);
+  const asked = resumeOffer(status('paused', { paused: record() }), [])!;
+  assert.equal(asked.why, null);
+});
+
+/** A sink whose dismissals leave the screen when the test says so, in any order. */
+function sink() {
+  const leaving = new Map<string, () => void>();
+  let next = 0;
+  const fake: INotificationSink = {
+    emit: () => `n${++next}`,
+    update: () => true,
+    dismiss: id => new Promise<void>(resolve => leaving.set(id, resolve))
+  };
+  const leave = (id: string) => {
+    leaving.get(id)!();
+    leaving.delete(id);
+  };
+  return { fake, leave };
+}
+
+const tick = () => new Promise(resolve => setTimeout(resolve, 0));
+
+test('no message of an earlier operation after a later one, and a later one closes it', async () => {
+  const resume = operation({ id: 'op-resume', kind: 'resume', mode: 'full' });
+  const pause = operation({ id: 'op-idle', kind: 'pause', reason: 'idle' });
+  const replies: IStatus[] = [
+    status('restoring', { operation: resume }),
+    status('ready'),
+    status('pausing', { operation: pause, reason: 'idle' }),
+    status('paused', { paused: record({ reason: 'idle', idle: IDLE }), kernels: [] })
+  ];
+  const model = new StatusModel(async () => replies.shift()!);
+  const { fake, leave } = sink();
+  const shown: { id: string; open: boolean }[] = [];
+  const notifier = new OperationNotifier(model, fake, () => undefined, finished => {
+    const message = { id: finished.operation.id, open: true };
+    shown.push(message);
+    return { close: () => (message.open = false) };
+  });
+  await model.refresh(); // the resume in flight: n1
+  await model.refresh(); // it ended: n1 dismissed, still leaving the screen
+  await model.refresh(); // the idle pause in flight: n2
+  await model.refresh(); // it ended: n2 dismissed
+  leave('n2'); // the later toast leaves first ...
+  await tick();
+  leave('n1'); // ... the earlier one after it
+  await tick();
+  assert.deepEqual(shown, [{ id: 'op-idle', open: true }], 'the resume message never came');
+
+  // A message on screen is closed as soon as a later operation is seen.
+  const again: IStatus[] = [
+    status('restoring', { operation: resume }),
+    status('ready'),
+    status('pausing', { operation: pause, reason: 'idle' })
+  ];
+  const second = new StatusModel(async () => again.shift()!);
+  const other = sink();
+  const told: { id: string; open: boolean }[] = [];
+  const watching = new OperationNotifier(second, other.fake, () => undefined, finished => {
+    const message = { id: finished.operation.id, open: true };
+    told.push(message);
+    return { close: () => (message.open = false) };
+  });
+  await second.refresh();
+  await second.refresh();
+  other.leave('n1');
+  await tick();
+  assert.deepEqual(told, [{ id: 'op-resume', open: true }]);
+  await second.refresh(); // the idle pause begins: "Workspace resumed" must not stay over it
+  assert.deepEqual(told, [{ id: 'op-resume', open: false }]);
+  notifier.dispose();
+  watching.dispose();
+  model.dispose();
+  second.dispose();
+});
+
+test('a pause this page did not see in flight is still told when its record appears', async () => {
+  const replies: IStatus[] = [
+    status('ready'),
+    status('paused', { paused: record({ reason: 'idle', idle: IDLE }), kernels: [] }),
+    status('paused', { paused: record({ reason: 'idle', idle: IDLE }), kernels: [] })
+  ];
+  const model = new StatusModel(async () => replies.shift()!);
+  const finished: string[] = [];
+  model.finished.connect((_, f) => finished.push(`${f.operation.kind} ${f.operation.reason}`));
+  await model.refresh();
+  await model.refresh();
+  await model.refresh(); // the same record again: told once
+  assert.deepEqual(finished, ['pause idle']);
+  // a page opened on a paused workspace has the resume dialog, not this message
+  const opened = new StatusModel(async () => status('paused', { paused: record() }));
+  let told = 0;
+  opened.finished.connect(() => told++);
+  await opened.refresh();
+  assert.equal(told, 0);
+  model.dispose();
+  opened.dispose();
+});
