@@ -1,0 +1,65 @@
+/**
+ * Issue 27.9 and 27.6 in a real browser: a person using a JupyterLab tab (keys, pointer,
+ * wheel, as Chromium's input pipeline delivers them: trusted events) keeps the workspace from
+ * its idle pause; once nobody touches it, it pauses and the tab says why. Run by
+ * tests/test_ui_idle.py, which starts JupyterLab with a short idle timeout and passes:
+ *   LAB_URL, LAB_TOKEN, NOTEBOOK, CHROMIUM, ARTIFACTS (folder for screenshots), INPUT_SECONDS.
+ * Prints `open` once the notebook's kernel is idle, then `input N` after each round of input
+ * (one a second for INPUT_SECONDS), then `stopped`; then waits for the pause message and prints
+ * one JSON line: {"message": text} (its screenshot: idle-pause.png). Exits 1 on any failure.
+ */
+
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const { LAB_URL, LAB_TOKEN, NOTEBOOK, CHROMIUM, ARTIFACTS, INPUT_SECONDS } = process.env;
+const WAIT = 120_000; // a safety net against hangs, not a speed requirement
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--no-first-run', '--disable-dev-shm-usage']
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${LAB_TOKEN}`);
+    await page.waitForFunction(
+      () => {
+        const kernel = window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel;
+        return kernel?.connectionStatus === 'connected' && kernel.status === 'idle';
+      },
+      null,
+      { timeout: WAIT, polling: 250 }
+    );
+    // a variable, so that the message has something to name
+    await page.evaluate(async () => {
+      const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+      await kernel.requestExecute({ code: 'answer = 41 + 1' }).done;
+    });
+    console.log('open');
+    const rounds = Number(INPUT_SECONDS);
+    for (let round = 1; round <= rounds; round++) {
+      // what a person reading does: the pointer moves, the page scrolls, a key is pressed
+      await page.mouse.move(300 + (round % 7) * 40, 300 + (round % 5) * 30);
+      await page.mouse.wheel(0, round % 2 ? 120 : -120);
+      await page.keyboard.press('Shift');
+      console.log(`input ${round}`);
+      await page.waitForTimeout(1000);
+    }
+    console.log('stopped');
+    const message = page.locator('.jp-Dialog', { has: page.locator('.jp-gkeresume-message') });
+    await message.waitFor({ timeout: WAIT * 2 });
+    const text = await message.innerText();
+    await page.screenshot({ path: join(ARTIFACTS, 'idle-pause.png') });
+    console.log(JSON.stringify({ message: text }));
+  } finally {
+    await browser.close();
+  }
+}
+
+main().catch(error => {
+  console.error(error);
+  process.exit(1);
+});
