@@ -222,8 +222,10 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert seen["pausedLabel"] == "Paused" and seen["cancelAfterPause"] is False
     assert seen["badge"] == "Paused"
     # (the names come from the paused record, which status returns once the kernels are gone)
-    assert "Saved 4 objects (" in seen["pauseMessage"]
-    assert "from 1 kernel: x, np, big, parts" in seen["pauseMessage"]
+    # the user's data, the module apart (issue 27.7)
+    assert "Saved 3 objects (" in seen["pauseMessage"]
+    assert "from 1 kernel: x, big, parts" in seen["pauseMessage"]
+    assert "Modules, imported again on resume: np." in seen["pauseMessage"]
     assert "The kernels were stopped; this server keeps running." in seen["pauseMessage"]
     assert "GPU was released" not in seen["pauseMessage"]
     assert "x = 41 + 1" in seen["savedCells"]
@@ -231,8 +233,13 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     # The resume dialog after the reload: when, size, estimate, verdict, the choices.
     for field in ("Paused", "Notebooks", "e2e.ipynb", "Size", "Estimated restore", "exact"):
         assert field in seen["resumeDialog"]
+    # what the pause saved, and (nothing here) what will not come back, before Resume
+    assert re.search(r"Saved\s+3 objects \(512 MiB, [\d.]+ [KM]iB new\) from 1 kernel: x, big, parts",
+                     seen["resumeDialog"]), seen["resumeDialog"]
+    assert "Will not come back" not in seen["resumeDialog"]
     # No resume measured here yet: the estimate comes from the pause, measured on this store.
-    assert re.search(r"about [\d a-z]+ for 512 MiB \(measured on this store\)", seen["resumeDialog"]), (
+    assert re.search(r"(about [\d a-z]+|under a second) for 512 MiB \(measured on this store\)",
+                     seen["resumeDialog"]), (
         seen["resumeDialog"])
     assert seen["resumeButtons"] == ["Later", "Start fresh", "Resume"]
 
@@ -259,6 +266,6 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     remaining = [row["id"] for row in _get(lab.api("snapshots"))[1]["snapshots"]]
     assert len(remaining) == seen["snapshotsAfterDelete"] and seen["deleted"] not in remaining
 
-    for name in ("pause-queued", "paused-status", "resume-dialog", "after-resume",
+    for name in ("pause-queued", "paused-status", "resume-dialog", "resume-message", "after-resume",
                  "dark-snapshots", "progress-pausing", "progress-resuming"):
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 0, seen.get(f"{name}-missed")
