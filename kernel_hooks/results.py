@@ -56,6 +56,7 @@ class ResumeResult:
     packages: list[str] = field(default_factory=list)  # one line per package put back (or not)
     paths: list[str] = field(default_factory=list)  # one line per extra path put back (or not)
     state: list[str] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)  # the names in ``restored`` bound to modules
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

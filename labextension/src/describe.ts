@@ -255,6 +255,13 @@ export function skippedLines(skipped: ISkipped[]): string[] {
   return lines;
 }
 
+/** `names` as the user's data (no modules, no IPython `_` names; each once) and the modules. */
+function usersNames(names: string[], modules: string[]): { data: string[]; modules: string[] } {
+  const apart = [...new Set(modules)];
+  const data = [...new Set(names)].filter(n => !apart.includes(n) && !n.startsWith('_'));
+  return { data, modules: apart };
+}
+
 /**
  * The saved objects as the user reads them: "Saved 12 objects (677 MiB, 10 MiB new) from 1
  * kernel: opt, df, ..." names the user's data, those saved whole first, then those saved
@@ -265,11 +272,8 @@ export function skippedLines(skipped: ISkipped[]): string[] {
 export function savedLines(results: SavedSummary[]): string[] {
   const bytes = results.reduce((n, r) => n + r.bytes_total, 0);
   const fresh = results.reduce((n, r) => n + r.bytes_new, 0);
-  const modules = [...new Set(results.flatMap(r => r.modules ?? []))];
   const partly = new Set(results.flatMap(r => r.skipped.filter(s => s.inside).map(s => s.name)));
-  const data = [...new Set(results.flatMap(r => r.saved))].filter(
-    n => !modules.includes(n) && !n.startsWith('_')
-  );
+  const { data, modules } = usersNames(results.flatMap(r => r.saved), results.flatMap(r => r.modules ?? []));
   const names = [...data.filter(n => !partly.has(n)), ...data.filter(n => partly.has(n))];
   const lines = [
     `Saved ${plural(names.length, 'object')} (${formatBytes(bytes)}, ` +
@@ -387,11 +391,17 @@ export function resumeSummary(status: IStatus, operation: IOperation): IMessage 
     .filter(k => operation.kernels.includes(k.kernel_id) || k.state === 'ready')
     .map(k => k.result)
     .filter((r): r is IResumeResult => !!r && 'restored' in r);
-  const restored = results.flatMap(r => r.restored);
+  const { data, modules } = usersNames(
+    results.flatMap(r => r.restored),
+    results.flatMap(r => r.modules ?? [])
+  );
   const lines = [
-    `Restored ${plural(restored.length, 'object')} into ${plural(results.length, 'kernel')}` +
-      (restored.length ? `: ${restored.slice(0, 12).join(', ')}${restored.length > 12 ? ', …' : ''}` : '.')
+    `Restored ${plural(data.length, 'object')} into ${plural(results.length, 'kernel')}` +
+      (data.length ? `: ${listed(data)}` : '.')
   ];
+  if (modules.length) {
+    lines.push(`Modules, imported again: ${listed(modules)}.`);
+  }
   for (const s of results.flatMap(r => r.not_restored)) {
     lines.push(`Not restored: ${s.name} (${s.type}): ${s.reason}`);
   }

@@ -89,6 +89,8 @@ export interface IResumeResult {
   packages?: string[];
   /** One line per directory of `c.GkeResume.extra_paths` it put back (or could not). */
   paths?: string[];
+  /** The names in `restored` bound to modules (absent from older kernels). */
+  modules?: string[];
 }
 
 /** A queued pause waits for a running cell (`operation.waiting_for`). */

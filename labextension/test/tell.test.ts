@@ -213,3 +213,19 @@ test('a pause this page did not see in flight is still told when its record appe
   model.dispose();
   opened.dispose();
 });
+
+import { resumeSummary } from '../src/describe';
+import { kernel } from './fixtures';
+
+test("the resume message names the user's data too, the modules apart", () => {
+  const op = operation({ kind: 'resume', mode: 'full', kernels: ['k1'] });
+  const result = {
+    snapshot_id: 's1', restored: ['np', 'x', '_exit_code', 'big'], not_restored: [], warnings: [],
+    verdict: {}, bytes_read: 0, seconds: 1, modules: ['np']
+  };
+  const message = resumeSummary(status('ready', { kernels: [kernel({ state: 'ready', result })] }), op);
+  assert.deepEqual(message.lines.slice(0, 2), [
+    'Restored 2 objects into 1 kernel: x, big',
+    'Modules, imported again: np.'
+  ]);
+});
