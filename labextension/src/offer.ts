@@ -7,7 +7,7 @@
 
 import { aboutDuration, formatBytes } from './format';
 import { idleLine, recordedResults, savedLines, skippedLines } from './describe';
-import { ISnapshotRow, IStatus, IVerdict, LEVELS, Level } from './types';
+import { IPausedRecord, ISnapshotRow, IStatus, IVerdict, LEVELS, Level } from './types';
 
 export interface IResumeOffer {
   pausedAt: string;
@@ -102,7 +102,7 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
     objectsAtRisk: atRisk,
     problems,
     packages: [...new Set(packages)],
-    notComingBack: skippedLines(record.kernels.flatMap(k => k.skipped ?? [])),
+    notComingBack: notComingBack(record, byId),
     compatibleObjects: compatible,
     canResume: usable,
     // One `only` list serves every kernel: the server gives each kernel the names its
@@ -114,6 +114,20 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
       !!compatible?.length &&
       (record.kernels.length === 1 || recordedResults(record).length > 0)
   };
+}
+
+/** What will not come back: the record's skipped entries (each kernel's, from its checkpoint
+ * and manifest); for a kernel whose entry predates them, its snapshot row's count. */
+function notComingBack(record: IPausedRecord, rows: Map<string, ISnapshotRow>): string[] {
+  const lines = skippedLines(record.kernels.flatMap(k => k.skipped ?? []));
+  for (const kernel of record.kernels) {
+    const count = rows.get(kernel.snapshot_id)?.skipped ?? 0;
+    if (!kernel.skipped && count) {
+      const objects = count === 1 ? '1 object was' : `${count} objects were`;
+      lines.push(`${kernel.notebook ?? kernel.snapshot_id}: ${objects} not saved.`);
+    }
+  }
+  return lines;
 }
 
 /** One line for the resume dialog: "about 12 s for 2.0 GiB (measured on this store)". */

@@ -85,6 +85,11 @@ test('the resume dialog says, before Resume, what will not come back', () => {
     'proc comes back without its thread (worker: a thread started in the session does not come ' +
       'back) and its child process (sleep 300 (process 812): it keeps running on this pod only).'
   ]);
+  // a record from an older server names no skipped objects: the snapshot row still counts them
+  const older = record();
+  delete older.kernels[0].skipped;
+  const counted = resumeOffer(status('paused', { paused: older }), rows)!;
+  assert.deepEqual(counted.notComingBack, ['train.ipynb: 1 object was not saved.']);
 });
 
 test('no "about < 1 s": short times read as words', () => {
