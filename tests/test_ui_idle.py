@@ -66,7 +66,9 @@ def test_a_person_using_the_tab_keeps_the_workspace_and_its_end_is_told(tmp_path
     input through Chromium, trusted events) for 2.5 idle timeouts keeps the workspace
     ``running`` all along (before, it paused after one timeout: input was not activity); once
     the input stops, polls alone let it pause. Issue 27.6: the tab then says that nobody was
-    active, since when and after how long, and what was saved (screenshot idle-pause.png)."""
+    active, since when and after how long, and what was saved (screenshot idle-pause.png); the
+    "Workspace resumed" message of the resume before, left open, is gone: no message of an
+    earlier operation stays over a later one."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     lab = Lab(tmp_path, ui_env, lab_extension_dir)
     lab.command.append(f"--GkeResume.idle_timeout={IDLE_TIMEOUT}")
@@ -85,8 +87,8 @@ def test_a_person_using_the_tab_keeps_the_workspace_and_its_end_is_told(tmp_path
         while (line := browser.stdout.readline().strip()).startswith("input"):
             rounds += 1
             status = _get(lab.api("status"))[1]
-            assert (status["state"], status["operation"]) == ("running", None), (
-                f"paused after {rounds} s of input:\n{lab.log()}")
+            assert status["state"] in ("running", "ready") and status["operation"] is None, (
+                f"{status['state']} after {rounds} s of input:\n{lab.log()}")
         assert line == "stopped" and rounds == int(2.5 * IDLE_TIMEOUT), (line, errors.read_text())
         shown = json.loads(browser.stdout.readline() or "{}")
         assert browser.wait(timeout=SAFETY) == 0, errors.read_text()[-3000:]
@@ -94,6 +96,8 @@ def test_a_person_using_the_tab_keeps_the_workspace_and_its_end_is_told(tmp_path
         if browser.poll() is None:
             browser.kill()
         lab.stop()
+    assert shown["resumed"].startswith("Workspace resumed"), shown
+    assert [t.strip() for t in shown["dialogs"]] == ["Workspace paused: nobody was active"], shown
     status_text = shown.get("message", "")
     assert "Workspace paused: nobody was active" in status_text, status_text
     assert re.search(r"because nobody was active since \d{4}-\d\d-\d\d \d\d:\d\d UTC "

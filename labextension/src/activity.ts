@@ -58,26 +58,37 @@ export class InputReporter {
     if (this._disposed || !this.trusted(event) || this._pending) {
       return;
     }
-    const wait = this._sent + this._every - this.clock.now();
-    if (wait <= 0) {
+    if (this._sent + this._every <= this.clock.now()) {
       this.send();
       return;
     }
     this._pending = true;
+    this.schedule();
+  };
+
+  /** The pending input's report at the end of the interval; a later call (the server said
+   * another interval) replaces an earlier one. */
+  private schedule(): void {
+    const turn = ++this._turn;
+    const wait = Math.max(0, this._sent + this._every - this.clock.now());
     this.clock.later(() => {
-      this._pending = false;
-      if (!this._disposed) {
+      if (turn === this._turn && !this._disposed) {
+        this._pending = false;
         this.send();
       }
     }, wait);
-  };
+  }
 
   private send(): void {
     this._sent = this.clock.now();
     this.report().then(
       reply => {
-        if (reply.report_every > 0) {
-          this._every = reply.report_every * 1000;
+        const every = reply.report_every * 1000;
+        if (every > 0 && every !== this._every) {
+          this._every = every;
+          if (this._pending) {
+            this.schedule(); // input waiting for the old interval waits for this one
+          }
         }
       },
       error => console.warn('jupyter-gkeresume: input not reported', error)
@@ -87,5 +98,6 @@ export class InputReporter {
   private _every = 60_000;
   private _sent = -Infinity;
   private _pending = false;
+  private _turn = 0;
   private _disposed = false;
 }

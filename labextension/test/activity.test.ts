@@ -65,3 +65,32 @@ test("a person's input is reported at once, then at most once per interval", asy
   target.dispatchEvent(person('keydown'));
   assert.equal(reports, 2);
 });
+
+test('input while the first report is on its way waits for the interval the server says', async () => {
+  // Seen in Chromium: a click (pointermove, then pointerdown) was reported, the pointerdown
+  // waited for the default minute, and the server's 4 s came too late for it: a person using
+  // the tab for 20 s was idle to the server.
+  const target = new EventTarget();
+  const { fake, advance } = clock();
+  let reports = 0;
+  let answer: (value: { report_every: number }) => void = () => undefined;
+  const reporter = new InputReporter(
+    target,
+    () => {
+      reports++;
+      return new Promise(resolve => (answer = resolve));
+    },
+    fake,
+    event => (event as Event & { person?: boolean }).person === true
+  );
+  reporter.start();
+  target.dispatchEvent(person('pointermove'));
+  target.dispatchEvent(person('pointerdown')); // before the reply: waits
+  assert.equal(reports, 1);
+  answer({ report_every: 4 });
+  await tick();
+  advance(4000);
+  await tick();
+  assert.equal(reports, 2, 'reported at the end of the interval the server said');
+  reporter.dispose();
+});
