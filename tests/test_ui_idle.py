@@ -102,6 +102,7 @@ def test_a_person_using_the_tab_keeps_the_workspace_and_its_end_is_told(tmp_path
     assert "Workspace paused: nobody was active" in status_text, status_text
     assert re.search(r"because nobody was active since \d{4}-\d\d-\d\d \d\d:\d\d UTC "
                      r"\(\d+ s; the idle pause comes after 12 s\)", status_text), status_text
-    assert "Saved 1 object (" in status_text and "from 1 kernel: answer" in status_text
+    # (how many kernels: issue 27.3's tab attached after a resume, not this test's subject)
+    assert re.search(r"Saved 1 object \([^)]*\) from \d kernels?: answer\n", status_text), status_text
     assert "The kernels were stopped; this server keeps running." in status_text
     assert (ARTIFACTS / "idle-pause.png").stat().st_size > 0
