@@ -36,6 +36,7 @@ from .errors import (
     LeaseHeldError,
     SnapshotRefusedError,
 )
+from .idle import input_report_every
 
 AUTH_RESOURCE = "gkeresume"
 MAX_BODY_BYTES = 64 << 10  # every body is a few small fields
@@ -283,6 +284,21 @@ class LabSavedHandler(GkeResumeHandler):
         self.finish()
 
 
+class ActivityHandler(GkeResumeHandler):
+    """A person's input in a lab tab (keys, pointer, scrolling: ``activity.ts``, never its
+    polls): activity of kind ``input`` for the idle pause. The body is ``{}``; the reply
+    ``{"report_every": seconds}`` tells the lab how often to report steady input
+    (``idle.input_report_every``)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        self._body({})
+        self.orchestrator.activity.touch("input")
+        every = input_report_every(self.orchestrator.settings.idle_timeout)
+        self.finish(json.dumps({"report_every": every}))
+
+
 class DoctorHandler(GkeResumeHandler):
     """``doctor.run_checks`` with this server's own configuration (what ``jupyter gkeresume
     doctor`` reports about a running server), in a worker thread (it waits on the store, the
@@ -309,6 +325,7 @@ def handlers(prefix: str = "/gkeresume/api") -> list[tuple[str, type[GkeResumeHa
         (f"{prefix}/paused", PausedHandler),
         (f"{prefix}/settings", SettingsHandler),
         (f"{prefix}/doctor", DoctorHandler),
+        (f"{prefix}/activity", ActivityHandler),
         (f"{prefix}/lab/requests", LabRequestsHandler),
         (f"{prefix}/lab/saved", LabSavedHandler),
     ]

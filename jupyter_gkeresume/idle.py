@@ -5,7 +5,9 @@ does, recorded by ``UserActivity``: a kernel started (a notebook opened), a cell
 any kernel (from its ``execute_input`` on IOPub to its end, its output included:
 ``cell_watch.RunningCells``), traffic on a terminal (jupyter_server_terminals'
 ``terminal_last_activity``: what is typed and what it prints), and a file or notebook created,
-saved, uploaded, renamed, copied or deleted (jupyter_server's contents events; a read is not).
+saved, uploaded, renamed, copied or deleted (jupyter_server's contents events; a read is not),
+and a person's input in a lab tab (keys, pointer, scrolling: the lab's ``activity.ts`` reports
+it, ``POST /gkeresume/api/activity``, at most every ``report_every`` seconds).
 Never: requests of any client (jupyter_server moves its own ``last_activity()`` on every
 authenticated API request, and an open JupyterLab tab polls kernels, sessions, contents and
 terminals every few seconds; Kubeflow's culler GETs ``/api/kernels`` every minute), nor our own
@@ -41,8 +43,15 @@ IDLE_STATES = (State.RUNNING, State.READY)
 RELEASE_STATES = (*IDLE_STATES, State.PAUSED)
 """Where a workspace without kernels is released once idle: also ``paused`` (a fresh pod whose
 paused record nobody resumed: the record stays in the store for the next one)."""
-ACTIVITY_KINDS = ("kernel", "cell", "terminal", "document")
+ACTIVITY_KINDS = ("kernel", "cell", "terminal", "document", "input")
 """What a person does that keeps a workspace from its idle pause (see above); nothing else."""
+
+
+def input_report_every(timeout: float) -> float:
+    """How often a lab reports a person's steady input (seconds): often enough that it never
+    leaves a gap of an idle ``timeout`` (a third of it), at most once a minute (also with no
+    idle pause: ``timeout`` 0)."""
+    return min(60.0, timeout / 3) if timeout > 0 else 60.0
 
 
 class UserActivity:
@@ -54,8 +63,8 @@ class UserActivity:
         self._terminals: Callable[[], datetime | None] = lambda: None
 
     def touch(self, kind: str) -> None:
-        """A person's ``kind`` of activity (``"kernel"``, ``"cell"``, ``"document"``) happened
-        now."""
+        """A person's ``kind`` of activity (``"kernel"``, ``"cell"``, ``"document"``,
+        ``"input"``) happened now."""
         self._seen[kind] = datetime.now(timezone.utc)
 
     def watch_server(self, serverapp: Any) -> None:
@@ -103,12 +112,21 @@ class IdleWatcher:
         if self._callback:
             self._callback.stop()
 
+    def _since(self) -> float:
+        return max(self.last_activity().timestamp(), self.orchestrator.state.own_activity_until,
+                   self._release_failed_at)
+
     def idle_seconds(self) -> float:
         """Seconds since a person's last activity, or since our last operation ended (a
         resume, a checkpoint) or a release without kernels failed, whichever came later."""
-        since = max(self.last_activity().timestamp(), self.orchestrator.state.own_activity_until,
-                    self._release_failed_at)
-        return datetime.now(timezone.utc).timestamp() - since
+        return datetime.now(timezone.utc).timestamp() - self._since()
+
+    def note(self) -> dict[str, Any]:
+        """What an idle pause records (the paused record's ``idle``): nobody was active
+        ``since`` (UTC, ISO 8601), for ``seconds``, with this ``timeout``."""
+        since = datetime.fromtimestamp(self._since(), timezone.utc)
+        return {"since": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "seconds": round(self.idle_seconds(), 1), "timeout": self.timeout}
 
     async def _release_without_kernels(self) -> bool:
         """Idle with no kernel: nothing to save, the pod goes back as it is; the watcher stops
@@ -142,7 +160,7 @@ class IdleWatcher:
             return False
         self.log.info("gkeresume: idle for %.0f s: pausing", self.idle_seconds())
         try:
-            await orch.start_pause(reason="idle",
+            await orch.start_pause(reason="idle", idle=self.note(),
                                    when_busy="queue" if self.pause_busy else "refuse")
         except GkeResumeError as exc:
             self.log.warning("gkeresume: idle pause not started: %s", exc)

@@ -149,6 +149,7 @@ class CheckpointReply:
     skipped: list[dict[str, Any]]
     data: dict[str, Any] = field(repr=False)
     hash_seed: str | None = None  # the kernel's PYTHONHASHSEED (None: random)
+    modules: list[str] = field(default_factory=list)  # the names in ``saved`` bound to modules
 
     @classmethod
     def from_result(cls, data: dict[str, Any]) -> CheckpointReply:
@@ -159,7 +160,8 @@ class CheckpointReply:
             raise KernelCallError(f"the kernel's checkpoint result has a bad hash_seed {seed!r}")
         return cls(data["snapshot_id"], int(data.get("bytes_total", 0)),
                    int(data.get("bytes_new", 0)), int(data.get("bytes_reused", 0)),
-                   _strings(data, "saved"), list(data.get("skipped", [])), data, seed)
+                   _strings(data, "saved"), list(data.get("skipped", [])), data, seed,
+                   _strings(data, "modules") if "modules" in data else [])
 
 
 @dataclass(frozen=True)

@@ -182,18 +182,20 @@ class Orchestrator:
     # -- operations -------------------------------------------------------------------------
     async def start_pause(self, kernel_ids: list[str] | None = None, *, release: bool = True,
                           name: str | None = None, reason: str = "user",
-                          when_busy: str = "refuse") -> Operation:
+                          when_busy: str = "refuse",
+                          idle: dict[str, Any] | None = None) -> Operation:
         """Validate, then pause in the background; ``release`` also writes the paused record,
         calls the backend and stops the kernels. ``when_busy`` (``WHEN_BUSY``): ``"queue"``
         waits for running cells (other kernels keep running until the pause itself starts),
-        ``"refuse"`` raises ``ConflictError`` for a busy kernel."""
+        ``"refuse"`` raises ``ConflictError`` for a busy kernel. ``idle``: an idle pause's
+        note (``IdleWatcher.note``), kept in the paused record."""
         if when_busy not in WHEN_BUSY:
             raise InvalidInputError(f"when_busy must be one of {', '.join(WHEN_BUSY)}, not "
                                     f"{when_busy!r}")
         async with self._lock:
             ids = self._pause_kernels(kernel_ids, release=release, name=name,
                                       allow_busy=when_busy == "queue")
-            op = Operation("pause", reason=reason, release=release, kernels=ids,
+            op = Operation("pause", reason=reason, release=release, kernels=ids, idle=idle,
                            cancellable=True, estimate_seconds=await self.events.estimate("pause"))
             self.state.begin(op, State.PAUSING, State.PAUSING, reason)
             return self._launch(op, PauseOperation(

@@ -219,7 +219,7 @@ class PauseOperation:
         if self.previous is not None:
             items = self.previous.carried_into(items)
         return PausedRecord.new(self.gateway.workspace, self.op.reason, self.backend.name, gpus,
-                                items, not_saved, self.op.documents)
+                                items, not_saved, self.op.documents, self.op.idle)
 
     async def _checkpoint(self, kid: str, notebook: str | None) -> PausedKernel:
         self.state.set_notebook(kid, notebook)
@@ -232,7 +232,7 @@ class PauseOperation:
         metrics.SNAPSHOT_BYTES.labels("reused").inc(reply.bytes_reused)
         return PausedKernel(reply.snapshot_id, kid, self.gateway.info(kid)["kernel_name"],
                             notebook, reply.bytes_total, reply.bytes_new, reply.saved,
-                            reply.skipped, reply.hash_seed)
+                            reply.skipped, reply.hash_seed, reply.modules)
 
     async def _verify(self, item: PausedKernel) -> int:
         """Verify one snapshot in a worker thread, reporting progress as phase ``verifying``."""

@@ -52,6 +52,7 @@ class PausedKernel:
     saved: list[str] | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)
     hash_seed: str | None = None  # the snapshot's PYTHONHASHSEED (None: random, or not known)
+    modules: list[str] = field(default_factory=list)  # the names in ``saved`` bound to modules
 
     @classmethod
     def from_dict(cls, data: Any) -> PausedKernel:
@@ -78,9 +79,12 @@ class PausedKernel:
         seed = data.get("hash_seed")
         if seed is not None and not valid_hash_seed(seed):
             raise StoredRecordError("paused record: 'hash_seed' is not a PYTHONHASHSEED")
+        modules = data.get("modules", [])
+        if not (isinstance(modules, list) and all(isinstance(n, str) for n in modules)):
+            raise StoredRecordError("paused record: 'modules' is not a list of names")
         return cls(data["snapshot_id"], data.get("kernel_id"), data.get("kernel_name"),
                    data.get("notebook"), data.get("bytes_total", 0), data.get("bytes_new", 0),
-                   data.get("saved"), skipped, seed)
+                   data.get("saved"), skipped, seed, modules)
 
     def to_dict(self) -> dict[str, Any]:
         """As stored; ``saved`` and ``hash_seed`` only when known (a record without them means
@@ -107,15 +111,19 @@ class PausedRecord:
     """Kernels the pause could not save (shutdown checkpoint): kernel_id, notebook, reason."""
     documents: dict[str, Any] | None = None
     """What the connected labs saved before the pause (``lab_saves.SaveReport.to_dict``)."""
+    idle: dict[str, Any] | None = None
+    """An idle pause: nobody was active ``since`` (ISO 8601 UTC) for ``seconds``, the
+    ``timeout`` (``idle.IdleWatcher.note``); None for any other pause."""
 
     @classmethod
     def new(cls, workspace: str, reason: str | None, release_backend: str, gpus: int,
             kernels: list[PausedKernel], not_saved: list[dict[str, Any]] | None = None,
-            documents: dict[str, Any] | None = None) -> PausedRecord:
+            documents: dict[str, Any] | None = None,
+            idle: dict[str, Any] | None = None) -> PausedRecord:
         """A record stamped now."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return cls(workspace, now, reason, release_backend, gpus, kernels,
-                   not_saved=list(not_saved or []), documents=documents)
+                   not_saved=list(not_saved or []), documents=documents, idle=idle)
 
     @property
     def bytes_total(self) -> int:
@@ -137,9 +145,16 @@ class PausedRecord:
         documents = data.get("documents")
         if documents is not None and not isinstance(documents, dict):
             raise StoredRecordError("paused record: 'documents' is not an object")
+        idle = data.get("idle")
+        if idle is not None and not (
+                isinstance(idle, dict) and set(idle) == {"since", "seconds", "timeout"}
+                and isinstance(idle["since"], str)
+                and all(isinstance(idle[n], (int, float)) and not isinstance(idle[n], bool)
+                        for n in ("seconds", "timeout"))):
+            raise StoredRecordError("paused record: 'idle' is not {since, seconds, timeout}")
         return cls(data["workspace"], data["paused_at"], data.get("reason"), data["release_backend"],
                    data["gpus"], [PausedKernel.from_dict(k) for k in data["kernels"]],
-                   not_saved=not_saved, documents=documents)
+                   not_saved=not_saved, documents=documents, idle=idle)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kernels": [k.to_dict() for k in self.kernels]}

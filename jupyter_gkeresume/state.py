@@ -78,12 +78,15 @@ class Operation:
     ``execution_count``, ``running_seconds``); ``None`` once the pause itself runs."""
     documents: dict[str, Any] | None = None
     """A pause: what the connected labs saved before the hold (``lab_saves.SaveReport``)."""
+    idle: dict[str, Any] | None = None
+    """An idle pause: since when nobody was active, for how long (``IdleWatcher.note``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "started": self.started, "reason": self.reason,
                 "release": self.release, "mode": self.mode, "kernels": list(self.kernels),
                 "cancellable": self.cancellable, "waiting_for": self.waiting_for,
-                "estimate_seconds": self.estimate_seconds, "documents": self.documents}
+                "estimate_seconds": self.estimate_seconds, "documents": self.documents,
+                "idle": self.idle}
 
 
 class WorkspaceState:

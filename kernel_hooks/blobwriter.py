@@ -107,8 +107,22 @@ class BlobWriter:
         return out
 
     def write_bytes(self, data: bytes) -> tuple[str, int, bool]:
-        """Write one raw byte string (the graph) as a single-entry blob."""
-        return self.write_views([("uint8", data)])
+        """Write one raw byte string (the graph) as a single-entry blob, counted in the writing
+        phase (``write_more``)."""
+        return self.write_more([("uint8", data)])
+
+    def write_more(self, entries: list[tuple[str, object]]) -> tuple[str, int, bool]:
+        """``write_views`` of a blob beyond the planned storages (the graph, a package, a
+        directory): its bytes join the writing phase's total and move it as they are written,
+        so the phase ends at what the snapshot holds (its ``bytes_total`` but for the blob
+        headers), the size every report says."""
+        nbytes = sum(memoryview(b).nbytes for _, b in entries)
+        self._writing.grow(nbytes)
+        share = self._writing.share(nbytes)
+        try:
+            return self.write_views(entries, share.add)
+        finally:
+            share.finish()
 
     def write_views(self, entries: list[tuple[str, object]],
                     sent: Callable[[int], None] | None = None) -> tuple[str, int, bool]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -45,7 +46,7 @@ from .cuda_engine import get_engine
 from .cuda_plan import cuda_index
 from .extra_paths import capture_paths
 from .graph import write_graph
-from .left_behind import left_behind
+from .left_behind import held_key, left_behind, named_under
 from .packages import capture_packages
 from .placeholders import type_name, uncapturable_reason
 from .results import CheckpointResult, Progress, Skipped
@@ -136,9 +137,12 @@ def take_checkpoint(
     items.sort(key=lambda item: seems_to_hold_storages(item[1]))  # stable: see the docstring
     session, secret_env = session_state.capture(execution_count)
     left = [Skipped(f"${n}", "environment variable", "looks like a credential") for n in secret_env]
-    left += left_behind()
+    # a thread or process bound to a skipped name is said once, as that name
+    named = {held_key(namespace[n]) for n, o in objects.items() if o.status == "skipped"}
+    found = [(key, thing) for key, thing in left_behind() if key is None or key not in named]
+    left += [thing for _, thing in found]
     session["left_out"] = [asdict(s) for s in left]  # the resume's verdict names them too
-    skipped.extend(left)
+    skipped.extend(left[:len(secret_env)])
     states, state_failed = interpreter_state.capture_all()
     items += [(SESSION_RECORD, session), (HOOKS_RECORD, list(registry.resume_hooks)),
               *((interpreter_state.record_name(n), state) for n, state in states.items())]
@@ -159,13 +163,18 @@ def take_checkpoint(
     owned: dict[str, int] = {}
     for item in collector.items:
         owned[item.owner] = owned.get(item.owner, 0) + item.nbytes
-    for rec in records:
-        if rec.name in (SESSION_RECORD, HOOKS_RECORD) or interpreter_state.entry_name(rec.name):
-            continue
+    users = [r for r in records if r.name not in (SESSION_RECORD, HOOKS_RECORD)
+             and not interpreter_state.entry_name(r.name)]
+    held = {key: rec.name for rec in users for key in rec.note.held}
+    skipped.extend(named_under(found, held))  # what the namespace holds: under its name
+    alive = {key for key, _ in found} & held.keys()
+    for rec in users:
         note = rec.note
-        inside = "; ".join(note.uncaptured)
-        for part in note.uncaptured:
-            skipped.append(Skipped(f"{rec.name} (inside)", part.split(" (", 1)[0], part))
+        inside = "; ".join(f"{kind} ({why})" for kind, why in note.uncaptured)
+        named = {note.held[key] for key in alive & note.held.keys()}  # said by named_under
+        for kind, why in note.uncaptured:
+            if (kind, why) not in named:
+                skipped.append(Skipped(rec.name, kind, why, inside=True))
         objects[rec.name] = ObjectRecord(
             rec.name, type_name(namespace[rec.name]), "saved",
             f"restored with placeholders for: {inside}" if inside else None,
@@ -180,12 +189,12 @@ def take_checkpoint(
     graph_digest, graph_size, graph_new = writer.write_bytes(graph)
     timings["blobs"] = time.monotonic() - mark
     mark = time.monotonic()
-    installed = capture_packages(store, writer.write_views)
+    installed = capture_packages(store, writer.write_more)
     timings["packages"] = time.monotonic() - mark
     for package, reason in installed.not_stored.items():
         skipped.append(Skipped(package, "package installed in the session", reason))
     mark = time.monotonic()
-    directories = capture_paths(writer.write_views)
+    directories = capture_paths(writer.write_more)
     timings["extra_paths"] = time.monotonic() - mark
     skipped.extend(directories.skipped)
     new_bytes = (written.new_bytes + (graph_size if graph_new else 0) + installed.new_bytes
@@ -235,6 +244,7 @@ def take_checkpoint(
     return CheckpointResult(
         manifest.snapshot_id, name, manifest.total_bytes, new_bytes, reused_bytes, seconds,
         saved, skipped, timings, _gpu_warnings(collector.items), manifest.hash_seed,
+        [n for n in saved if isinstance(namespace.get(n), types.ModuleType)],
     )
 
 

@@ -79,7 +79,7 @@ def limit() -> int:
 def capture_paths(write_blob: Callable[[list[tuple[str, object]]], tuple[str, int, bool]],
                   ) -> Captured:
     """Store the configured directories (see the module docstring); ``write_blob`` is
-    ``BlobWriter.write_views``."""
+    ``BlobWriter.write_more``."""
     out, room = Captured(), limit()
     for directory in configured():
         try:

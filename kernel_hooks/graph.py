@@ -38,6 +38,7 @@ from typing import Any
 import cloudpickle
 
 from . import rebuild, registry
+from .left_behind import held_key
 from .placeholders import Uncaptured, type_name, uncapturable_reason
 from .storages import StorageCollector
 from .torch_reduce import TorchReductions
@@ -50,10 +51,23 @@ _PLAIN = frozenset({dict, list, tuple, set, frozenset, str, bytes, bytearray, co
 
 @dataclass
 class RecordNote:
-    """What pickling one top-level name found: placeholders inside it, modules it needs."""
+    """What pickling one top-level name found: placeholders inside it (``(type, reason)``, each
+    once; ``held``: the ``left_behind.held_key`` of each thread and child process among them),
+    modules it needs."""
 
-    uncaptured: list[str] = field(default_factory=list)
+    uncaptured: list[tuple[str, str]] = field(default_factory=list)
+    held: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
     modules: set[str] = field(default_factory=set)
+
+    def placeholder(self, obj: object, reason: str) -> tuple:
+        """The reduce tuple of an ``Uncaptured`` stand-in for ``obj``, noted once."""
+        part = (type_name(obj), reason)
+        if part not in self.uncaptured:
+            self.uncaptured.append(part)
+        key = held_key(obj)
+        if key is not None:
+            self.held[key] = part
+        return (Uncaptured, part)
 
 
 class _GraphPickler(cloudpickle.Pickler):
@@ -71,7 +85,7 @@ class _GraphPickler(cloudpickle.Pickler):
         reduced = self.collector.reduce(obj)
         if reduced is not None:
             if reduced[0] is Uncaptured:
-                self.note.uncaptured.append(f"{type_name(obj)} ({reduced[1][1]})")
+                return self.note.placeholder(obj, reduced[1][1])
             return reduced
         app = registry.for_object(obj)
         if app is not None and id(obj) not in self._app_saving:
@@ -82,8 +96,7 @@ class _GraphPickler(cloudpickle.Pickler):
                 self._app_saving.discard(id(obj))
         reason = uncapturable_reason(obj)
         if reason is not None:
-            self.note.uncaptured.append(f"{type_name(obj)} ({reason})")
-            return (Uncaptured, (type_name(obj), reason))
+            return self.note.placeholder(obj, reason)
         reduced = self.torch.reduce(obj)
         if reduced is not None:
             return reduced

@@ -6,7 +6,8 @@ Call order: ``remember_baseline()`` when the extension loads: the threads, child
 files of that moment are the kernel's own (IPython's threads; the log file a server's stdout goes
 to, which ipykernel keeps open on another descriptor when it captures output; in a plain process,
 whatever ran before the API was first used); ``left_behind()`` at each checkpoint returns one
-``Skipped`` per other thing that stays on this pod (``KINDS``), which the checkpoint report,
+``Skipped`` per other thing that stays on this pod (``KINDS``; ``named_under`` names one that a
+user's object holds under that name), which the checkpoint report,
 ``%checkpoint`` and the lab's pause message list beside the objects that were not saved. It
 inspects, never stops anything, and what cannot be inspected (a process gone meanwhile, no
 permission) is left out.
@@ -20,8 +21,10 @@ session of its own is not seen); otherwise ``psutil``'s tree of the kernel's chi
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 import threading
+from collections.abc import Mapping
 
 import psutil
 
@@ -50,12 +53,43 @@ def remember_baseline() -> None:
         _baseline["files"] = {(f.fd, f.path) for f in _files()}
 
 
-def left_behind() -> list[Skipped]:
-    """Everything of the session that a snapshot does not carry (see the module docstring).
-    Without the extension loaded (the API used in a plain process) the first call takes the
-    baseline."""
+def held_key(obj: object) -> tuple[str, int] | None:
+    """``("thread", ident)`` of a started thread, ``("process", pid)`` of a ``Popen``: how
+    ``left_behind`` knows that a user's object holds the thing it names."""
+    if isinstance(obj, threading.Thread) and obj.ident is not None:
+        return ("thread", obj.ident)
+    if isinstance(obj, subprocess.Popen):
+        return ("process", obj.pid)
+    return None
+
+
+#: A thing left behind, with its ``held_key`` (None for a file).
+Found = tuple[tuple[str, int] | None, Skipped]
+
+
+def left_behind() -> list[Found]:
+    """Everything of the session that a snapshot does not carry (see the module docstring),
+    each with its ``held_key``. Without the extension loaded (the API used in a plain process)
+    the first call takes the baseline."""
     remember_baseline()
     return [*_processes(), *_threads(), *_open_files()]
+
+
+def named_under(found: list[Found], held: Mapping[tuple[str, int], str]) -> list[Skipped]:
+    """``found`` as the user reads it: a thread or process that a user's object holds
+    (``held``: its ``held_key`` -> that name) is named once, under that name (``inside``),
+    never again as a thing of its own: "job", "child process", "sleep 300 (process 812): it
+    keeps running ..."."""
+    out = []
+    for key, thing in found:
+        if key not in held:
+            out.append(thing)
+            continue
+        what, why = thing.reason.split(": ", 1) if thing.type == "child process" else (
+            thing.name.split(" ", 1)[1], thing.reason)
+        out.append(Skipped(held[key], thing.type, f"{what} ({thing.name}): {why}"
+                           if thing.type == "child process" else f"{what}: {why}", inside=True))
+    return out
 
 
 def _session_processes() -> dict[int, psutil.Process]:
@@ -74,7 +108,7 @@ def _session_processes() -> dict[int, psutil.Process]:
     return found
 
 
-def _processes() -> list[Skipped]:
+def _processes() -> list[Found]:
     out = []
     for pid, process in sorted(_session_processes().items()):
         if pid in _baseline["processes"]:
@@ -85,16 +119,18 @@ def _processes() -> list[Skipped]:
             command = " ".join(process.cmdline()) or process.name()
         except psutil.Error:
             continue
-        out.append(Skipped(f"process {pid}", "child process",
-                           f"{textwrap.shorten(command, SHOWN_CHARS)}: it keeps running on this "
-                           "pod only and does not come back after a resume (start it again)"))
+        out.append((("process", pid), Skipped(
+            f"process {pid}", "child process",
+            f"{textwrap.shorten(command, SHOWN_CHARS)}: it keeps running on this "
+            "pod only and does not come back after a resume (start it again)")))
     return out
 
 
-def _threads() -> list[Skipped]:
-    return [Skipped(f"thread {t.name}", "thread",
-                    "a thread started in the session does not come back: its work stops with "
-                    "this kernel (start it again after resume)")
+def _threads() -> list[Found]:
+    return [(("thread", t.ident), Skipped(
+                f"thread {t.name}", "thread",
+                "a thread started in the session does not come back: its work stops with "
+                "this kernel (start it again after resume)"))
             for t in threading.enumerate()
             if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
             and not type(t).__module__.startswith(KERNEL_MODULES)]
@@ -107,13 +143,13 @@ def _files() -> list:
         return []
 
 
-def _open_files() -> list[Skipped]:
+def _open_files() -> list[Found]:
     from .extra_paths import configured  # at checkpoint: the extension's load stays light
 
     kept = [os.path.join(os.path.abspath(d), "") for d in [*persistent_dirs(), *configured()] if d]
-    return [Skipped(f"file {f.path}", "open file",
-                    "open for writing outside the home volume: it stays on this pod, the next "
-                    "one will not have it (write it under the home directory)")
+    return [(None, Skipped(f"file {f.path}", "open file",
+                           "open for writing outside the home volume: it stays on this pod, "
+                           "the next one will not have it (write it under the home directory)"))
             for f in _files()
             if f.fd > 2  # stdout and stderr redirected by whoever started the server
             and (f.fd, f.path) not in _baseline["files"]

@@ -65,8 +65,9 @@ def format_checkpoint(r: CheckpointResult) -> str:
         + f": {len(r.saved)} objects, {human_bytes(r.bytes_total)} "
         f"({human_bytes(r.bytes_new)} new, {human_bytes(r.bytes_reused)} reused) in {r.seconds:.2f} s",
     ]
-    for s in r.skipped:
-        lines.append(f"  not saved: {p(s.name)} [{p(s.type)}]: {p(s.reason)}")
+    for s in r.skipped:  # a part of a saved object is said under that object's name
+        lines.append(f"  {p(s.name)} comes back without its {p(s.type)}: {p(s.reason)}" if s.inside
+                     else f"  not saved: {p(s.name)} [{p(s.type)}]: {p(s.reason)}")
     lines += [f"  warning: {p(w)}" for w in r.warnings]
     return "\n".join(lines)
 

@@ -77,7 +77,7 @@ def capture_packages(store: SnapshotStore,
                      write_blob: Callable[[list[tuple[str, object]]], tuple[str, int, bool]],
                      ) -> Captured:
     """Store the session's packages (see the module docstring); ``write_blob`` is
-    ``BlobWriter.write_views``."""
+    ``BlobWriter.write_more``."""
     out = Captured([], {}, {})
     if not enabled():
         return out

@@ -1,11 +1,12 @@
 """What stands in for objects that cannot be captured, and how they are recognised.
 
-``uncapturable_reason(obj)`` names the kinds of object that hold live process resources (running
-frames, file descriptors, sockets, locks, threads, database connections): pickling them is either
-impossible or would restore something dead. The capture replaces them with ``Uncaptured`` and
-reports them; everything around them is still saved. A closed file (what ``with open(...) as f``
-leaves in ``f``) holds nothing of the process: it is named as what it is. In-memory streams
-(``io.BytesIO``, ``io.StringIO``) are data and pickle with their contents.
+``uncapturable_reason(obj)`` names the kinds of object that hold live process resources
+(running frames, file descriptors, sockets, locks, threads, child processes, database
+connections): pickling them is either impossible or would restore something dead. The capture
+replaces them with ``Uncaptured`` and reports them; everything around them is still saved. A
+closed file (what ``with open(...) as f`` leaves in ``f``) holds nothing of the process: it is
+named as what it is. In-memory streams (``io.BytesIO``, ``io.StringIO``) are data and pickle
+with their contents.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import _thread
 import io
 import socket
 import sqlite3
+import subprocess
 import threading
 import types
 
@@ -23,6 +25,7 @@ _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
      "a generator or coroutine holds a running frame"),
     ((socket.socket,), "an open network connection cannot move to another process"),
     ((threading.Thread,), "a thread cannot move to another process"),
+    ((subprocess.Popen,), "a child process stays on this pod: start it again after resume"),
     ((_thread.LockType, _thread.RLock, type(threading.RLock())),
      "a lock belongs to this process"),
     ((sqlite3.Connection, sqlite3.Cursor), "a database connection cannot move to another process"),

@@ -40,7 +40,7 @@ def seconds_left(p: Progress) -> float | None:
 
 def _duration(seconds: float) -> str:
     if seconds < 1:
-        return "< 1 s"
+        return "under a second"
     s = round(seconds)
     if s < 60:
         return f"{s} s"
@@ -58,7 +58,7 @@ def describe(p: Progress) -> str:
         text += f" at {human_bytes(p.rate)}/s"
     left = seconds_left(p)
     if left is not None:
-        text += f", about {_duration(left)} left"
+        text += f", {'' if left < 1 else 'about '}{_duration(left)} left"
     return text
 
 
@@ -107,6 +107,11 @@ class PhaseBytes:
             self.done += nbytes
             if self.sink is not None:
                 self.sink(Progress(self.phase, self.done, self.total, time.monotonic() - self._start))
+
+    def grow(self, nbytes: int) -> None:
+        """The phase holds ``nbytes`` more than its total said (a blob planned after it began)."""
+        with self._lock:
+            self.total += nbytes
 
     def share(self, nbytes: int) -> BlobShare:
         """The ``nbytes`` one blob contributes, added chunk by chunk (see ``BlobShare``)."""

@@ -208,6 +208,7 @@ def _restore(
         if name not in restored and (name in reasons or isinstance(namespace[name], Uncaptured)):
             del namespace[name]
     result.restored = list(restored)
+    result.modules = [n for n, v in restored.items() if isinstance(v, types.ModuleType)]
     if only is None:
         state = loaded.get(SESSION_RECORD)
         if isinstance(state, dict):

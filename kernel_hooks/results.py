@@ -11,11 +11,14 @@ from typing import Any
 
 @dataclass
 class Skipped:
-    """An object that was not captured or not restored, and why."""
+    """An object that was not captured or not restored, and why. ``inside``: a part of the
+    saved object ``name`` (of kind ``type``) that comes back as a placeholder; ``name`` is the
+    user's name for what holds it."""
 
     name: str
     type: str
     reason: str
+    inside: bool = False
 
 
 @dataclass
@@ -31,6 +34,9 @@ class CheckpointResult:
     timings: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     hash_seed: str | None = None  # the kernel's PYTHONHASHSEED, as its manifest says
+    modules: list[str] = field(default_factory=list)
+    """The names in ``saved`` bound to modules: imported again on resume, not the user's data
+    (what the reports list apart)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,6 +56,7 @@ class ResumeResult:
     packages: list[str] = field(default_factory=list)  # one line per package put back (or not)
     paths: list[str] = field(default_factory=list)  # one line per extra path put back (or not)
     state: list[str] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)  # the names in ``restored`` bound to modules
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -126,3 +126,42 @@ def test_extra_paths_go_back_only_where_this_server_names_them(tmp_path, monkeyp
         f"{tmp_path / 'elsewhere'}: not put back: this server's c.GkeResume.extra_paths does "
         "not name it"]
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_each_thing_is_named_once_under_the_users_name(start_kernel):
+    """Issue 27.7: an object holding a running thread and a child process was listed as saved
+    and again as "proc (inside)", its thread and process once more as left behind (the thread
+    twice in one line: as the type and again in the reason). Each thing is now named once, under
+    the user's name that holds it; the modules and IPython's ``_`` names are saved but listed
+    apart (``modules``) or not at all."""
+    kernel = start_kernel()
+    result = kernel.run_json("""
+import json, subprocess, threading, time, kernel_hooks
+import numpy as np
+class Job:
+    def __init__(self):
+        self.proc = subprocess.Popen(["sleep", "300"])
+        self.worker = threading.Thread(target=time.sleep, args=(300,), name="worker", daemon=True)
+        self.worker.start()
+job = Job()
+data = np.arange(10)
+_exit_code = 0
+r = kernel_hooks.checkpoint('once').to_dict()
+print(json.dumps(r))
+""")
+    printed = kernel.run("%checkpoint\njob.proc.kill()")
+    assert re.search(r"job comes back without its child process: sleep 300 \(process \d+\)", printed)
+    assert "job comes back without its thread: worker:" in printed
+    assert "not saved: job" not in printed and "(inside)" not in printed
+    skipped = result["skipped"]
+    assert all(s["name"] == "job" for s in skipped), skipped
+    kinds = sorted(s["type"] for s in skipped)
+    assert kinds == ["child process", "thread"], skipped
+    for s in skipped:
+        assert s["inside"] is True
+        assert not s["reason"].startswith(s["type"]), s  # the type is not said again as the reason
+    assert "sleep 300" in next(s["reason"] for s in skipped if s["type"] == "child process")
+    assert "job" in result["saved"] and "data" in result["saved"]
+    assert "worker" in next(s["reason"] for s in skipped if s["type"] == "thread")
+    assert sorted(result["modules"]) == ["json", "kernel_hooks", "np", "subprocess", "threading",
+                                         "time"]

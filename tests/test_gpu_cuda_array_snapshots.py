@@ -213,7 +213,7 @@ def test_without_an_engine_a_foreign_cuda_array_is_a_named_placeholder(monkeypat
     store = SnapshotStore(str(tmp_path / "store"), "ws-cuda-arrays")
     namespace = {"stats": {"mean": 0.5, "buffer": DeviceArray(0xDEAD0000, (4,), "<f4")}}
     result = take_checkpoint(namespace, store, KEY)
-    assert [s.name for s in objects_skipped(result)] == ["stats (inside)"]
+    assert [(s.name, s.inside) for s in objects_skipped(result)] == [("stats", True)]
     assert "cuda-python" in objects_skipped(result)[0].reason
     restored: dict = {}
     take_resume(restored, store, KEY)

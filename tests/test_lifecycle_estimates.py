@@ -41,7 +41,7 @@ def test_no_rate_and_no_time_left_from_a_first_sample():
     assert describe(Progress("writing", 128, int(1.4 * 1024 * MIB), 0.0095)) == (
         "Writing 128 B of 1.4 GiB")
     assert describe(Progress("reading", 256 * MIB, 512 * MIB, 2.0)) == (
-        "Reading 256.0 MiB of 512.0 MiB at 128.0 MiB/s, about 2 s left")
+        "Reading 256 MiB of 512 MiB at 128 MiB/s, about 2 s left")
 
 
 def test_expected_seconds_learns_fixed_and_per_byte_cost():

@@ -128,7 +128,9 @@ def test_checkpoint_and_resume_of_one_big_array_report_inside_the_blob(start_ker
                      "kernel_hooks.checkpoint('big')", "seen")
     writing = [p for p in wrote if p.phase == "writing"]
     assert len(within_one_blob(writing, "writing")) >= 3
-    assert writing[-1].done_bytes == writing[-1].total_bytes == total
+    # ... and the pickled graph beside it (a few KiB): the phase counts every blob
+    assert writing[-1].done_bytes == writing[-1].total_bytes
+    assert total < writing[-1].total_bytes < total + 64 * 1024
     assert [p.phase for p in wrote][-2:] == ["committing", "done"]
 
     b = start_kernel()
@@ -140,3 +142,24 @@ def test_checkpoint_and_resume_of_one_big_array_report_inside_the_blob(start_ker
     assert unpickling and unpickling[-1].done_bytes == unpickling[-1].total_bytes > 0
     assert read[-1].phase == "done"
     assert b.run("print(float(big[-1]))").strip() == str(float(9 * 2**20 - 1))
+
+
+def test_the_writing_phase_counts_every_byte_the_snapshot_holds(start_kernel):
+    """Issue 27.7: the status bar said "writing ... of 660 MiB" and the dialog 677 MiB for one
+    snapshot: the writing phase counted the storages only, the result (and the paused record,
+    the snapshot row, the dialog) every blob, the graph of pickled objects included. A
+    namespace whose pickled part is a good share of it (a list of a million numbers): the
+    writing phase's last total is the result's ``bytes_total`` but for the blob headers, as
+    ``human_bytes`` writes it (the "done" report carries the manifest's total, which is the
+    result's ``bytes_total``)."""
+    from jupyter_gkeresume.units import human_bytes
+
+    kernel = start_kernel()
+    wrote = reported(kernel, "import numpy as np\nbig = np.ones(2**20)\nrows = list(range(10**6))",
+                     "kernel_hooks.checkpoint('sizes')", "seen")
+    writing = [p for p in wrote if p.phase == "writing"]
+    total = wrote[-1].total_bytes  # the "done" report: the manifest's total, as the result says
+    assert wrote[-1].phase == "done"
+    assert writing[-1].done_bytes == writing[-1].total_bytes
+    assert human_bytes(writing[-1].total_bytes) == human_bytes(total), (writing[-1], total)
+    assert total - writing[-1].total_bytes < 4096  # the headers of a few blobs

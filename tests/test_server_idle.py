@@ -28,7 +28,7 @@ from tornado.websocket import websocket_connect
 
 from jupyter_gkeresume.app import GkeResume
 from jupyter_gkeresume.errors import InvalidInputError
-from jupyter_gkeresume.idle import IdleWatcher
+from jupyter_gkeresume.idle import IdleWatcher, input_report_every
 
 IDLE_TIMEOUT = 6  # seconds: short, yet twice a kernel start here under load 8 (~2.5 s: the longest gap)
 POLL = 1.0  # seconds between two polls, as a client that watches the server closely
@@ -213,3 +213,46 @@ def test_the_environment_sets_the_idle_timeout(monkeypatch):
         with pytest.raises(InvalidInputError, match=r"GKERESUME_IDLE_TIMEOUT=.*whole seconds"):
             settings.resolved_idle_timeout()
 
+
+
+async def test_an_idle_pause_says_since_when_and_after_how_long(api):
+    """Issue 27.6: after an idle pause nothing said that nobody had been active, since when,
+    nor after how long. The paused record (what the lab and a fresh pod read) now says it:
+    ``idle`` with the last activity's time, the seconds idle when the pause began, and the
+    timeout."""
+    orchestrator = api.serverapp.web_app.settings["gkeresume_orchestrator"]
+    kid = await api.new_session("idle.ipynb")
+    await api.run_cell(kid, "kept = 7")
+    last = datetime(2026, 11, 30, 10, 14, 5, tzinfo=timezone.utc)
+    watcher = IdleWatcher(orchestrator, lambda: last, timeout=60, pause_busy=False,
+                          log=logging.getLogger("test"))
+    assert await watcher.check()
+    status = await api.settle()
+    paused = status["paused"]
+    assert status["state"] == "paused" and paused["reason"] == "idle", status
+    idle = paused["idle"]
+    assert idle["since"] == "2026-11-30T10:14:05Z" and idle["timeout"] == 60
+    now = datetime.now(timezone.utc)
+    assert (paused_at := datetime.fromisoformat(paused["paused_at"].replace("Z", "+00:00"))) <= now
+    assert 60 < idle["seconds"] <= (paused_at - last).total_seconds() + 1
+
+
+async def test_a_persons_input_in_a_lab_counts_and_polls_do_not(api):
+    """Issue 27.9: a person reading and moving through the lab (keys, pointer, scrolling) was
+    idle to the server. The lab reports such input (``POST /gkeresume/api/activity``, at most
+    every ``report_every`` seconds, which the reply says: a third of the idle timeout, never
+    more than a minute); it is activity of kind ``input``. The lab's polls still are not."""
+    orchestrator = api.serverapp.web_app.settings["gkeresume_orchestrator"]
+    activity = orchestrator.activity
+    before = activity.last()
+    for path in ("gkeresume/api/status", "api/kernels", "api/sessions", "gkeresume/api/snapshots"):
+        assert (await api.call("GET", path))[0] == 200
+    assert activity.last() == before and "input" not in activity.seen()
+    code, reply = await api.call("POST", "gkeresume/api/activity", {})
+    assert code == 200
+    timeout = orchestrator.settings.idle_timeout
+    assert reply == {"report_every": input_report_every(timeout)}
+    assert input_report_every(60) == 20 and input_report_every(3600) == 60
+    assert activity.seen()["input"] > before and activity.last() == activity.seen()["input"]
+    code, _ = await api.call("POST", "gkeresume/api/activity", {"kind": "keys"})
+    assert code == 400  # the body says nothing: an unknown field is a mistake, said plainly

@@ -222,8 +222,10 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert seen["pausedLabel"] == "Paused" and seen["cancelAfterPause"] is False
     assert seen["badge"] == "Paused"
     # (the names come from the paused record, which status returns once the kernels are gone)
-    assert "Saved 4 objects (" in seen["pauseMessage"]
-    assert "from 1 kernel: x, np, big, parts" in seen["pauseMessage"]
+    # the user's data, the module apart (issue 27.7)
+    assert "Saved 3 objects (" in seen["pauseMessage"]
+    assert "from 1 kernel: x, big, parts" in seen["pauseMessage"]
+    assert "Modules, imported again on resume: np." in seen["pauseMessage"]
     assert "The kernels were stopped; this server keeps running." in seen["pauseMessage"]
     assert "GPU was released" not in seen["pauseMessage"]
     assert "x = 41 + 1" in seen["savedCells"]
@@ -231,8 +233,13 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     # The resume dialog after the reload: when, size, estimate, verdict, the choices.
     for field in ("Paused", "Notebooks", "e2e.ipynb", "Size", "Estimated restore", "exact"):
         assert field in seen["resumeDialog"]
+    # what the pause saved, and (nothing here) what will not come back, before Resume
+    assert re.search(r"Saved\s+3 objects \(512 MiB, [\d.]+ [KM]iB new\) from 1 kernel: x, big, parts",
+                     seen["resumeDialog"]), seen["resumeDialog"]
+    assert "Will not come back" not in seen["resumeDialog"]
     # No resume measured here yet: the estimate comes from the pause, measured on this store.
-    assert re.search(r"about [\d a-z]+ for 512 MiB \(measured on this store\)", seen["resumeDialog"]), (
+    assert re.search(r"(about [\d a-z]+|under a second) for 512 MiB \(measured on this store\)",
+                     seen["resumeDialog"]), (
         seen["resumeDialog"])
     assert seen["resumeButtons"] == ["Later", "Start fresh", "Resume"]
 
@@ -241,7 +248,8 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert len(rising) >= 2, f"resume progress {rising}; labels {[n['label'] for n in seen['resumeNotes']]}"
     assert seen["readyLabel"] == "Running (resumed)" and seen["cancelAfterResume"] is False
     assert seen["badgeAfterResume"] is False
-    assert seen["resumeMessage"].startswith("Restored 4 objects into 1 kernel: x, np, big, parts")
+    assert seen["resumeMessage"].startswith("Restored 3 objects into 1 kernel: x, big, parts")
+    assert "Modules, imported again: np." in seen["resumeMessage"]
     assert seen["output"] == f"42 {512 * 2**20} 8.0"
     status = _get(lab.api("status"))[1]
     assert status["state"] in ("ready", "running") and status["paused"] is None
@@ -252,13 +260,13 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert _luminance(seen["darkPanel"]["color"]) > 150
     assert _luminance(seen["darkStatus"]["color"]) > 150
     # Restore from the panel into the running kernel; Delete only after the confirmation.
-    assert seen["restoreMessage"].startswith("Restored 4 objects into 1 kernel: x, np, big, parts")
+    assert seen["restoreMessage"].startswith("Restored 3 objects into 1 kernel: x, big, parts")
     assert seen["outputAfterRestore"] == "42"
     assert "cannot be undone" in seen["deleteQuestion"]
     assert seen["snapshotsAfterDelete"] == seen["snapshotsBeforeDelete"] - 1
     remaining = [row["id"] for row in _get(lab.api("snapshots"))[1]["snapshots"]]
     assert len(remaining) == seen["snapshotsAfterDelete"] and seen["deleted"] not in remaining
 
-    for name in ("pause-queued", "paused-status", "resume-dialog", "after-resume",
+    for name in ("pause-queued", "paused-status", "resume-dialog", "resume-message", "after-resume",
                  "dark-snapshots", "progress-pausing", "progress-resuming"):
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 0, seen.get(f"{name}-missed")

@@ -12,6 +12,7 @@ from fixtures_ui import ROOT
 from jupyter_gkeresume import rates
 from jupyter_gkeresume.snapshot.compat import LEVELS
 from jupyter_gkeresume.states import State
+from jupyter_gkeresume.units import human_bytes
 
 
 def _node(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -45,3 +46,15 @@ def test_typescript_mirrors_when_a_rate_is_known(ui_env, ts_unit_build):
     run = _node(ui_env, "-e", script)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == [rates.RATE_MIN_SECONDS, rates.RATE_MIN_FRACTION]
+
+
+def test_one_size_is_spelled_the_same_by_the_lab_and_the_kernel(ui_env, ts_unit_build):
+    """Issue 27.7: one size, one spelling: the lab's ``formatBytes`` and the kernel's and CLI's
+    ``units.human_bytes`` write every size alike (the status bar, the dialogs, ``%checkpoint``)."""
+    sizes = [0, 1, 1023, 1024, 1536, 100 * 1024 - 1, 512 * 2**20, 660 * 2**20 + 300_000,
+             677 * 2**20, 2 * 2**30, 3 * 2**40 + 5]
+    script = (f"const f = require({json.dumps(str(ts_unit_build / 'src' / 'format.js'))});"
+              f"console.log(JSON.stringify({json.dumps(sizes)}.map(f.formatBytes)))")
+    run = _node(ui_env, "-e", script)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == [human_bytes(n) for n in sizes]

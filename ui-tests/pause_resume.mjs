@@ -271,6 +271,7 @@ async function main() {
     seen.resumeNotes = await stopRecorder(page);
     seen.readyLabel = seen.resumeNotes.find(note => note.state === 'ready')?.label ?? null;
     seen.cancelAfterResume = await page.locator('.jp-gkeresume-cancel').isVisible();
+    await shot(page, 'resume-message');
     seen.resumeMessage = await dismiss(page, '.jp-gkeresume-message');
     seen.badgeAfterResume = await page.locator('.jp-gkeresume-badge').first().isVisible();
     await kernelIdle(page);

@@ -58,6 +58,8 @@ export const api = {
   cancel: (): Promise<unknown> => post('cancel', {}),
   /** Discard the paused record (start fresh; the snapshots stay). */
   discardPaused: (): Promise<void> => requestAPI<void>('paused', { method: 'DELETE' }),
+  /** A person's input in this tab (activity.ts): the server says how often to report it. */
+  activity: (): Promise<{ report_every: number }> => post('activity', {}),
   /** Tell the server the lab's settings; an APIError 404 from a server without the endpoint. */
   putSettings: (settings: IServerSettings): Promise<unknown> =>
     requestAPI('settings', { method: 'PUT', body: JSON.stringify(settings) })

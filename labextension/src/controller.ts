@@ -18,7 +18,7 @@ import { DocumentRegistry } from '@jupyterlab/docregistry';
 import { INotebookTracker } from '@jupyterlab/notebook';
 
 import { api } from './api';
-import { askResume, showMessage } from './dialogs';
+import { IShownMessage, askResume, showMessage } from './dialogs';
 import { pauseSummary, resumeSummary } from './describe';
 import { openDocuments } from './documents';
 import { APIError } from './http';
@@ -174,31 +174,29 @@ export class Controller {
     }
   }
 
-  /** The message saying how an operation ended (the notifier calls it once its toast left). */
-  private tell({ operation, status, results }: IFinished): void {
+  /** The message saying how an operation ended (the notifier calls it once its toast left,
+   * and closes it when a later operation comes). */
+  private tell({ operation, status, results }: IFinished): IShownMessage {
     if (operation.kind === 'resume') {
-      void showMessage(resumeSummary(status, operation));
-      return;
+      return showMessage(resumeSummary(status, operation));
     }
     const failed =
       status.state !== 'paused' &&
       status.last_error !== null &&
       ['pause', 'release'].includes(status.last_error.operation);
     if (operation.id === this._cancelled && status.state !== 'paused') {
-      void showMessage({
+      return showMessage({
         title: 'Pause cancelled',
         lines: ['Nothing was released: your kernels go on as they were.']
       });
-      return;
     }
     if (failed) {
-      void showErrorMessage(
-        'Pause failed',
-        `${status.last_error!.message}\nNothing was released: your kernels are as they were.`
-      );
-      return;
+      return showMessage({
+        title: 'Pause failed',
+        lines: [status.last_error!.message, 'Nothing was released: your kernels are as they were.']
+      });
     }
-    void showMessage(pauseSummary(status, results));
+    return showMessage(pauseSummary(status, results));
   }
 
   private readonly _notifier: OperationNotifier;

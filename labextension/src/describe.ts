@@ -9,7 +9,7 @@
  * - `snapshotLabel`   -> a readable name for an unnamed snapshot.
  */
 
-import { formatAge, formatBytes, formatDuration, plural } from './format';
+import { formatAge, formatBytes, formatDuration, formatUTC, plural } from './format';
 import {
   ACTIVE_STATES,
   combinedProgress,
@@ -21,6 +21,7 @@ import {
 import {
   ICheckpointResult,
   IOperation,
+  ISkipped,
   IPausedRecord,
   IResumeResult,
   IKernelStatus,
@@ -220,7 +221,70 @@ export type SavedSummary = Pick<
   ICheckpointResult,
   'bytes_total' | 'bytes_new' | 'saved' | 'skipped'
 > &
-  Partial<Pick<ICheckpointResult, 'warnings'>>;
+  Partial<Pick<ICheckpointResult, 'warnings' | 'modules'>>;
+
+/** How many names a message lists before "and N more". */
+const LISTED = 12;
+
+function listed(names: string[]): string {
+  const more = names.length - LISTED;
+  return more > 0 ? `${names.slice(0, LISTED).join(', ')} and ${more} more` : names.join(', ');
+}
+
+/**
+ * What the user reads about what could not be saved, each thing once: "Not saved: gen
+ * (generator): why" for a name left out, and for a saved object with parts that come back as
+ * placeholders one line under its name: "proc comes back without its thread (why) and its
+ * child process (why)."
+ */
+export function skippedLines(skipped: ISkipped[]): string[] {
+  const lines: string[] = [];
+  const parts = new Map<string, ISkipped[]>();
+  for (const s of skipped) {
+    if (s.inside) {
+      parts.set(s.name, [...(parts.get(s.name) ?? []), s]);
+    } else {
+      lines.push(`Not saved: ${s.name} (${s.type}): ${s.reason}`);
+    }
+  }
+  for (const [name, inside] of parts) {
+    const what = inside.map(s => `its ${s.type} (${s.reason})`);
+    const joined = what.length > 1 ? `${what.slice(0, -1).join(', ')} and ${what[what.length - 1]}` : what[0];
+    lines.push(`${name} comes back without ${joined}.`);
+  }
+  return lines;
+}
+
+/** `names` as the user's data (no modules, no IPython `_` names; each once) and the modules. */
+function usersNames(names: string[], modules: string[]): { data: string[]; modules: string[] } {
+  const apart = [...new Set(modules)];
+  const data = [...new Set(names)].filter(n => !apart.includes(n) && !n.startsWith('_'));
+  return { data, modules: apart };
+}
+
+/**
+ * The saved objects as the user reads them: "Saved 12 objects (677 MiB, 10 MiB new) from 1
+ * kernel: opt, df, ..." names the user's data, those saved whole first, then those saved
+ * without some parts (`skippedLines` says which); modules are listed apart ("Modules, imported
+ * again on resume: torch, np.") and IPython's `_` names not at all (they are saved all the
+ * same). One size: the kernels' `bytes_total`, what the status bar and the resume dialog say.
+ */
+export function savedLines(results: SavedSummary[]): string[] {
+  const bytes = results.reduce((n, r) => n + r.bytes_total, 0);
+  const fresh = results.reduce((n, r) => n + r.bytes_new, 0);
+  const partly = new Set(results.flatMap(r => r.skipped.filter(s => s.inside).map(s => s.name)));
+  const { data, modules } = usersNames(results.flatMap(r => r.saved), results.flatMap(r => r.modules ?? []));
+  const names = [...data.filter(n => !partly.has(n)), ...data.filter(n => partly.has(n))];
+  const lines = [
+    `Saved ${plural(names.length, 'object')} (${formatBytes(bytes)}, ` +
+      `${formatBytes(fresh)} new) from ${plural(results.length, 'kernel')}` +
+      (names.length ? `: ${listed(names)}` : '.')
+  ];
+  if (modules.length) {
+    lines.push(`Modules, imported again on resume: ${listed(modules)}.`);
+  }
+  return lines;
+}
 
 /** The paused record's per-kernel results; empty when a kernel's entry lacks them. */
 export function recordedResults(record: IPausedRecord): SavedSummary[] {
@@ -231,8 +295,26 @@ export function recordedResults(record: IPausedRecord): SavedSummary[] {
     bytes_total: k.bytes_total,
     bytes_new: k.bytes_new ?? 0,
     saved: k.saved!,
-    skipped: k.skipped ?? []
+    skipped: k.skipped ?? [],
+    modules: k.modules ?? []
   }));
+}
+
+/** Why an idle pause happened, one sentence: "Paused at 2026-11-30 10:15 UTC because nobody
+ * was active since 2026-11-30 10:14 UTC (1 min 1 s; the idle pause comes after 1 min)."; null
+ * for any other pause. */
+export function idleLine(record: IPausedRecord): string | null {
+  const idle = record.reason === 'idle' ? record.idle : null;
+  if (!idle) {
+    return record.reason === 'idle'
+      ? `Paused at ${formatUTC(record.paused_at)} because nobody was active.`
+      : null;
+  }
+  return (
+    `Paused at ${formatUTC(record.paused_at)} because nobody was active since ` +
+    `${formatUTC(idle.since)} (${formatDuration(idle.seconds)}; the idle pause comes after ` +
+    `${formatDuration(idle.timeout)}).`
+  );
 }
 
 /**
@@ -242,23 +324,14 @@ export function recordedResults(record: IPausedRecord): SavedSummary[] {
  */
 export function pauseSummary(status: IStatus, polled: ICheckpointResult[]): IMessage {
   const released = status.state === 'paused' && status.paused !== null;
-  const title = released ? 'Workspace paused' : 'Checkpoint saved';
-  const lines: string[] = [];
+  const why = released ? idleLine(status.paused!) : null;
+  const title = why ? 'Workspace paused: nobody was active' : released ? 'Workspace paused' : 'Checkpoint saved';
+  const lines: string[] = why ? [why] : [];
   const recorded = released ? recordedResults(status.paused!) : [];
   const results: SavedSummary[] = recorded.length ? recorded : polled;
   if (results.length) {
-    const bytes = results.reduce((n, r) => n + r.bytes_total, 0);
-    const fresh = results.reduce((n, r) => n + r.bytes_new, 0);
-    const saved = results.flatMap(r => r.saved);
-    lines.push(
-      `Saved ${plural(saved.length, 'object')} (${formatBytes(bytes)}, ` +
-        `${formatBytes(fresh)} new) from ${plural(results.length, 'kernel')}` +
-        (saved.length ? `: ${saved.slice(0, 12).join(', ')}${saved.length > 12 ? ', …' : ''}` : '.')
-    );
-    const skipped = results.flatMap(r => r.skipped);
-    for (const s of skipped) {
-      lines.push(`Not saved: ${s.name} (${s.type}): ${s.reason}`);
-    }
+    lines.push(...savedLines(results));
+    lines.push(...skippedLines(results.flatMap(r => r.skipped)));
     for (const warning of results.flatMap(r => r.warnings ?? [])) {
       lines.push(`Warning: ${warning}`);
     }
@@ -318,11 +391,17 @@ export function resumeSummary(status: IStatus, operation: IOperation): IMessage 
     .filter(k => operation.kernels.includes(k.kernel_id) || k.state === 'ready')
     .map(k => k.result)
     .filter((r): r is IResumeResult => !!r && 'restored' in r);
-  const restored = results.flatMap(r => r.restored);
+  const { data, modules } = usersNames(
+    results.flatMap(r => r.restored),
+    results.flatMap(r => r.modules ?? [])
+  );
   const lines = [
-    `Restored ${plural(restored.length, 'object')} into ${plural(results.length, 'kernel')}` +
-      (restored.length ? `: ${restored.slice(0, 12).join(', ')}${restored.length > 12 ? ', …' : ''}` : '.')
+    `Restored ${plural(data.length, 'object')} into ${plural(results.length, 'kernel')}` +
+      (data.length ? `: ${listed(data)}` : '.')
   ];
+  if (modules.length) {
+    lines.push(`Modules, imported again: ${listed(modules)}.`);
+  }
   for (const s of results.flatMap(r => r.not_restored)) {
     lines.push(`Not restored: ${s.name} (${s.type}): ${s.reason}`);
   }

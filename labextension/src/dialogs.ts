@@ -75,6 +75,9 @@ export async function askResume(
   const parts: HTMLElement[] = [];
   const optOut = el('input', 'jp-gkeresume-no-shutdown-checkpoint');
   optOut.type = 'checkbox';
+  if (offer.why) {
+    parts.push(el('p', 'jp-gkeresume-notice', offer.why));
+  }
   if (offer.pausedByShutdown) {
     parts.push(el('p', 'jp-gkeresume-notice', SHUTDOWN_NOTICE));
     if (checkpointOnShutdown) {
@@ -90,11 +93,17 @@ export async function askResume(
     row('Paused', `${formatUTC(offer.pausedAt)} (${formatAge(offer.pausedAt, now)})`),
     row('Notebooks', offer.notebooks.join(', ') || '(none)'),
     row('Size', formatBytes(offer.bytes)),
+    ...(offer.saved ? [row('Saved', offer.saved.replace(/^Saved /, ''))] : []),
     row('Estimated restore', estimateText(offer)),
     verdict
   );
   if (offer.packages.length) {
     parts.push(row('Installs', offer.packages.join(', ')));
+  }
+  if (offer.notComingBack.length) {
+    const list = el('ul', 'jp-gkeresume-not-back');
+    list.append(...offer.notComingBack.map(line => el('li', '', line)));
+    parts.push(el('p', 'jp-gkeresume-key', 'Will not come back:'), list);
   }
   const notes = [
     ...offer.reasons,
@@ -145,14 +154,25 @@ export async function askResume(
   return { choice, stopCheckpointOnShutdown: optOut.checked };
 }
 
-/** Show a message (what a pause saved, what a resume restored). */
-export async function showMessage(message: IMessage): Promise<void> {
+/** A message on screen that can be taken away (a later operation's message replaces it). */
+export interface IShownMessage {
+  close(): void;
+}
+
+/** Show a message (what a pause saved, what a resume restored, why one failed); `close()`
+ * takes it off the screen, or out of the queue of dialogs waiting for their turn. */
+export function showMessage(message: IMessage, className = 'jp-gkeresume-message'): IShownMessage {
   const lines = message.lines.map(line => el('p', '', line));
-  await showDialog({
+  const dialog = new Dialog({
     title: message.title,
-    body: body('jp-gkeresume-message', ...lines),
+    body: body(className, ...lines),
     buttons: [Dialog.okButton({ label: 'OK' })]
   });
+  dialog.launch().then(
+    () => dialog.dispose(),
+    () => undefined // closed before the user did: dispose() rejects the launch
+  );
+  return { close: () => dialog.dispose() };
 }
 
 /** Confirm deleting a snapshot. */

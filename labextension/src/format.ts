@@ -22,13 +22,13 @@ export function formatRate(bytesPerSecond: number): string {
   return `${formatBytes(bytesPerSecond)}/s`;
 }
 
-/** 75 -> "1 min 15 s"; 4000 -> "1 h 7 min"; 0.4 -> "< 1 s". */
+/** 75 -> "1 min 15 s"; 4000 -> "1 h 7 min"; 0.4 -> "under a second". */
 export function formatDuration(seconds: number): string {
   if (!Number.isFinite(seconds) || seconds < 0) {
     return '?';
   }
   if (seconds < 1) {
-    return '< 1 s';
+    return 'under a second';
   }
   const s = Math.round(seconds);
   if (s < 60) {
@@ -40,6 +40,11 @@ export function formatDuration(seconds: number): string {
   }
   const minutes = Math.round((s % 3600) / 60);
   return minutes ? `${Math.floor(s / 3600)} h ${minutes} min` : `${Math.floor(s / 3600)} h`;
+}
+
+/** An expected duration: "about 12 s", or "under a second" (never "about < 1 s"). */
+export function aboutDuration(seconds: number): string {
+  return seconds < 1 ? 'under a second' : `about ${formatDuration(seconds)}`;
 }
 
 /** How long ago an ISO 8601 time was, from `now` (ms since the epoch): "5 min ago". */

@@ -18,6 +18,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { CommandToolbarButton, LabIcon } from '@jupyterlab/ui-components';
 import { Menu } from '@lumino/widgets';
 
+import { InputReporter } from './activity';
 import { api, saveChannel } from './api';
 import { PausedBadge } from './badge';
 import { Controller } from './controller';
@@ -86,6 +87,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const controller = new Controller(app, docManager, notebooks, model, settings);
     // every pause, whoever starts it, has this page save its documents first
     new LabSaves(saveChannel, () => openDocuments(app, docManager)).start();
+    // a person using this tab is not idle (the idle pause); the lab's polls are not a person
+    new InputReporter(document, api.activity).start();
     const { commands, shell } = app;
 
     const panel = new SnapshotsPanel(model, {

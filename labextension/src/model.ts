@@ -10,7 +10,10 @@
  * Because the server keeps the state, a reloaded page picks up whatever is in flight.
  *
  * Invariant: `finished` fires once per operation this page saw in flight, with the checkpoint
- * results seen while it ran (kernels stopped by a pause no longer report them).
+ * results seen while it ran (kernels stopped by a pause no longer report them), and once for a
+ * pause it did not see in flight (an idle pause between two polls) when its paused record
+ * appears in a status after one without it; a page opened on a paused workspace gets the
+ * resume dialog instead.
  */
 
 import { IPoll, Poll } from '@lumino/polling';
@@ -141,6 +144,26 @@ export class StatusModel {
       this._results.clear();
       this._finished.emit({ operation: seen, status, results });
     }
+    const record = status.paused;
+    const unseen =
+      !seen && !status.operation && status.state === 'paused' && record && before &&
+      before.paused?.paused_at !== record.paused_at && record.paused_at !== this._toldPausedAt;
+    if (seen && record) {
+      this._toldPausedAt = record.paused_at; // a pause it followed: told already
+    }
+    if (unseen) {
+      this._toldPausedAt = record.paused_at;
+      const operation: IOperation = {
+        id: `paused-${record.paused_at}`,
+        kind: 'pause',
+        started: status.since,
+        reason: record.reason,
+        release: true,
+        mode: null,
+        kernels: record.kernels.map(k => k.kernel_id)
+      };
+      this._finished.emit({ operation, status, results: [] });
+    }
     if (status.operation && this._operation?.id !== status.operation.id) {
       this.track(status.operation, before);
     } else if (status.operation) {
@@ -179,6 +202,7 @@ export class StatusModel {
   private _ignoreUpTo = 0;
   private _applied = 0;
   private _started = false;
+  private _toldPausedAt: string | null = null;
   private readonly _poll: Poll;
   private _changed = new Signal<this, IStatus | null>(this);
   private _finished = new Signal<this, IFinished>(this);

@@ -8,6 +8,9 @@
  * status without that operation arrives. When the model reports an operation `finished`, the
  * notifier dismisses its notification, awaits the sink's word that it is off the screen, and
  * only then calls `tell` (which shows the final message): the two are never on screen together.
+ * Messages keep the operations' order: a message whose toast left the screen after a later
+ * operation ended is never shown (a stale "Workspace resumed" over "Paused"), and the message
+ * `tell` returned is closed as soon as a later operation is in flight or has ended.
  * `sink` is JupyterLab's `Notification` (toasts.ts; an interface here so node's tests drive it).
  */
 
@@ -40,12 +43,17 @@ export interface INotificationSink {
   dismiss(id: string): Promise<void>;
 }
 
+/** What `tell` shows, closed when a later operation comes. */
+export interface IClosable {
+  close(): void;
+}
+
 export class OperationNotifier {
   constructor(
     private readonly model: StatusModel,
     private readonly sink: INotificationSink,
     private readonly cancel: () => void,
-    private readonly tell: (finished: IFinished) => void
+    private readonly tell: (finished: IFinished) => IClosable | void
   ) {
     model.finished.connect(this.onFinished, this);
     model.changed.connect(this.onChanged, this);
@@ -57,6 +65,7 @@ export class OperationNotifier {
   }
 
   dispose(): void {
+    this._finishedCount++; // a message still waiting for its toast to leave is not shown
     this.model.finished.disconnect(this.onFinished, this);
     this.model.changed.disconnect(this.onChanged, this);
     void this.close();
@@ -74,7 +83,21 @@ export class OperationNotifier {
   }
 
   private onFinished(_: StatusModel, finished: IFinished): void {
-    void this.close().then(() => this.tell(finished));
+    const turn = ++this._finishedCount;
+    this.closeMessage();
+    void this.close().then(() => {
+      if (turn === this._finishedCount) {
+        this._message = this.tell(finished) ?? null;
+        this._messageFor = finished.operation.id;
+      }
+    });
+  }
+
+  /** Take the message of an earlier operation off the screen. */
+  private closeMessage(): void {
+    this._message?.close();
+    this._message = null;
+    this._messageFor = null;
   }
 
   private onChanged(_: StatusModel, status: IStatus | null): void {
@@ -85,6 +108,9 @@ export class OperationNotifier {
     if (!operation) {
       void this.close();
       return;
+    }
+    if (this._messageFor !== null && this._messageFor !== operation.id) {
+      this.closeMessage(); // a later operation is in flight
     }
     const view = describeStatus(status);
     const actions: INotificationAction[] = view.cancellable
@@ -107,4 +133,7 @@ export class OperationNotifier {
   private _operation: string | null = null;
   private _shown = '';
   private _closing: Promise<void> = Promise.resolve();
+  private _finishedCount = 0;
+  private _message: IClosable | null = null;
+  private _messageFor: string | null = null;
 }

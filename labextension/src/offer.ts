@@ -5,13 +5,18 @@
  * reason, and which choices make sense.
  */
 
-import { formatBytes, formatDuration } from './format';
-import { recordedResults } from './describe';
-import { ISnapshotRow, IStatus, IVerdict, LEVELS, Level } from './types';
+import { aboutDuration, formatBytes } from './format';
+import { idleLine, recordedResults, savedLines, skippedLines } from './describe';
+import { IPausedRecord, ISnapshotRow, IStatus, IVerdict, LEVELS, Level } from './types';
 
 export interface IResumeOffer {
   pausedAt: string;
   reason: string | null;
+  /** Why it paused, when nobody was active (`idleLine`); null for any other pause. */
+  why: string | null;
+  /** What the pause saved ("Saved 12 objects (677 MiB, ...): opt, df, ..."), when the record
+   * names it. */
+  saved: string | null;
   notebooks: string[];
   bytes: number;
   /** From this store's recorded operations (the server's `resume_estimate_seconds`); null
@@ -27,6 +32,9 @@ export interface IResumeOffer {
   problems: string[];
   /** Packages installed in the paused sessions that the resume would install here. */
   packages: string[];
+  /** What the pause could not save, as the paused record names it (from each snapshot's
+   * manifest): said before Resume is clicked. */
+  notComingBack: string[];
   /** Saved objects that load here (saved minus at risk), when the server lists saved names. */
   compatibleObjects: string[] | null;
   canResume: boolean;
@@ -83,6 +91,8 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
   return {
     pausedAt: record.paused_at,
     reason: record.reason,
+    why: idleLine(record),
+    saved: recordedResults(record).length ? savedLines(recordedResults(record))[0] : null,
     notebooks: record.kernels.map(k => k.notebook ?? `(kernel ${k.kernel_name ?? '?'})`),
     bytes,
     estimateSeconds: learned,
@@ -92,6 +102,7 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
     objectsAtRisk: atRisk,
     problems,
     packages: [...new Set(packages)],
+    notComingBack: notComingBack(record, byId),
     compatibleObjects: compatible,
     canResume: usable,
     // One `only` list serves every kernel: the server gives each kernel the names its
@@ -105,10 +116,24 @@ export function resumeOffer(status: IStatus, rows: ISnapshotRow[]): IResumeOffer
   };
 }
 
+/** What will not come back: the record's skipped entries (each kernel's, from its checkpoint
+ * and manifest); for a kernel whose entry predates them, its snapshot row's count. */
+function notComingBack(record: IPausedRecord, rows: Map<string, ISnapshotRow>): string[] {
+  const lines = skippedLines(record.kernels.flatMap(k => k.skipped ?? []));
+  for (const kernel of record.kernels) {
+    const count = rows.get(kernel.snapshot_id)?.skipped ?? 0;
+    if (!kernel.skipped && count) {
+      const objects = count === 1 ? '1 object was' : `${count} objects were`;
+      lines.push(`${kernel.notebook ?? kernel.snapshot_id}: ${objects} not saved.`);
+    }
+  }
+  return lines;
+}
+
 /** One line for the resume dialog: "about 12 s for 2.0 GiB (measured on this store)". */
 export function estimateText(offer: IResumeOffer): string {
   const size = formatBytes(offer.bytes);
   return offer.estimateSeconds === null
     ? `${size} (no estimate yet: the first pause or resume here measures this store)`
-    : `about ${formatDuration(offer.estimateSeconds)} for ${size} (measured on this store)`;
+    : `${aboutDuration(offer.estimateSeconds)} for ${size} (measured on this store)`;
 }

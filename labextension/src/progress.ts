@@ -16,7 +16,7 @@
  * - `progressSentence` -> "writing 412 MiB of 764 MiB at 95 MiB/s, about 4 s left".
  */
 
-import { formatBytes, formatDuration, formatRate } from './format';
+import { aboutDuration, formatBytes, formatRate } from './format';
 import { IKernelStatus, IOperation, IProgress, Phase, State } from './types';
 
 /** States in which an operation is in flight (jupyter_gkeresume/states.py ACTIVE). */
@@ -168,9 +168,9 @@ export function secondsLeft(
   return byEstimate === null ? byRate : Math.max(byRate, byEstimate);
 }
 
-/** "about 4 s left", "less than a second left". */
+/** "about 4 s left", "under a second left". */
 export function leftText(seconds: number): string {
-  return seconds < 1 ? 'less than a second left' : `about ${formatDuration(seconds)} left`;
+  return `${aboutDuration(seconds)} left`;
 }
 
 /**

@@ -51,6 +51,9 @@ export interface ISkipped {
   name: string;
   type: string;
   reason: string;
+  /** A part of the saved object `name` that comes back as a placeholder (kernel_hooks
+   * results.Skipped.inside); absent from older kernels. */
+  inside?: boolean;
 }
 
 export interface IVerdict {
@@ -70,6 +73,8 @@ export interface ICheckpointResult {
   skipped: ISkipped[];
   timings: Record<string, number>;
   warnings: string[];
+  /** The names in `saved` bound to modules (absent from older kernels). */
+  modules?: string[];
 }
 
 export interface IResumeResult {
@@ -84,6 +89,8 @@ export interface IResumeResult {
   packages?: string[];
   /** One line per directory of `c.GkeResume.extra_paths` it put back (or could not). */
   paths?: string[];
+  /** The names in `restored` bound to modules (absent from older kernels). */
+  modules?: string[];
 }
 
 /** A queued pause waits for a running cell (`operation.waiting_for`). */
@@ -110,6 +117,8 @@ export interface IOperation {
   estimate_seconds?: number | null;
   /** A pause: what the connected labs saved before the hold (null until they answered). */
   documents?: IDocumentsReport | null;
+  /** An idle pause: since when nobody was active. */
+  idle?: IIdleNote | null;
 }
 
 export interface IKernelStatus {
@@ -158,6 +167,16 @@ export interface IPausedKernel {
   skipped?: ISkipped[];
   /** The PYTHONHASHSEED its resume starts the kernel with (absent: random, or an older record). */
   hash_seed?: string;
+  /** The names in `saved` bound to modules (absent in older records). */
+  modules?: string[];
+}
+
+/** An idle pause's note (jupyter_gkeresume/idle.py `IdleWatcher.note`): nobody was active
+ * `since` (ISO 8601 UTC) for `seconds` when it began, with the idle `timeout` (seconds). */
+export interface IIdleNote {
+  since: string;
+  seconds: number;
+  timeout: number;
 }
 
 /** The paused record (records/paused.json in the store). */
@@ -171,6 +190,8 @@ export interface IPausedRecord {
   kernels: IPausedKernel[];
   /** What the connected labs saved before the pause (absent in older records). */
   documents?: IDocumentsReport | null;
+  /** An idle pause: since when nobody was active (null otherwise; absent in older records). */
+  idle?: IIdleNote | null;
 }
 
 export interface ILastError {

@@ -92,7 +92,7 @@ test('the learned estimate gives the time left and moves the bar in phases witho
   // Releasing has no bytes: the bar sits inside its band by elapsed / estimate.
   const releasing = status('releasing', { operation: { ...op, started: NOW / 1000 - 9.8 } });
   const r = describeStatus(releasing, NOW);
-  assert.equal(r.label, 'Releasing: stopping the kernels, less than a second left');
+  assert.equal(r.label, 'Releasing: stopping the kernels, under a second left');
   assert.ok(r.progress && r.progress.fraction! >= 0.95 && r.progress.fraction! <= 1);
   // Nothing known: an indeterminate bar, still shown.
   const bare = describeStatus(status('releasing', { operation: operation() }), NOW);

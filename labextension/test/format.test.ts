@@ -21,7 +21,7 @@ test('bytes use binary units with one decimal below 100', () => {
 });
 
 test('durations read naturally', () => {
-  assert.equal(formatDuration(0.2), '< 1 s');
+  assert.equal(formatDuration(0.2), 'under a second');
   assert.equal(formatDuration(42), '42 s');
   assert.equal(formatDuration(75), '1 min 15 s');
   assert.equal(formatDuration(120), '2 min');
