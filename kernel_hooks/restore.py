@@ -46,7 +46,7 @@ from .extra_paths import NOT_PUT_BACK, restore_paths
 from .graph import read_graph
 from .loader import StorageLoader
 from .notebooks import notebook_path
-from .packages import install_packages
+from .packages import NOT_INSTALLED, install_packages
 from .placeholders import Uncaptured
 from .progress import PhaseBytes
 from .results import Progress, ResumeResult, Skipped
@@ -150,7 +150,8 @@ def _restore(
     result.packages = install_packages(store, manifest.packages, manifest.blobs,
                                        progress)  # 0. before any unpickling
     result.paths = restore_paths(store, manifest.extra_paths)  # 0. an object may open its file
-    left_out = [line for line in result.paths if NOT_PUT_BACK in line]
+    left_out = [line for line in [*result.packages, *result.paths]
+                if f": {NOT_INSTALLED}: " in line or NOT_PUT_BACK in line]
     engine = get_engine()
     priority = list(dict.fromkeys([*(only or []), *manifest.records]))
     plan = make_plan(manifest.storages, priority, engine)  # 1. plan: devices, placement
