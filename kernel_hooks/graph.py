@@ -4,7 +4,8 @@
 ``b is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects; tensors keep their gradients and
-optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``). A name whose pickling raises is
+optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``); DataLoaders, their
+iterators and sqlite3 connections go through ``live_objects``. A name whose pickling raises is
 dropped and the stream is rebuilt without it, so one bad object never sinks the snapshot.
 
 Functions defined in the notebook (globals of module ``__main__``: cells, lambdas, closures,
@@ -38,6 +39,7 @@ from typing import Any
 import cloudpickle
 
 from . import rebuild, registry
+from .live_objects import LiveObjects
 from .placeholders import Uncaptured, type_name, uncapturable_reason
 from .storages import StorageCollector
 from .torch_reduce import TorchReductions
@@ -61,6 +63,7 @@ class _GraphPickler(cloudpickle.Pickler):
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
         self.torch = TorchReductions(PROTOCOL)
+        self.live = LiveObjects()
         self.note = RecordNote()
         self._app_saving: set[int] = set()
 
@@ -80,6 +83,9 @@ class _GraphPickler(cloudpickle.Pickler):
                 return (app.load, (app.save(obj),))
             finally:
                 self._app_saving.discard(id(obj))
+        reduced = self.live.reduce(obj, self.note.uncaptured)
+        if reduced is not None:
+            return reduced
         reason = uncapturable_reason(obj)
         if reason is not None:
             self.note.uncaptured.append(f"{type_name(obj)} ({reason})")

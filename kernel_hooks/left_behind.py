@@ -1,6 +1,7 @@
 """What a snapshot cannot carry, named at checkpoint time: the kernel's child processes, the threads
-the session started, the files it has open for writing outside the persistent volume (and outside
-the directories stored with each snapshot: ``extra_paths``).
+and asyncio tasks the session started (``live_objects.running_tasks``), the files it has open for
+writing outside the persistent volume (and outside the directories stored with each snapshot:
+``extra_paths``; ``comes_back`` says what is on them).
 
 Call order: ``remember_baseline()`` when the extension loads: the threads, child processes and open
 files of that moment are the kernel's own (IPython's threads; the log file a server's stdout goes
@@ -20,11 +21,13 @@ session of its own is not seen); otherwise ``psutil``'s tree of the kernel's chi
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 import threading
 
 import psutil
 
+from . import live_objects
 from .distributions import persistent_dirs
 from .results import Skipped
 
@@ -36,7 +39,7 @@ KERNEL_MODULES = ("ipykernel.", "IPython.")
 SHOWN_CHARS = 120
 
 #: The ``Skipped.type`` of each kind of thing named here.
-KINDS = ("child process", "thread", "open file")
+KINDS = ("child process", "thread", "open file", "asyncio task")
 
 _baseline: dict[str, set] = {}
 
@@ -45,6 +48,7 @@ def remember_baseline() -> None:
     """Record the threads, child processes and open files of now as the kernel's own
     (idempotent)."""
     if not _baseline:
+        live_objects.remember_tasks()
         _baseline["threads"] = {t.ident for t in threading.enumerate() if t.ident is not None}
         _baseline["processes"] = set(_session_processes())
         _baseline["files"] = {(f.fd, f.path) for f in _files()}
@@ -55,7 +59,7 @@ def left_behind() -> list[Skipped]:
     Without the extension loaded (the API used in a plain process) the first call takes the
     baseline."""
     remember_baseline()
-    return [*_processes(), *_threads(), *_open_files()]
+    return [*_processes(), *_threads(), *live_objects.running_tasks(), *_open_files()]
 
 
 def _session_processes() -> dict[int, psutil.Process]:
@@ -76,19 +80,30 @@ def _session_processes() -> dict[int, psutil.Process]:
 
 def _processes() -> list[Skipped]:
     out = []
+    workers = _multiprocessing_children()
     for pid, process in sorted(_session_processes().items()):
         if pid in _baseline["processes"]:
             continue
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            command = " ".join(process.cmdline()) or process.name()
+            command = workers.get(pid) or " ".join(process.cmdline()) or process.name()
         except psutil.Error:
             continue
         out.append(Skipped(f"process {pid}", "child process",
                            f"{textwrap.shorten(command, SHOWN_CHARS)}: it keeps running on this "
                            "pod only and does not come back after a resume (start it again)"))
     return out
+
+
+def _multiprocessing_children() -> dict[int, str]:
+    """What each ``multiprocessing`` child of this process is, by pid (a forked child's command
+    line is the kernel's own; ``Process.start`` drops its target). A DataLoader iterator names
+    its workers' pids (``live_objects``)."""
+    process = sys.modules.get("multiprocessing.process")
+    children = list(getattr(process, "_children", ()))  # active_children() would join them
+    return {child.pid: f"multiprocessing {child.name}, a worker process this kernel started"
+            for child in children if child.pid is not None}
 
 
 def _threads() -> list[Skipped]:
@@ -107,14 +122,21 @@ def _files() -> list:
         return []
 
 
-def _open_files() -> list[Skipped]:
+def comes_back(path: str) -> bool:
+    """Whether ``path`` is on what the next pod has: the home volume, the server root, or a
+    directory stored with each snapshot (``c.GkeResume.extra_paths``)."""
     from .extra_paths import configured  # at checkpoint: the extension's load stays light
 
-    kept = [os.path.join(os.path.abspath(d), "") for d in [*persistent_dirs(), *configured()] if d]
+    path = os.path.abspath(path)
+    return any(path.startswith(os.path.join(os.path.abspath(d), ""))
+               for d in [*persistent_dirs(), *configured()] if d)
+
+
+def _open_files() -> list[Skipped]:
     return [Skipped(f"file {f.path}", "open file",
                     "open for writing outside the home volume: it stays on this pod, the next "
                     "one will not have it (write it under the home directory)")
             for f in _files()
             if f.fd > 2  # stdout and stderr redirected by whoever started the server
             and (f.fd, f.path) not in _baseline["files"]
-            and getattr(f, "mode", "r") != "r" and not any(f.path.startswith(k) for k in kept)]
+            and getattr(f, "mode", "r") != "r" and not comes_back(f.path)]

@@ -25,7 +25,8 @@ _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
     ((threading.Thread,), "a thread cannot move to another process"),
     ((_thread.LockType, _thread.RLock, type(threading.RLock())),
      "a lock belongs to this process"),
-    ((sqlite3.Connection, sqlite3.Cursor), "a database connection cannot move to another process"),
+    ((sqlite3.Cursor,), "a database cursor cannot move to another process (its connection "
+                        "is reopened when its file is on the home volume: live_objects)"),
     ((types.FrameType, types.TracebackType), "a frame or traceback of this process"),
 )
 

@@ -12,7 +12,8 @@ what a damaged blob or a failed record cost and, only then, assign the names in 
 apply the session state, then the interpreter state (``interpreter_state``). A failure before
 that last step leaves the namespace as it was. Last, the verdict is judged again on what came
 back (``_judge_left_out``): ``exact`` only when nothing the session held was left out (an object,
-a state entry, part of the session state, what stayed on the old pod, an extra path).
+a placeholder inside one, a state entry, part of the session state, what stayed on the old pod,
+a package or an extra path).
 """
 
 from __future__ import annotations
@@ -203,6 +204,9 @@ def _restore(
             result.not_restored.append(Skipped(obj.name, obj.type, obj.reason or "not captured"))
         elif obj.name in reasons and obj.name in wanted:
             result.not_restored.append(Skipped(obj.name, obj.type, reasons[obj.name]))
+        elif obj.reason and obj.name in restored:  # back, with placeholders inside it
+            result.warnings.append(f"{obj.name}: {obj.reason}")
+            left_out.append(f"{obj.name} ({obj.reason})")
 
     namespace.update(restored)
     for name in reading.added:  # globals notebook functions needed: not those that failed

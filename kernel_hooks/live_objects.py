@@ -1,0 +1,179 @@
+"""Library objects that hold live resources of this process: carried where they can be, else
+named (issue 28 item 8).
+
+Call order: ``take_checkpoint`` asks ``LiveObjects.reason(value)`` for each top-level variable (one
+that cannot travel is not saved, with that reason); the graph pickler (``graph``) asks
+``LiveObjects.reduce(obj, note)`` for every object
+after the user's own registrations and before the generic placeholders
+(``placeholders.uncapturable_reason``); ``None`` means "not one of these". What it cannot carry is
+appended to ``note`` (the record's list of what came back as a placeholder), so the checkpoint
+names it and the resume's verdict is not ``exact``. ``running_tasks()`` runs at each checkpoint
+(``left_behind.left_behind``) after ``remember_tasks()`` ran when the extension loaded.
+
+- A DataLoader iterator (torch/utils/data/dataloader.py: ``_BaseDataLoaderIter.__getstate__``
+  raises ``NotImplementedError``) becomes an ``Uncaptured`` placeholder that names its position
+  and, with ``num_workers > 0``, its worker processes (they stay on this pod; ``left_behind``
+  names them as DataLoader workers). A DataLoader comes back without the iterator it keeps with
+  ``persistent_workers=True`` (``DataLoader._iterator``, which ``__iter__`` resets at every
+  epoch): its next iteration starts its workers again; that is named too.
+- A ``sqlite3.Connection`` to a database file that comes back with the pod (the home volume, the
+  server root, ``extra_paths``: ``left_behind.comes_back``), with no open transaction and nothing
+  attached, pickles as ``reopen_sqlite(path, isolation_level, row_factory)``: the resume opens
+  the same file again (a file missing then fails that record, named). An in-memory database, a
+  file elsewhere, uncommitted changes, attached databases or temporary tables are named. What a
+  connection holds that sqlite does not show (functions from ``create_function``, PRAGMAs set on
+  it) is not seen: docs/core.md says so.
+- asyncio tasks pending on the kernel's event loop that the session started (the loop's tasks
+  when the extension loaded, and those of the kernel's own modules, are the kernel's).
+
+Invariant: nothing is imported; the library types come from ``sys.modules``, so a session
+without torch pays one dict lookup per graph, and every object costs a few ``isinstance`` checks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any
+
+from .placeholders import Uncaptured, type_name
+from .results import Skipped
+
+#: Coroutines of the kernel's machinery: its tasks, never the session's.
+KERNEL_TASK_MODULES = ("ipykernel.", "IPython.", "tornado.", "zmq.", "jupyter_client.", "anyio.",
+                       "kernel_hooks.", "jupyter_gkeresume.")
+
+_kernel_tasks: weakref.WeakSet = weakref.WeakSet()
+
+
+class LiveObjects:
+    """Reductions for one graph (the types are looked up once, from ``sys.modules``)."""
+
+    def __init__(self) -> None:
+        data = sys.modules.get("torch.utils.data.dataloader")
+        self._iterator = getattr(data, "_BaseDataLoaderIter", None)
+        self._loader = getattr(data, "DataLoader", None)
+        sqlite3 = sys.modules.get("sqlite3")
+        self._connection = getattr(sqlite3, "Connection", None)
+
+    def reduce(self, obj: object, note: list[str]) -> tuple | None:
+        """A reduce tuple for a DataLoader, its iterator or a sqlite3 connection, else None;
+        what does not travel is appended to ``note``."""
+        if self._loader is not None and isinstance(obj, self._loader):
+            return _loader_reduce(obj, note)
+        reduced, reason = self._carried(obj)
+        if reason is not None:
+            note.append(f"{type_name(obj)} ({reason})")
+            return (Uncaptured, (type_name(obj), reason))
+        return reduced
+
+    def reason(self, obj: object) -> str | None:
+        """Why ``obj`` does not travel (a DataLoader iterator, a sqlite3 connection that cannot be
+        reopened), or None: the checkpoint names such a top-level variable as not saved."""
+        return self._carried(obj)[1]
+
+    def _carried(self, obj: object) -> tuple[tuple | None, str | None]:
+        if self._iterator is not None and isinstance(obj, self._iterator):
+            return None, _iterator_reason(obj)
+        if self._connection is not None and isinstance(obj, self._connection):
+            return _connection_reduce(obj)
+        return None, None
+
+
+def _iterator_reason(iterator: Any) -> str:
+    done = getattr(iterator, "_num_yielded", 0)
+    try:
+        of = f" of {len(iterator)}"
+    except TypeError:  # an IterableDataset without __len__
+        of = ""
+    workers = [w.pid for w in getattr(iterator, "_workers", []) if w.pid is not None]
+    held = (f", {len(workers)} worker processes ({', '.join(map(str, workers))}) stay on this pod"
+            if workers else "")
+    return (f"a DataLoader iterator at batch {done}{of}{held}: it does not come back "
+            "(its DataLoader does: iterate it again)")
+
+
+def _loader_reduce(loader: Any, note: list[str]) -> tuple | None:
+    """The loader as pickle reduces it, without its persistent workers' iterator."""
+    if vars(loader).get("_iterator") is None:
+        return None
+    make, args, state, *rest = loader.__reduce_ex__(5)
+    if not isinstance(state, dict):
+        return None
+    note.append(f"{type_name(loader._iterator)} (the persistent workers of a DataLoader: "
+                "started again at its next iteration)")
+    return (make, args, {**state, "_iterator": None}, *rest)
+
+
+def _connection_reduce(connection: Any) -> tuple[tuple | None, str | None]:
+    """``(reduce tuple, None)`` to reopen the connection's file, or ``(None, why not)``."""
+    from .left_behind import comes_back  # at checkpoint: the extension's load stays light
+
+    try:
+        databases = connection.execute("PRAGMA database_list").fetchall()
+        temporary = connection.execute("SELECT count(*) FROM temp.sqlite_master").fetchone()[0]
+    except Exception as exc:  # closed, or in use by another thread
+        return None, f"a sqlite3 connection that cannot be read ({type(exc).__name__}: {exc})"
+    main = next((row[2] for row in databases if row[1] == "main"), "")
+    if not main:
+        return None, "a sqlite3 connection to an in-memory database: its contents are lost"
+    shown = repr(main)[:120]
+    if connection.in_transaction:
+        return None, (f"a sqlite3 connection to {shown} with uncommitted changes: commit them "
+                      "before the pause, or they are lost")
+    if len(databases) > 2 or temporary:
+        return None, (f"a sqlite3 connection to {shown} with attached databases or temporary "
+                      "tables, which a reopened connection would not have")
+    if not comes_back(main):
+        return None, (f"a sqlite3 connection to {shown}, outside the home volume: the next pod "
+                      "will not have the file (keep it under the home directory)")
+    return (reopen_sqlite, (main, connection.isolation_level, connection.row_factory)), None
+
+
+def reopen_sqlite(path: str, isolation_level: str | None, row_factory: Any) -> Any:
+    """At resume: the connection open again on its database file (never a new empty one)."""
+    import sqlite3
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"the sqlite3 database {path!r} is not here")
+    connection = sqlite3.connect(path, isolation_level=isolation_level)
+    connection.row_factory = row_factory
+    return connection
+
+
+def remember_tasks() -> None:
+    """The tasks of the running event loop now are the kernel's (when the extension loads)."""
+    _kernel_tasks.update(_pending_tasks())
+
+
+def running_tasks() -> list[Skipped]:
+    """One ``Skipped`` per asyncio task the session left pending on the kernel's loop."""
+    out = []
+    for task in _pending_tasks():
+        module, name = _coroutine_of(task)
+        if task in _kernel_tasks or f"{module}.".startswith(KERNEL_TASK_MODULES):
+            continue
+        out.append(Skipped(f"task {task.get_name()}", "asyncio task",
+                           f"{name} is pending on the kernel's event loop: it stops with this "
+                           "kernel and does not come back (start it again after resume)"))
+    return out
+
+
+def _pending_tasks() -> list:
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return []
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop runs in this thread: the API used in a plain process
+        return []
+    return [task for task in asyncio.all_tasks(loop) if not task.done()]
+
+
+def _coroutine_of(task: Any) -> tuple[str, str]:
+    """The module and qualified name of the coroutine a task runs."""
+    coro = task.get_coro()
+    frame = getattr(coro, "cr_frame", None)
+    module = frame.f_globals.get("__name__", "") if frame is not None else type(coro).__module__
+    return module, getattr(coro, "__qualname__", type(coro).__qualname__)
