@@ -56,10 +56,13 @@ class LiveObjects:
         self._loader = getattr(data, "DataLoader", None)
         sqlite3 = sys.modules.get("sqlite3")
         self._connection = getattr(sqlite3, "Connection", None)
+        self._any = tuple(t for t in (self._iterator, self._loader, self._connection) if t)
 
     def reduce(self, obj: object, note: list[str]) -> tuple | None:
         """A reduce tuple for a DataLoader, its iterator or a sqlite3 connection, else None;
         what does not travel is appended to ``note``."""
+        if not isinstance(obj, self._any):  # every object of the graph: one check
+            return None
         if self._loader is not None and isinstance(obj, self._loader):
             return _loader_reduce(obj, note)
         reduced, reason = self._carried(obj)
