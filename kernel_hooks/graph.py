@@ -5,7 +5,8 @@
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects; tensors keep their gradients and
 optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``); DataLoaders, their
-iterators and sqlite3 connections go through ``live_objects``. A name whose pickling raises is
+iterators and sqlite3 connections go through ``live_objects``, accelerate's process states
+through ``singletons``. A name whose pickling raises is
 dropped and the stream is rebuilt without it, so one bad object never sinks the snapshot.
 
 Functions defined in the notebook (globals of module ``__main__``: cells, lambdas, closures,
@@ -41,6 +42,7 @@ import cloudpickle
 from . import rebuild, registry
 from .live_objects import LiveObjects
 from .placeholders import Uncaptured, type_name, uncapturable_reason
+from .singletons import AccelerateStates
 from .storages import StorageCollector
 from .torch_reduce import TorchReductions
 
@@ -64,6 +66,7 @@ class _GraphPickler(cloudpickle.Pickler):
         self.collector = collector
         self.torch = TorchReductions(PROTOCOL)
         self.live = LiveObjects()
+        self.accelerate = AccelerateStates()
         self.note = RecordNote()
         self._app_saving: set[int] = set()
 
@@ -90,7 +93,7 @@ class _GraphPickler(cloudpickle.Pickler):
         if reason is not None:
             self.note.uncaptured.append(f"{type_name(obj)} ({reason})")
             return (Uncaptured, (type_name(obj), reason))
-        reduced = self.torch.reduce(obj)
+        reduced = self.torch.reduce(obj) or self.accelerate.reduce(obj)
         if reduced is not None:
             return reduced
         if isinstance(obj, _BY_REFERENCE):

@@ -39,7 +39,7 @@ from jupyter_gkeresume.snapshot import (
 from jupyter_gkeresume.snapshot.compat import Verdict
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 
-from . import interpreter_state, rebuild, session_state
+from . import interpreter_state, rebuild, session_state, singletons
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation, get_engine
 from .errors import OtherNotebookError
@@ -164,7 +164,7 @@ def _restore(
     try:
         loader.start()  # 3. read
         graph = loader.read_graph_blob()
-        with rebuild.loading(reading):  # 4. unpickle
+        with rebuild.loading(reading), singletons.restoring():  # 4. unpickle
             values, failures, placeholders = read_graph(
                 graph, manifest.graph_ends, PhaseBytes("unpickling", len(graph), unpickling).add)
     except BaseException:
