@@ -15,7 +15,10 @@ collector; ``None`` means "pickle it as torch does". Two kinds of object get mor
   optimizer.py) keeps ``defaults``, ``state`` and ``param_groups`` only, so the first
   ``scheduler.step()`` after a resume warned that ``optimizer.step()`` had been overridden.
   Here the optimizer pickles through its own ``__getstate__``, with the two facts beside it;
-  ``rebuild.optimizer_state`` calls ``__setstate__`` and wraps ``step`` again.
+  ``rebuild.optimizer_state`` calls ``__setstate__`` and wraps ``step`` again. A subclass whose
+  ``__getstate__`` keeps the whole ``__dict__`` (accelerate/optimizer.py ``AcceleratedOptimizer``)
+  would carry the wrapper, whose closure holds a weak reference to the optimizer, which does not
+  pickle (every ``transformers.Trainer`` was lost): the wrapper is left out of that state.
 
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
@@ -68,5 +71,7 @@ class TorchReductions:
         if len(reduced) < 3 or not isinstance(reduced[2], dict):
             return None
         make, args, state = reduced[:3]
+        if state.get("step") is step:  # a subclass's __getstate__ that keeps its __dict__
+            state = {k: v for k, v in state.items() if k != "step"}
         called = bool(vars(optimizer).get("_opt_called", False))
         return make, args, (state, called), None, None, rebuild.optimizer_state
