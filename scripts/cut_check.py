@@ -4,13 +4,15 @@ one, run the rest, and compare what it prints with the uninterrupted run.
     .venv/bin/python scripts/cut_check.py SCRIPT.py [SCRIPT.py ...]
 
 Cells are split at lines of 20 or more ``#`` (the sphinx-gallery separator of PyTorch's
-tutorials; put such lines into any script). For each script: one server runs every cell in a
-notebook session and keeps the stdout of each cell. Then, for each cut point k: a server (the
-extension, release backend ``none``, a local store) runs cells [0, k) in a session of the same
-notebook, pauses through ``POST gkeresume/api/pause`` and stops; a fresh server process on the
-same store and workspace (a fresh pod) resumes through ``POST gkeresume/api/resume`` and runs
-cells [k, n) in the resumed kernel. Outputs are compared after masking object addresses and
-ipykernel's per-process cell directory. Exit status: the number of cuts that differed.
+tutorials; put such lines into any script); a ``.ipynb`` gives its code cells. For each script:
+one server runs every cell in a notebook session and keeps the output of each cell. Then, for
+each cut point k: a server (the extension, release backend ``none``, a local store) runs cells
+[0, k) in a session of the same notebook, pauses through ``POST gkeresume/api/pause`` and stops;
+a fresh server process on the same store and workspace (a fresh pod) resumes through
+``POST gkeresume/api/resume`` and runs cells [k, n) in the resumed kernel. Outputs (stdout and
+stderr) are compared after masking object addresses, ipykernel's per-process cell directory and
+tqdm's timings (``VOLATILE``). Each cut's line gives the resume's verdict and what it did not
+restore. Exit status: the number of cuts that differed.
 
 Not part of the test suite: public scripts stay out of this repository, and a run takes
 minutes (two server starts and a pause and a resume per cut).
@@ -18,6 +20,7 @@ minutes (two server starts and a pause and a resume per cut).
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import tempfile
@@ -28,10 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fixtures_server import ServerProcess  # the tests' server subprocess
 
 SIGNING_KEY = "cut-check-key-" + "4" * 32
-VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+")  # addresses, ipykernel's cell dir
+#: Masked before comparing: object addresses, ipykernel's cell directory, and the elapsed time and
+#: rate of a tqdm bar (``[00:01<00:00, 94.2it/s]``), which differ between any two runs.
+VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+|\[\d+:\d+<[^\]]*\]")
 
 
 def cells_of(script: Path) -> list[str]:
+    """The code cells of a notebook (``.ipynb``), or of a script split at its separator lines."""
+    if script.suffix == ".ipynb":
+        cells = json.loads(script.read_text())["cells"]
+        return ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and c["source"]]
     parts = re.split(r"^#{20,}.*$", script.read_text(), flags=re.M)
     return [part.strip("\n") for part in parts if part.strip()]
 
@@ -78,8 +87,10 @@ def check(script: Path, work: Path) -> int:
         result = kernel.get("result") or {}
         same = got == expected[cut:]
         differed += not same
+        left = [s["name"] for s in result.get("not_restored") or []]
         print(f"{script.name} cut {cut}/{len(cells)}: {'identical' if same else 'DIFFERENT'}; "
-              f"{resumed['state']}; warnings {result.get('warnings') or []}", flush=True)
+              f"{resumed['state']}; verdict {(result.get('verdict') or {}).get('level')}; "
+              f"not restored {left}; warnings {result.get('warnings') or []}", flush=True)
         for index, (want, have) in enumerate(zip(expected[cut:], got, strict=True)):
             if want != have:
                 print(f"  cell {cut + index}\n  whole run: {want[:800]!r}\n  resumed:   {have[:800]!r}")
