@@ -346,8 +346,10 @@ def test_a_package_installed_in_the_session_comes_back_in_a_fresh_environment(
     kernel.run("%load_ext kernel_hooks")
     kernel.run(f"%pip install --no-index --no-deps --quiet {wheel}")
     kernel.run("import tinypkg\np = tinypkg.Point(3, 4)")
+    imported = kernel.run_json(WATCHED)
     report = kernel.run("%checkpoint")
     assert "not saved" not in report
+    assert kernel.run_json(WATCHED) == imported  # the capture imported none of them either
 
     fresh = start_kernel(kernel_name="env-b")
     fresh.run("%load_ext kernel_hooks")
