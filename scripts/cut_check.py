@@ -91,6 +91,8 @@ def check(script: Path, work: Path) -> int:
         print(f"{script.name} cut {cut}/{len(cells)}: {'identical' if same else 'DIFFERENT'}; "
               f"{resumed['state']}; verdict {(result.get('verdict') or {}).get('level')}; "
               f"not restored {left}; warnings {result.get('warnings') or []}", flush=True)
+        if (result.get("verdict") or {}).get("level") != "exact":
+            print(f"  verdict reasons: {result['verdict'].get('reasons')}", flush=True)
         for index, (want, have) in enumerate(zip(expected[cut:], got, strict=True)):
             if want != have:
                 print(f"  cell {cut + index}\n  whole run: {want[:800]!r}\n  resumed:   {have[:800]!r}")
