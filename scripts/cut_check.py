@@ -8,7 +8,8 @@ tutorials; put such lines into any script); a ``.ipynb`` gives its code cells. F
 one server runs every cell in a notebook session and keeps the output of each cell. Then, for
 each cut point k: a server (the extension, release backend ``none``, a local store) runs cells
 [0, k) in a session of the same notebook, pauses through ``POST gkeresume/api/pause`` and stops;
-a fresh server process on the same store and workspace (a fresh pod) resumes through
+a fresh server process on the same store and workspace, with a copy of the first one's root
+directory (a fresh pod, the same home volume), resumes through
 ``POST gkeresume/api/resume`` and runs cells [k, n) in the resumed kernel. Outputs (stdout and
 stderr) are compared after masking object addresses, ipykernel's per-process cell directory and
 tqdm's timings (``VOLATILE``). Each cut's line gives the resume's verdict and what it did not
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -45,11 +47,15 @@ def cells_of(script: Path) -> list[str]:
     return [part.strip("\n") for part in parts if part.strip()]
 
 
-def start_server(work: Path, store: Path) -> ServerProcess:
+def start_server(work: Path, store: Path, home: Path | None = None) -> ServerProcess:
+    """A server on ``store``; ``home``: the root directory of the server before it, whose files
+    this one starts with (the home volume a fresh pod mounts again)."""
     config = {"GkeResume": {"store_url": str(store), "workspace_id": "cut-check",
                             "release_backend": "none", "checkpoint_on_shutdown": False}}
     server = ServerProcess(work, config, {"GKERESUME_SIGNING_KEY": SIGNING_KEY,
                                           "MPLBACKEND": "agg"})
+    if home is not None:
+        shutil.copytree(home, work / "root", dirs_exist_ok=True)
     server.start()
     return server
 
@@ -79,7 +85,7 @@ def check(script: Path, work: Path) -> int:
         server.stop()
         if paused["state"] != "paused":
             raise RuntimeError(f"cut {cut}: the pause ended {paused['state']}: {paused.get('reason')}")
-        server = start_server(work / f"after-{cut}", store)
+        server = start_server(work / f"after-{cut}", store, home=work / f"before-{cut}" / "root")
         resumed = settle(server, "POST", "gkeresume/api/resume")
         kernel = resumed["kernels"][0]
         got = run_cells(server, kernel["kernel_id"], cells[cut:])
