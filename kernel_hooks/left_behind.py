@@ -1,7 +1,9 @@
-"""What a snapshot cannot carry, named at checkpoint time: the kernel's child processes, the threads
-and asyncio tasks the session started (``live_objects.running_tasks``), the files it has open for
-writing outside the persistent volume (and outside the directories stored with each snapshot:
-``extra_paths``; ``comes_back`` says what is on them).
+"""What a snapshot cannot carry, named at checkpoint time: the kernel's child processes (a
+``multiprocessing`` child by its name), the threads the session started, the asyncio tasks it left
+pending on the kernel's event loop (those of the kernel's own modules, and those pending when the
+extension loaded, are the kernel's), the files it has open for writing outside the persistent
+volume (and outside the directories stored with each snapshot: ``extra_paths``; ``comes_back``
+says what is on them).
 
 Call order: ``remember_baseline()`` when the extension loads: the threads, child processes and open
 files of that moment are the kernel's own (IPython's threads; the log file a server's stdout goes
@@ -24,10 +26,11 @@ import os
 import sys
 import textwrap
 import threading
+import weakref
+from typing import Any
 
 import psutil
 
-from . import live_objects
 from .distributions import persistent_dirs
 from .results import Skipped
 
@@ -41,14 +44,19 @@ SHOWN_CHARS = 120
 #: The ``Skipped.type`` of each kind of thing named here.
 KINDS = ("child process", "thread", "open file", "asyncio task")
 
+#: Coroutines of the kernel's machinery: its tasks, never the session's.
+KERNEL_TASK_MODULES = ("ipykernel.", "IPython.", "tornado.", "zmq.", "jupyter_client.", "anyio.",
+                       "kernel_hooks.", "jupyter_gkeresume.")
+
 _baseline: dict[str, set] = {}
+_kernel_tasks: weakref.WeakSet = weakref.WeakSet()  # the loop's tasks when the extension loaded
 
 
 def remember_baseline() -> None:
     """Record the threads, child processes and open files of now as the kernel's own
     (idempotent)."""
     if not _baseline:
-        live_objects.remember_tasks()
+        _kernel_tasks.update(_pending_tasks())
         _baseline["threads"] = {t.ident for t in threading.enumerate() if t.ident is not None}
         _baseline["processes"] = set(_session_processes())
         _baseline["files"] = {(f.fd, f.path) for f in _files()}
@@ -59,7 +67,7 @@ def left_behind() -> list[Skipped]:
     Without the extension loaded (the API used in a plain process) the first call takes the
     baseline."""
     remember_baseline()
-    return [*_processes(), *_threads(), *live_objects.running_tasks(), *_open_files()]
+    return [*_processes(), *_threads(), *_tasks(), *_open_files()]
 
 
 def _session_processes() -> dict[int, psutil.Process]:
@@ -113,6 +121,38 @@ def _threads() -> list[Skipped]:
             for t in threading.enumerate()
             if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
             and not type(t).__module__.startswith(KERNEL_MODULES)]
+
+
+def _tasks() -> list[Skipped]:
+    """One ``Skipped`` per asyncio task the session left pending on the kernel's loop."""
+    out = []
+    for task in _pending_tasks():
+        module, name = _coroutine_of(task)
+        if task in _kernel_tasks or f"{module}.".startswith(KERNEL_TASK_MODULES):
+            continue
+        out.append(Skipped(f"task {task.get_name()}", "asyncio task",
+                           f"{name} is pending on the kernel's event loop: it stops with this "
+                           "kernel and does not come back (start it again after resume)"))
+    return out
+
+
+def _pending_tasks() -> list:
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return []
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop runs in this thread: the API used in a plain process
+        return []
+    return [task for task in asyncio.all_tasks(loop) if not task.done()]
+
+
+def _coroutine_of(task: Any) -> tuple[str, str]:
+    """The module and qualified name of the coroutine a task runs."""
+    coro = task.get_coro()
+    frame = getattr(coro, "cr_frame", None)
+    module = frame.f_globals.get("__name__", "") if frame is not None else type(coro).__module__
+    return module, getattr(coro, "__qualname__", type(coro).__qualname__)
 
 
 def _files() -> list:

@@ -3,19 +3,20 @@ named (issue 28 item 8).
 
 Call order: ``take_checkpoint`` asks ``LiveObjects.reason(value)`` for each top-level variable (one
 that cannot travel is not saved, with that reason); the graph pickler (``graph``) asks
-``LiveObjects.reduce(obj, note)`` for every object
-after the user's own registrations and before the generic placeholders
+``LiveObjects.reduce(obj, note)`` for every object after the user's own registrations and before
+the generic placeholders
 (``placeholders.uncapturable_reason``); ``None`` means "not one of these". What it cannot carry is
 appended to ``note`` (the record's list of what came back as a placeholder), so the checkpoint
-names it and the resume's verdict is not ``exact``. ``running_tasks()`` runs at each checkpoint
-(``left_behind.left_behind``) after ``remember_tasks()`` ran when the extension loaded.
+names it and the resume's verdict is not ``exact``. asyncio tasks left pending on the kernel's loop
+are named with the other things left behind (``left_behind``).
 
 - A DataLoader iterator (torch/utils/data/dataloader.py: ``_BaseDataLoaderIter.__getstate__``
   raises ``NotImplementedError``) becomes an ``Uncaptured`` placeholder that names its position
-  and, with ``num_workers > 0``, its worker processes (they stay on this pod; ``left_behind``
-  names them as DataLoader workers). A DataLoader comes back without the iterator it keeps with
-  ``persistent_workers=True`` (``DataLoader._iterator``, which ``__iter__`` resets at every
-  epoch): its next iteration starts its workers again; that is named too.
+  and, with ``num_workers > 0``, its worker processes' pids (they stay on this pod;
+  ``left_behind`` names each among the child processes). A DataLoader comes back without the
+  iterator it keeps with ``persistent_workers=True`` (``DataLoader._iterator``, which
+  ``__iter__`` resets at every epoch): its next iteration starts its workers again; that is
+  named too.
 - A ``sqlite3.Connection`` to a database file that comes back with the pod (the home volume, the
   server root, ``extra_paths``: ``left_behind.comes_back``), with no open transaction and nothing
   attached, pickles as ``reopen_sqlite(path, isolation_level, row_factory)``: the resume opens
@@ -23,28 +24,18 @@ names it and the resume's verdict is not ``exact``. ``running_tasks()`` runs at 
   file elsewhere, uncommitted changes, attached databases or temporary tables are named. What a
   connection holds that sqlite does not show (functions from ``create_function``, PRAGMAs set on
   it) is not seen: docs/core.md says so.
-- asyncio tasks pending on the kernel's event loop that the session started (the loop's tasks
-  when the extension loaded, and those of the kernel's own modules, are the kernel's).
 
 Invariant: nothing is imported; the library types come from ``sys.modules``, so a session
-without torch pays one dict lookup per graph, and every object costs a few ``isinstance`` checks.
+without torch pays one dict lookup per graph, and every object costs one ``isinstance`` check.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import weakref
 from typing import Any
 
 from .placeholders import Uncaptured, type_name
-from .results import Skipped
-
-#: Coroutines of the kernel's machinery: its tasks, never the session's.
-KERNEL_TASK_MODULES = ("ipykernel.", "IPython.", "tornado.", "zmq.", "jupyter_client.", "anyio.",
-                       "kernel_hooks.", "jupyter_gkeresume.")
-
-_kernel_tasks: weakref.WeakSet = weakref.WeakSet()
 
 
 class LiveObjects:
@@ -143,40 +134,3 @@ def reopen_sqlite(path: str, isolation_level: str | None, row_factory: Any) -> A
     connection = sqlite3.connect(path, isolation_level=isolation_level)
     connection.row_factory = row_factory
     return connection
-
-
-def remember_tasks() -> None:
-    """The tasks of the running event loop now are the kernel's (when the extension loads)."""
-    _kernel_tasks.update(_pending_tasks())
-
-
-def running_tasks() -> list[Skipped]:
-    """One ``Skipped`` per asyncio task the session left pending on the kernel's loop."""
-    out = []
-    for task in _pending_tasks():
-        module, name = _coroutine_of(task)
-        if task in _kernel_tasks or f"{module}.".startswith(KERNEL_TASK_MODULES):
-            continue
-        out.append(Skipped(f"task {task.get_name()}", "asyncio task",
-                           f"{name} is pending on the kernel's event loop: it stops with this "
-                           "kernel and does not come back (start it again after resume)"))
-    return out
-
-
-def _pending_tasks() -> list:
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:
-        return []
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # no loop runs in this thread: the API used in a plain process
-        return []
-    return [task for task in asyncio.all_tasks(loop) if not task.done()]
-
-
-def _coroutine_of(task: Any) -> tuple[str, str]:
-    """The module and qualified name of the coroutine a task runs."""
-    coro = task.get_coro()
-    frame = getattr(coro, "cr_frame", None)
-    module = frame.f_globals.get("__name__", "") if frame is not None else type(coro).__module__
-    return module, getattr(coro, "__qualname__", type(coro).__qualname__)
