@@ -1,7 +1,7 @@
 """Cut a script at every cell boundary, pause it through a real server, resume it on a fresh
 one, run the rest, and compare what it prints with the uninterrupted run.
 
-    .venv/bin/python scripts/cut_check.py SCRIPT.py [SCRIPT.py ...]
+    .venv/bin/python scripts/cut_check.py SCRIPT.py[:CUT,...] [SCRIPT.py ...]
 
 Cells are split at lines of 20 or more ``#`` (the sphinx-gallery separator of PyTorch's
 tutorials; put such lines into any script); a ``.ipynb`` gives its code cells. For each script:
@@ -35,7 +35,9 @@ from fixtures_server import ServerProcess  # the tests' server subprocess
 SIGNING_KEY = "cut-check-key-" + "4" * 32
 #: Masked before comparing: object addresses, ipykernel's cell directory, and the elapsed time and
 #: rate of a tqdm bar (``[00:01<00:00, 94.2it/s]``), which differ between any two runs.
-VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+|\[\d+:\d+<[^\]]*\]")
+#: So are the timings a ``transformers.Trainer`` logs (``'train_runtime': '2.885'``).
+VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+|\[\d+:\d+<[^\]]*\]"
+                      r"|'\w*(?:runtime|per_second)': '[^']*'")
 
 
 def cells_of(script: Path) -> list[str]:
@@ -71,13 +73,14 @@ def settle(server: ServerProcess, method: str, path: str) -> dict:
     return server.wait_for(lambda status: status["operation"] is None, path)
 
 
-def check(script: Path, work: Path) -> int:
+def check(script: Path, work: Path, cuts: list[int] | None = None) -> int:
+    """Cut ``script`` at each of ``cuts`` (cell indices; all when None); the cuts that differed."""
     cells, notebook = cells_of(script), script.stem + ".ipynb"
     server = start_server(work / "whole", work / "store-whole")
     expected = run_cells(server, server.new_session(notebook), cells)
     server.stop()
     differed = 0
-    for cut in range(1, len(cells)):
+    for cut in cuts or range(1, len(cells)):
         store = work / f"store-{cut}"
         server = start_server(work / f"before-{cut}", store)
         run_cells(server, server.new_session(notebook), cells[:cut])
@@ -106,10 +109,13 @@ def check(script: Path, work: Path) -> int:
 
 
 def main() -> None:
+    """``SCRIPT[:CUT,CUT...]`` per argument: only those cuts of that script."""
     differed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for index, name in enumerate(sys.argv[1:]):
-            differed += check(Path(name), Path(tmp) / str(index))
+            path, _, cuts = name.partition(":")
+            differed += check(Path(path), Path(tmp) / str(index),
+                              [int(c) for c in cuts.split(",")] if cuts else None)
     sys.exit(min(differed, 100))
 
 
