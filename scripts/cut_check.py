@@ -10,11 +10,12 @@ each cut point k: a server (the extension, release backend ``none``, a local sto
 [0, k) in a session of the same notebook, pauses through ``POST gkeresume/api/pause`` and stops;
 a fresh server process on the same store and workspace, with a copy of the first one's root
 directory (a fresh pod, the same home volume), resumes through
-``POST gkeresume/api/resume`` and runs cells [k, n) in the resumed kernel. Outputs (stdout and
-stderr) are compared after masking object addresses, ipykernel's per-process cell directory and
-tqdm's and a Trainer's timings (``VOLATILE``). Each cut's line gives the resume's verdict and
-what it did not restore. ``SCRIPT.py:3,7`` cuts before cells 3 and 7 only (0-based). Exit
-status: the number of cuts that differed.
+``POST gkeresume/api/resume`` and runs cells [k, n) in the resumed kernel. Each cell's output
+(its stdout, then its stderr: how the two interleave depends on when ipykernel flushes each) is
+compared after masking object addresses, ipykernel's per-process cell directory and tqdm's and a
+Trainer's timings (``VOLATILE``). Each cut's line gives the resume's verdict and what it did not
+restore. ``SCRIPT.py:3,7`` cuts before cells 3 and 7 only (0-based). Exit status: the number of
+cuts that differed.
 
 Not part of the test suite: public scripts stay out of this repository, and a run takes
 minutes (two server starts and a pause and a resume per cut).
@@ -64,7 +65,7 @@ def start_server(work: Path, store: Path, home: Path | None = None) -> ServerPro
 
 
 def run_cells(server: ServerProcess, kernel_id: str, cells: list[str]) -> list[str]:
-    return [VOLATILE.sub("?", server.run_cell(kernel_id, cell)) for cell in cells]
+    return [VOLATILE.sub("?", server.run_cell(kernel_id, cell, by_stream=True)) for cell in cells]
 
 
 def settle(server: ServerProcess, method: str, path: str) -> dict:
