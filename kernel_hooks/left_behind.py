@@ -39,6 +39,10 @@ OWN_THREADS = ("gkeresume", "fsspecIO")
 #: Thread classes of the kernel's own machinery that may start after the extension loads
 #: (ipykernel's ParentPollerUnix starts when the kernel app starts, after its extensions).
 KERNEL_MODULES = ("ipykernel.", "IPython.")
+#: Thread classes their library starts again whenever it needs one, as in a resumed kernel:
+#: tqdm's monitor (tqdm/std.py ``tqdm.__new__`` starts a ``TMonitor`` when ``tqdm.monitor`` is
+#: None or dead).
+RESTARTED_BY_LIBRARY = ("tqdm._monitor.TMonitor",)
 SHOWN_CHARS = 120
 
 #: The ``Skipped.type`` of each kind of thing named here.
@@ -120,7 +124,8 @@ def _threads() -> list[Skipped]:
                     "this kernel (start it again after resume)")
             for t in threading.enumerate()
             if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
-            and not type(t).__module__.startswith(KERNEL_MODULES)]
+            and not type(t).__module__.startswith(KERNEL_MODULES)
+            and f"{type(t).__module__}.{type(t).__qualname__}" not in RESTARTED_BY_LIBRARY]
 
 
 def _tasks() -> list[Skipped]:
