@@ -257,6 +257,23 @@ class ServerProcess:
     def run_cell(self, kernel_id: str, code: str, by_stream: bool = False) -> str:
         return run_cell_in(self.workdir / "runtime" / f"kernel-{kernel_id}.json", code, by_stream)
 
+    def start_busy(self, kernel_id: str, code: str) -> None:
+        """Send ``code`` as a cell and leave it running (another client, like a second tab);
+        return once the server sees the kernel busy."""
+        from jupyter_client import BlockingKernelClient
+
+        client = BlockingKernelClient(
+            connection_file=str(self.workdir / "runtime" / f"kernel-{kernel_id}.json"))
+        client.load_connection_file()
+        client.start_channels(hb=False)
+        try:
+            client.wait_for_ready(timeout=60)
+            client.execute(code)
+            self.wait_for(lambda s: {k["kernel_id"]: k["execution_state"]
+                                     for k in s["kernels"]}.get(kernel_id) == "busy", "busy")
+        finally:
+            client.stop_channels()
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 120) -> int:
         assert self.process is not None
         self.process.send_signal(sig)

@@ -608,7 +608,9 @@ def test_values_egress_rule_for_the_iptables_dataplane_is_valid_once_uncommented
     to the GKE metadata server at 169.254.169.252:988 before policy evaluation; the values
     carry that egress rule commented out. Uncommented, it is a key of the chart's schema
     (singleuser.networkPolicy.egress: a list of NetworkPolicyEgressRule, chart 4.4.0
-    values.schema.yaml) and a valid egress rule."""
+    values.schema.yaml) and a valid egress rule. The address and port: GKE's network-policy page
+    (kubernetes-engine/docs/how-to/network-policy) as encoded in gke-labs/kube-agents' operator
+    (`metadataDaemonIP = "169.254.169.252"`, TCP 988, DNAT in nat PREROUTING on Dataplane V1)."""
     text = VALUES.read_text()
     block = re.search(r"(?m)^    # egress:\n(?:    #   .*\n)+", text).group(0)
     uncommented = re.sub(r"(?m)^    # ?", "    ", block)

@@ -3,7 +3,9 @@ belongs (issue 30). Each finding on a real server (in-process jupyter_server wit
 or a ``jupyter server`` process restarted on the same volume), on a local store and on
 fake-gcs-server:
 
-1. a signed record copied under another name (another environment's baseline) is refused;
+1. a signed record copied under another name (the settings over the paused record) or into
+   another workspace is refused (the environment baseline of the finding is no record since
+   issue 31: nothing is stored);
 2. an older, validly signed ``settings.json`` put back is refused and logged;
 3. a paused record a resume consumed (or a user discarded), put back, is refused;
 4. ``DELETE paused`` needs what a pause needs;
@@ -141,10 +143,6 @@ def test_a_paused_record_signed_the_old_way_resumes_once(tmp_path, gk_env):
         SettingsRecords(store, lambda: KEY).read(ServerSettings())
     (tmp_path / "jupyter-data" / "gkeresume" / "record-sequences.json").write_text("[1, 2")
     assert RecordOrder(WORKSPACE).highest("paused") == 0  # a corrupt file: nothing seen
-
-
-# The environment baseline is no longer a record in the store (issue 31/29.8: it is what the
-# environment held before the server started, scanned in the kernel): a copied one steers nothing.
 
 
 # -- 2, 3: an older or spent record put back is refused ---------------------------------------

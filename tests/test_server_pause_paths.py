@@ -25,7 +25,6 @@ import threading
 import urllib.parse
 
 import pytest
-from jupyter_client import BlockingKernelClient
 
 WORKSPACE = "paths-ws"
 IDLE_TIMEOUT = 6  # seconds (the idle link only); the busy cell there outlasts it
@@ -81,21 +80,6 @@ class FakeLab(threading.Thread):
                     "lab": "fake-lab", "request": after, "saved": saved, "not_saved": []})
 
 
-def start_busy(server, kid: str, code: str) -> None:
-    """Send ``code`` as a cell and leave it running (another client, like a second tab)."""
-    client = BlockingKernelClient(
-        connection_file=str(server.workdir / "runtime" / f"kernel-{kid}.json"))
-    client.load_connection_file()
-    client.start_channels(hb=False)
-    try:
-        client.wait_for_ready(timeout=60)
-        client.execute(code)
-        server.wait_for(lambda s: {k["kernel_id"]: k["execution_state"]
-                                   for k in s["kernels"]}.get(kid) == "busy", "busy")
-    finally:
-        client.stop_channels()
-
-
 def wait_idle(server, kids: list[str]) -> None:
     """Until the server has seen each kernel go idle (it learns it from IOPub a moment after
     the cell's reply): a shutdown checkpoint does not wait for a kernel it sees busy."""
@@ -132,7 +116,7 @@ def test_every_entry_point_saves_every_notebook(server_process, tmp_path, count)
         lab.start()
         # the idle pause starts after IDLE_TIMEOUT; SIGTERM must find the cell still running
         busy_for = {"idle": IDLE_TIMEOUT + BUSY_SECONDS, "SIGTERM": 600}.get(entry, BUSY_SECONDS)
-        start_busy(server, kernels[busy_name],
+        server.start_busy(kernels[busy_name],
                    f"import time\ntime.sleep({busy_for})\nstate = state + ['busy{link}']")
         first = kernels[names[0]]
         if entry == "button":

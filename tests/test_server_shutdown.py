@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-from jupyter_client import BlockingKernelClient
-
 
 def test_sigterm_saves_every_idle_kernel_and_reports_the_busy_one(server_process, tmp_path):
     store = tmp_path / "store"
@@ -18,17 +16,7 @@ def test_sigterm_saves_every_idle_kernel_and_reports_the_busy_one(server_process
     busy = server.new_session("train.ipynb")
     server.run_cell(idle_one, "a = 1")
     server.run_cell(idle_two, "b = 2")
-    client = BlockingKernelClient(
-        connection_file=str(server.workdir / "runtime" / f"kernel-{busy}.json"))
-    client.load_connection_file()
-    client.start_channels(hb=False)
-    try:
-        client.wait_for_ready(timeout=60)
-        client.execute("import time\nwhile True: time.sleep(0.1)")  # a training loop
-        server.wait_for(lambda s: {k["kernel_id"]: k["execution_state"]
-                                   for k in s["kernels"]}.get(busy) == "busy", "busy")
-    finally:
-        client.stop_channels()
+    server.start_busy(busy, "import time\nwhile True: time.sleep(0.1)")  # a training loop
 
     assert server.stop() == 0
     record = json.loads((store / "down-ws" / "records" / "paused.json").read_text())

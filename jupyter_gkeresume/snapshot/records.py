@@ -1,10 +1,10 @@
-"""Signed workspace records (paused record, runtime settings, environment baselines): what their
+"""Signed workspace records (the paused record, the runtime settings): what their
 signature binds, and the order of their writes kept on the user's volume.
 
 Format: a record is a JSON object of its fields (which name their ``workspace``), ``record`` =
 ``{"kind", "name", "sequence"}`` and ``signature`` (``signing.signature_of``) over the canonical
-JSON of all the rest. So the signature binds the record's kind, its name in the store (which
-environment a baseline is for), its workspace and its place in the order of that record's
+JSON of all the rest. So the signature binds the record's kind, its name in the store, its
+workspace and its place in the order of that record's
 writes: ``open_record`` refuses one copied or moved under another name or into another
 workspace, and ``RecordOrder`` one older than a record of that name seen here.
 
@@ -21,8 +21,7 @@ Records signed before the kind, name and sequence were bound (no ``record`` fiel
 where the caller allows it (``legacy=True``: the paused record, so that a workspace paused by the
 earlier version still resumes) and only while no record of that name was seen or spent here (its
 sequence counts as 0): once a resume consumed it, it is refused like any spent record. Settings
-and baselines signed the old way are refused; their owners write new ones (the defaults apply
-until a ``PUT settings``; the kernel rescans its environment).
+signed the old way are refused (the defaults apply until a ``PUT settings``).
 
 Call order: ``SignedRecords(store, key).read(name, what)`` -> fields or None; ``write(name,
 fields)``; ``spend(name)`` instead of deleting a record that was acted on.
@@ -54,7 +53,7 @@ from .signing import (
 if TYPE_CHECKING:
     from .store import SnapshotStore
 
-KINDS = ("paused", "settings", "environment")
+KINDS = ("paused", "settings")
 ENVELOPE = "record"
 
 

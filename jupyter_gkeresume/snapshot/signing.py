@@ -25,8 +25,8 @@ it is one of this workspace's own: ``remember_key`` keeps the id of every key th
 snapshot of a workspace, beside the default key file (``{jupyter data dir}/gkeresume/key-ids.json``,
 on the user's volume, never in the bucket), and ``key_of_workspace`` refuses any other key,
 whoever asks: a key from elsewhere can sign anything, including a snapshot that runs code here.
-The workspace's other records that steer a restore (the paused record, the runtime settings, the
-environment baselines) are signed with the same key, binding their kind, name, workspace and
+The workspace's other records that steer a restore (the paused record, the runtime settings) are
+signed with the same key, binding their kind, name, workspace and
 sequence (``records``). Blob digests are checked on every read
 (``blobfile.read_verified``), so a verified manifest vouches for every byte a restore uses.
 """
