@@ -6,7 +6,8 @@ and by the store (``snapshot.store.describe``: error and log messages). Deciding
 is the point: a variable wrongly taken for a credential is only reported as "not saved", a
 credential wrongly taken for a setting would reach the bucket in clear.
 
-- ``name_looks_secret(name)``: ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSW*`` (PASSWORD, PASSWD),
+- ``name_looks_secret(name)``: ``*KEY*``, ``*TOKEN*`` (not ``TOKENIZER``: Hugging Face's
+  ``TOKENIZERS_PARALLELISM``), ``*SECRET*``, ``*PASSW*`` (PASSWORD, PASSWD),
   ``*CREDENTIAL*``, and ``PASS``, ``PWD``, ``AUTH`` as a whole ``_``-separated word (``DB_PASS``,
   ``MYSQL_PWD``, ``REDIS_AUTH``; ``PWD`` itself, ``OLDPWD`` and ``GIT_AUTHOR_NAME`` are not), any case.
 - ``value_looks_secret(value)``: URL userinfo with a password, a PEM block, a known token prefix
@@ -34,7 +35,8 @@ import re
 from collections.abc import Iterable
 
 NAME_RE = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|(?:^|_)(?:PASS|AUTH)(?:_|$)|_PWD(?:_|$)", re.IGNORECASE
+    r"KEY|TOKEN(?!IZER)|SECRET|PASSW|CREDENTIAL|(?:^|_)(?:PASS|AUTH)(?:_|$)|_PWD(?:_|$)",
+    re.IGNORECASE
 )
 MASK = "***"
 NOT_SAVED = "<credential not saved>"

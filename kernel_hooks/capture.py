@@ -47,6 +47,7 @@ from .cuda_plan import cuda_index
 from .extra_paths import capture_paths
 from .graph import write_graph
 from .left_behind import held_key, left_behind, named_under
+from .live_objects import LiveObjects
 from .packages import capture_packages
 from .placeholders import type_name, uncapturable_reason
 from .results import CheckpointResult, Progress, Skipped
@@ -120,10 +121,12 @@ def take_checkpoint(
     objects: dict[str, ObjectRecord] = {}
     skipped: list[Skipped] = []
     items: list[tuple[str, object]] = []
+    live = LiveObjects()
     for var in user_names(namespace, hidden or {}):
         value = namespace[var]
         app = registry.by_name.get(var)
-        reason = None if registry.for_object(value) else uncapturable_reason(value)
+        reason = (None if registry.for_object(value)
+                  else uncapturable_reason(value) or live.reason(value))
         if app is not None:  # the user's own save/load wins over every default
             try:
                 value, reason = registry.SavedByApp(app.load, app.save(value)), None

@@ -63,8 +63,12 @@ def scan(paths: Iterable[str]) -> set[Installed]:
 
 
 def _metadata_dirs(paths: Iterable[str]) -> Iterator[tuple[Installed, os.DirEntry]]:
-    """Each distribution in ``paths`` with its metadata directory (one ``os.scandir`` each)."""
-    for location in dict.fromkeys(p for p in paths if p):  # not "" (the working directory)
+    """Each distribution in ``paths`` with its metadata directory (one ``os.scandir`` each),
+    except in a directory vendored inside another one's package (``vendored``)."""
+    locations = list(dict.fromkeys(p for p in paths if p))  # not "" (the working directory)
+    for location in locations:
+        if vendored(location, locations):
+            continue
         try:
             entries = list(os.scandir(location))
         except OSError:
@@ -74,6 +78,24 @@ def _metadata_dirs(paths: Iterable[str]) -> Iterator[tuple[Installed, os.DirEntr
             if match:
                 yield Installed(normalize(match["name"]), match["version"],
                                 os.path.abspath(location)), entry
+
+
+def vendored(location: str, paths: Iterable[str]) -> bool:
+    """Whether ``location`` lies inside a package directory of another of ``paths``: a copy
+    that package vendors (``setuptools/_vendor``, which setuptools >= 71 appends to
+    ``sys.path`` when imported). Its files are that package's distribution's (carried with it,
+    or in the image with it), never a distribution of their own: carried alone, setuptools'
+    ``packaging`` was installed over the environment's (issue 28 item 4)."""
+    inner = os.path.abspath(location)
+    for outer in paths:
+        outer = os.path.abspath(outer)
+        relative = os.path.relpath(inner, outer)
+        if outer == inner or relative.startswith(os.pardir):
+            continue
+        first = relative.split(os.sep, 1)[0]
+        if os.path.isfile(os.path.join(outer, first, "__init__.py")):
+            return True
+    return False
 
 
 def session_packages(baseline: set[Installed], now: set[Installed],

@@ -4,7 +4,9 @@
 ``b is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects; tensors keep their gradients and
-optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``). A name whose pickling raises is
+optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``); DataLoaders, their
+iterators and sqlite3 connections go through ``live_objects``, accelerate's process states
+through ``singletons``. A name whose pickling raises is
 dropped and the stream is rebuilt without it, so one bad object never sinks the snapshot.
 
 Functions defined in the notebook (globals of module ``__main__``: cells, lambdas, closures,
@@ -39,7 +41,9 @@ import cloudpickle
 
 from . import rebuild, registry
 from .left_behind import held_key
+from .live_objects import LiveObjects
 from .placeholders import Uncaptured, type_name, uncapturable_reason
+from .singletons import AccelerateStates
 from .storages import StorageCollector
 from .torch_reduce import TorchReductions
 
@@ -75,6 +79,8 @@ class _GraphPickler(cloudpickle.Pickler):
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
         self.torch = TorchReductions(PROTOCOL)
+        self.live = LiveObjects()
+        self.accelerate = AccelerateStates()
         self.note = RecordNote()
         self._app_saving: set[int] = set()
 
@@ -94,10 +100,13 @@ class _GraphPickler(cloudpickle.Pickler):
                 return (app.load, (app.save(obj),))
             finally:
                 self._app_saving.discard(id(obj))
+        reduced = self.live.reduce(obj, self.note)
+        if reduced is not None:
+            return reduced
         reason = uncapturable_reason(obj)
         if reason is not None:
             return self.note.placeholder(obj, reason)
-        reduced = self.torch.reduce(obj)
+        reduced = self.torch.reduce(obj) or self.accelerate.reduce(obj)
         if reduced is not None:
             return reduced
         if isinstance(obj, _BY_REFERENCE):

@@ -1,6 +1,9 @@
-"""What a snapshot cannot carry, named at checkpoint time: the kernel's child processes, the threads
-the session started, the files it has open for writing outside the persistent volume (and outside
-the directories stored with each snapshot: ``extra_paths``).
+"""What a snapshot cannot carry, named at checkpoint time: the kernel's child processes (a
+``multiprocessing`` child by its name), the threads the session started, the asyncio tasks it left
+pending on the kernel's event loop (those of the kernel's own modules, and those pending when the
+extension loaded, are the kernel's), the files it has open for writing outside the persistent
+volume (and outside the directories stored with each snapshot: ``extra_paths``; ``comes_back``
+says what is on them).
 
 Call order: ``remember_baseline()`` when the extension loads: the threads, child processes and open
 files of that moment are the kernel's own (IPython's threads; the log file a server's stdout goes
@@ -22,9 +25,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 import threading
+import weakref
 from collections.abc import Mapping
+from typing import Any
 
 import psutil
 
@@ -36,18 +42,28 @@ OWN_THREADS = ("gkeresume", "fsspecIO")
 #: Thread classes of the kernel's own machinery that may start after the extension loads
 #: (ipykernel's ParentPollerUnix starts when the kernel app starts, after its extensions).
 KERNEL_MODULES = ("ipykernel.", "IPython.")
+#: Thread classes their library starts again whenever it needs one, as in a resumed kernel:
+#: tqdm's monitor (tqdm/std.py ``tqdm.__new__`` starts a ``TMonitor`` when ``tqdm.monitor`` is
+#: None or dead).
+RESTARTED_BY_LIBRARY = ("tqdm._monitor.TMonitor",)
 SHOWN_CHARS = 120
 
 #: The ``Skipped.type`` of each kind of thing named here.
-KINDS = ("child process", "thread", "open file")
+KINDS = ("child process", "thread", "open file", "asyncio task")
+
+#: Coroutines of the kernel's machinery: its tasks, never the session's.
+KERNEL_TASK_MODULES = ("ipykernel.", "IPython.", "tornado.", "zmq.", "jupyter_client.", "anyio.",
+                       "kernel_hooks.", "jupyter_gkeresume.")
 
 _baseline: dict[str, set] = {}
+_kernel_tasks: weakref.WeakSet = weakref.WeakSet()  # the loop's tasks when the extension loaded
 
 
 def remember_baseline() -> None:
     """Record the threads, child processes and open files of now as the kernel's own
     (idempotent)."""
     if not _baseline:
+        _kernel_tasks.update(_pending_tasks())
         _baseline["threads"] = {t.ident for t in threading.enumerate() if t.ident is not None}
         _baseline["processes"] = set(_session_processes())
         _baseline["files"] = {(f.fd, f.path) for f in _files()}
@@ -72,7 +88,7 @@ def left_behind() -> list[Found]:
     each with its ``held_key``. Without the extension loaded (the API used in a plain process)
     the first call takes the baseline."""
     remember_baseline()
-    return [*_processes(), *_threads(), *_open_files()]
+    return [*_processes(), *_threads(), *_tasks(), *_open_files()]
 
 
 def named_under(found: list[Found], held: Mapping[tuple[str, int], str]) -> list[Skipped]:
@@ -110,13 +126,14 @@ def _session_processes() -> dict[int, psutil.Process]:
 
 def _processes() -> list[Found]:
     out = []
+    workers = _multiprocessing_children()
     for pid, process in sorted(_session_processes().items()):
         if pid in _baseline["processes"]:
             continue
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            command = " ".join(process.cmdline()) or process.name()
+            command = workers.get(pid) or " ".join(process.cmdline()) or process.name()
         except psutil.Error:
             continue
         out.append((("process", pid), Skipped(
@@ -126,6 +143,16 @@ def _processes() -> list[Found]:
     return out
 
 
+def _multiprocessing_children() -> dict[int, str]:
+    """What each ``multiprocessing`` child of this process is, by pid (a forked child's command
+    line is the kernel's own; ``Process.start`` drops its target). A DataLoader iterator names
+    its workers' pids (``live_objects``)."""
+    process = sys.modules.get("multiprocessing.process")
+    children = list(getattr(process, "_children", ()))  # active_children() would join them
+    return {child.pid: f"multiprocessing {child.name}, a worker process this kernel started"
+            for child in children if child.pid is not None}
+
+
 def _threads() -> list[Found]:
     return [(("thread", t.ident), Skipped(
                 f"thread {t.name}", "thread",
@@ -133,7 +160,42 @@ def _threads() -> list[Found]:
                 "this kernel (start it again after resume)"))
             for t in threading.enumerate()
             if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
-            and not type(t).__module__.startswith(KERNEL_MODULES)]
+            and not type(t).__module__.startswith(KERNEL_MODULES)
+            and f"{type(t).__module__}.{type(t).__qualname__}" not in RESTARTED_BY_LIBRARY]
+
+
+def _tasks() -> list[Found]:
+    """One ``Skipped`` per asyncio task the session left pending on the kernel's loop (no user's
+    object holds one as ``held_key`` counts)."""
+    out = []
+    for task in _pending_tasks():
+        module, name = _coroutine_of(task)
+        if task in _kernel_tasks or f"{module}.".startswith(KERNEL_TASK_MODULES):
+            continue
+        out.append((None, Skipped(
+            f"task {task.get_name()}", "asyncio task",
+            f"{name} is pending on the kernel's event loop: it stops with this "
+            "kernel and does not come back (start it again after resume)")))
+    return out
+
+
+def _pending_tasks() -> list:
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return []
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop runs in this thread: the API used in a plain process
+        return []
+    return [task for task in asyncio.all_tasks(loop) if not task.done()]
+
+
+def _coroutine_of(task: Any) -> tuple[str, str]:
+    """The module and qualified name of the coroutine a task runs."""
+    coro = task.get_coro()
+    frame = getattr(coro, "cr_frame", None)
+    module = frame.f_globals.get("__name__", "") if frame is not None else type(coro).__module__
+    return module, getattr(coro, "__qualname__", type(coro).__qualname__)
 
 
 def _files() -> list:
@@ -143,14 +205,21 @@ def _files() -> list:
         return []
 
 
-def _open_files() -> list[Found]:
+def comes_back(path: str) -> bool:
+    """Whether ``path`` is on what the next pod has: the home volume, the server root, or a
+    directory stored with each snapshot (``c.GkeResume.extra_paths``)."""
     from .extra_paths import configured  # at checkpoint: the extension's load stays light
 
-    kept = [os.path.join(os.path.abspath(d), "") for d in [*persistent_dirs(), *configured()] if d]
+    path = os.path.abspath(path)
+    return any(path.startswith(os.path.join(os.path.abspath(d), ""))
+               for d in [*persistent_dirs(), *configured()] if d)
+
+
+def _open_files() -> list[Found]:
     return [(None, Skipped(f"file {f.path}", "open file",
                            "open for writing outside the home volume: it stays on this pod, "
                            "the next one will not have it (write it under the home directory)"))
             for f in _files()
             if f.fd > 2  # stdout and stderr redirected by whoever started the server
             and (f.fd, f.path) not in _baseline["files"]
-            and getattr(f, "mode", "r") != "r" and not any(f.path.startswith(k) for k in kept)]
+            and getattr(f, "mode", "r") != "r" and not comes_back(f.path)]

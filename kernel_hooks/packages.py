@@ -52,6 +52,8 @@ from .distributions import Installed, baseline, normalize, persistent_dirs, scan
 from .results import Progress
 
 ENABLED_ENV = "GKERESUME_PACKAGES"
+#: What the line of a package that was not put back says (the resume's verdict looks for it).
+NOT_INSTALLED = "not installed"
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -139,12 +141,12 @@ def install_packages(store: SnapshotStore, records: list[PackageRecord], sizes: 
     for record in missing:
         problem = package_problem(record)
         if problem is not None:
-            lines.append(f"{record.name} {record.version}: not installed: {problem}")
+            lines.append(f"{record.name} {record.version}: {NOT_INSTALLED}: {problem}")
             continue
         try:
             lines.append(_install_one(store, record))
         except (GkeResumeError, OSError) as exc:  # the others still go in; its objects fail
-            lines.append(f"{record.name} {record.version}: not installed: {exc}")
+            lines.append(f"{record.name} {record.version}: {NOT_INSTALLED}: {exc}")
         done += sizes.get(record.blob, 0)
         if progress is not None:
             progress(Progress("installing", done, total, time.monotonic() - started))
@@ -160,6 +162,7 @@ def _install_one(store: SnapshotStore, record: PackageRecord) -> str:
     destination = _destination(record)
     placements = [_placement(destination, record, relative) for relative in record.files]
     others = _other_versions(record, destination)
+    _refuse_under_imported(record, others)
     staged = stage_blob(store, record.blob, placements)
     try:
         staged.commit(last=lambda p: ".dist-info/" in p.target)
@@ -173,6 +176,21 @@ def _install_one(store: SnapshotStore, record: PackageRecord) -> str:
     if imported:
         line += f"; restart the kernel to use it: {', '.join(imported)} was imported before"
     return line
+
+
+def _refuse_under_imported(record: PackageRecord, others: list[_OtherVersion]) -> None:
+    """Raise when a module of ``record`` is imported in this kernel from the files of another
+    version about to be replaced: the live module would meet the new version's files (the
+    kernel's ``packaging.version`` 26.4 and a carried 26.3's ``packaging.utils`` raised
+    ``cannot import name '_TrimmedRelease'``, issue 28 item 4). That version stays in place."""
+    replaced = {os.path.normpath(path): other.version for other in others for path in other.files}
+    for name in sorted(top_level_names(record.files)):
+        where = getattr(sys.modules.get(name), "__file__", None)
+        version = replaced.get(os.path.normpath(where)) if where else None
+        if version is not None:
+            raise PackageError(f"{record.name} {version} is imported in this kernel ({name}): "
+                               "its files stay (a live module is never mixed with another "
+                               "version's); install it with %pip in a fresh kernel if needed")
 
 
 def _destination(record: PackageRecord) -> str:

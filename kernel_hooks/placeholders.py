@@ -28,7 +28,8 @@ _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
     ((subprocess.Popen,), "a child process stays on this pod: start it again after resume"),
     ((_thread.LockType, _thread.RLock, type(threading.RLock())),
      "a lock belongs to this process"),
-    ((sqlite3.Connection, sqlite3.Cursor), "a database connection cannot move to another process"),
+    ((sqlite3.Cursor,), "a database cursor cannot move to another process (its connection "
+                        "is reopened when its file is on the home volume: live_objects)"),
     ((types.FrameType, types.TracebackType), "a frame or traceback of this process"),
 )
 

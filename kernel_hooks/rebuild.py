@@ -130,20 +130,24 @@ def tensor_grad(tensor: Any, grad: Any) -> None:
     tensor.grad = grad
 
 
-def optimizer_state(optimizer: Any, state: tuple[dict, bool]) -> None:
-    """State setter of an optimizer whose ``step`` an LR scheduler wrapped (``torch_reduce``):
-    torch's own ``__setstate__``, then the wrapper again, as ``LRScheduler.__init__``'s
-    ``patch_track_step_called`` makes it (torch/optim/lr_scheduler.py): it marks the optimizer
-    ``_opt_called`` and calls the class's ``step``; ``_opt_called`` as it was."""
+def optimizer_state(optimizer: Any, state: tuple) -> None:
+    """State setter of an optimizer (``torch_reduce``): torch's own ``__setstate__`` with the
+    whole state, then, when an LR scheduler had wrapped its ``step``, the wrapper again, as
+    ``LRScheduler.__init__``'s ``patch_track_step_called`` makes it (torch/optim/
+    lr_scheduler.py): it marks the optimizer ``_opt_called`` and calls the class's ``step``;
+    ``_opt_called`` as it was. ``state``: ``(state, called, wrapped)``; a snapshot written
+    before ``wrapped`` existed holds ``(state, called)`` of a wrapped optimizer."""
     import functools
     import weakref
 
     from .torch_reduce import LR_SCHEDULER_MARK
 
-    torch_state, called = state
+    torch_state, called, *rest = state
     optimizer.__setstate__(torch_state)
     if called:
         optimizer._opt_called = True
+    if rest and not rest[0]:
+        return
     reference = weakref.ref(optimizer)
     func = optimizer.step.__func__
 

@@ -12,7 +12,8 @@ what a damaged blob or a failed record cost and, only then, assign the names in 
 apply the session state, then the interpreter state (``interpreter_state``). A failure before
 that last step leaves the namespace as it was. Last, the verdict is judged again on what came
 back (``_judge_left_out``): ``exact`` only when nothing the session held was left out (an object,
-a state entry, part of the session state, what stayed on the old pod, an extra path).
+a placeholder inside one, a state entry, part of the session state, what stayed on the old pod,
+a package or an extra path).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from jupyter_gkeresume.snapshot import (
 from jupyter_gkeresume.snapshot.compat import Verdict
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 
-from . import interpreter_state, rebuild, session_state
+from . import interpreter_state, rebuild, session_state, singletons
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation, get_engine
 from .errors import OtherNotebookError
@@ -46,7 +47,7 @@ from .extra_paths import NOT_PUT_BACK, restore_paths
 from .graph import read_graph
 from .loader import StorageLoader
 from .notebooks import notebook_path
-from .packages import install_packages
+from .packages import NOT_INSTALLED, install_packages
 from .placeholders import Uncaptured
 from .progress import PhaseBytes
 from .results import Progress, ResumeResult, Skipped
@@ -150,7 +151,8 @@ def _restore(
     result.packages = install_packages(store, manifest.packages, manifest.blobs,
                                        progress)  # 0. before any unpickling
     result.paths = restore_paths(store, manifest.extra_paths)  # 0. an object may open its file
-    left_out = [line for line in result.paths if NOT_PUT_BACK in line]
+    left_out = [line for line in [*result.packages, *result.paths]
+                if f": {NOT_INSTALLED}: " in line or NOT_PUT_BACK in line]
     engine = get_engine()
     priority = list(dict.fromkeys([*(only or []), *manifest.records]))
     plan = make_plan(manifest.storages, priority, engine)  # 1. plan: devices, placement
@@ -162,7 +164,7 @@ def _restore(
     try:
         loader.start()  # 3. read
         graph = loader.read_graph_blob()
-        with rebuild.loading(reading):  # 4. unpickle
+        with rebuild.loading(reading), singletons.restoring():  # 4. unpickle
             values, failures, placeholders = read_graph(
                 graph, manifest.graph_ends, PhaseBytes("unpickling", len(graph), unpickling).add)
     except BaseException:
@@ -202,6 +204,9 @@ def _restore(
             result.not_restored.append(Skipped(obj.name, obj.type, obj.reason or "not captured"))
         elif obj.name in reasons and obj.name in wanted:
             result.not_restored.append(Skipped(obj.name, obj.type, reasons[obj.name]))
+        elif obj.reason and obj.name in restored:  # back, with placeholders inside it
+            result.warnings.append(f"{obj.name}: {obj.reason}")
+            left_out.append(f"{obj.name} ({obj.reason})")
 
     namespace.update(restored)
     for name in reading.added:  # globals notebook functions needed: not those that failed

@@ -1,16 +1,21 @@
 """Cut a script at every cell boundary, pause it through a real server, resume it on a fresh
 one, run the rest, and compare what it prints with the uninterrupted run.
 
-    .venv/bin/python scripts/cut_check.py SCRIPT.py [SCRIPT.py ...]
+    .venv/bin/python scripts/cut_check.py SCRIPT.py[:CUT,...] [SCRIPT.py ...]
 
 Cells are split at lines of 20 or more ``#`` (the sphinx-gallery separator of PyTorch's
-tutorials; put such lines into any script). For each script: one server runs every cell in a
-notebook session and keeps the stdout of each cell. Then, for each cut point k: a server (the
-extension, release backend ``none``, a local store) runs cells [0, k) in a session of the same
-notebook, pauses through ``POST gkeresume/api/pause`` and stops; a fresh server process on the
-same store and workspace (a fresh pod) resumes through ``POST gkeresume/api/resume`` and runs
-cells [k, n) in the resumed kernel. Outputs are compared after masking object addresses and
-ipykernel's per-process cell directory. Exit status: the number of cuts that differed.
+tutorials; put such lines into any script); a ``.ipynb`` gives its code cells. For each script:
+one server runs every cell in a notebook session and keeps the output of each cell. Then, for
+each cut point k: a server (the extension, release backend ``none``, a local store) runs cells
+[0, k) in a session of the same notebook, pauses through ``POST gkeresume/api/pause`` and stops;
+a fresh server process on the same store and workspace, with a copy of the first one's root
+directory (a fresh pod, the same home volume), resumes through
+``POST gkeresume/api/resume`` and runs cells [k, n) in the resumed kernel. Each cell's output
+(its stdout, then its stderr: how the two interleave depends on when ipykernel flushes each) is
+compared after masking object addresses, ipykernel's per-process cell directory and tqdm's and a
+Trainer's timings (``VOLATILE``). Each cut's line gives the resume's verdict and what it did not
+restore. ``SCRIPT.py:3,7`` cuts before cells 3 and 7 only (0-based). Exit status: the number of
+cuts that differed.
 
 Not part of the test suite: public scripts stay out of this repository, and a run takes
 minutes (two server starts and a pause and a resume per cut).
@@ -18,7 +23,9 @@ minutes (two server starts and a pause and a resume per cut).
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,25 +35,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fixtures_server import ServerProcess  # the tests' server subprocess
 
 SIGNING_KEY = "cut-check-key-" + "4" * 32
-VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+")  # addresses, ipykernel's cell dir
+#: Masked before comparing: object addresses, ipykernel's cell directory, and the elapsed time and
+#: rate of a tqdm bar (``[00:01<00:00, 94.2it/s]``), which differ between any two runs.
+#: So are the timings a ``transformers.Trainer`` logs (``'train_runtime': '2.885'``).
+VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+|\[\d+:\d+<[^\]]*\]"
+                      r"|'\w*(?:runtime|per_second)': '[^']*'")
 
 
 def cells_of(script: Path) -> list[str]:
+    """The code cells of a notebook (``.ipynb``), or of a script split at its separator lines."""
+    if script.suffix == ".ipynb":
+        cells = json.loads(script.read_text())["cells"]
+        return ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and c["source"]]
     parts = re.split(r"^#{20,}.*$", script.read_text(), flags=re.M)
     return [part.strip("\n") for part in parts if part.strip()]
 
 
-def start_server(work: Path, store: Path) -> ServerProcess:
+def start_server(work: Path, store: Path, home: Path | None = None) -> ServerProcess:
+    """A server on ``store``; ``home``: the root directory of the server before it, whose files
+    this one starts with (the home volume a fresh pod mounts again)."""
     config = {"GkeResume": {"store_url": str(store), "workspace_id": "cut-check",
                             "release_backend": "none", "checkpoint_on_shutdown": False}}
     server = ServerProcess(work, config, {"GKERESUME_SIGNING_KEY": SIGNING_KEY,
                                           "MPLBACKEND": "agg"})
+    if home is not None:
+        shutil.copytree(home, work / "root", dirs_exist_ok=True)
     server.start()
     return server
 
 
 def run_cells(server: ServerProcess, kernel_id: str, cells: list[str]) -> list[str]:
-    return [VOLATILE.sub("?", server.run_cell(kernel_id, cell)) for cell in cells]
+    return [VOLATILE.sub("?", server.run_cell(kernel_id, cell, by_stream=True)) for cell in cells]
 
 
 def settle(server: ServerProcess, method: str, path: str) -> dict:
@@ -56,13 +75,14 @@ def settle(server: ServerProcess, method: str, path: str) -> dict:
     return server.wait_for(lambda status: status["operation"] is None, path)
 
 
-def check(script: Path, work: Path) -> int:
+def check(script: Path, work: Path, cuts: list[int] | None = None) -> int:
+    """Cut ``script`` at each of ``cuts`` (cell indices; all when None); the cuts that differed."""
     cells, notebook = cells_of(script), script.stem + ".ipynb"
     server = start_server(work / "whole", work / "store-whole")
     expected = run_cells(server, server.new_session(notebook), cells)
     server.stop()
     differed = 0
-    for cut in range(1, len(cells)):
+    for cut in cuts or range(1, len(cells)):
         store = work / f"store-{cut}"
         server = start_server(work / f"before-{cut}", store)
         run_cells(server, server.new_session(notebook), cells[:cut])
@@ -70,7 +90,7 @@ def check(script: Path, work: Path) -> int:
         server.stop()
         if paused["state"] != "paused":
             raise RuntimeError(f"cut {cut}: the pause ended {paused['state']}: {paused.get('reason')}")
-        server = start_server(work / f"after-{cut}", store)
+        server = start_server(work / f"after-{cut}", store, home=work / f"before-{cut}" / "root")
         resumed = settle(server, "POST", "gkeresume/api/resume")
         kernel = resumed["kernels"][0]
         got = run_cells(server, kernel["kernel_id"], cells[cut:])
@@ -78,8 +98,12 @@ def check(script: Path, work: Path) -> int:
         result = kernel.get("result") or {}
         same = got == expected[cut:]
         differed += not same
+        left = [s["name"] for s in result.get("not_restored") or []]
         print(f"{script.name} cut {cut}/{len(cells)}: {'identical' if same else 'DIFFERENT'}; "
-              f"{resumed['state']}; warnings {result.get('warnings') or []}", flush=True)
+              f"{resumed['state']}; verdict {(result.get('verdict') or {}).get('level')}; "
+              f"not restored {left}; warnings {result.get('warnings') or []}", flush=True)
+        if (result.get("verdict") or {}).get("level") != "exact":
+            print(f"  verdict reasons: {result['verdict'].get('reasons')}", flush=True)
         for index, (want, have) in enumerate(zip(expected[cut:], got, strict=True)):
             if want != have:
                 print(f"  cell {cut + index}\n  whole run: {want[:800]!r}\n  resumed:   {have[:800]!r}")
@@ -87,10 +111,13 @@ def check(script: Path, work: Path) -> int:
 
 
 def main() -> None:
+    """``SCRIPT[:CUT,CUT...]`` per argument: only those cuts of that script."""
     differed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for index, name in enumerate(sys.argv[1:]):
-            differed += check(Path(name), Path(tmp) / str(index))
+            path, _, cuts = name.partition(":")
+            differed += check(Path(path), Path(tmp) / str(index),
+                              [int(c) for c in cuts.split(",")] if cuts else None)
     sys.exit(min(differed, 100))
 
 

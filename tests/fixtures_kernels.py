@@ -6,7 +6,8 @@ the installed etc/ipython config) and returns a ``Kernel`` handle; ``start_kerne
 adds variables for that kernel only (``JPY_SESSION_NAME``: which notebook it belongs to),
 ``kernel_name=`` another kernelspec (found through ``JUPYTER_PATH``), ``extra_arguments=`` the
 kernel's command line (``--IPKernelApp.extensions=[]``: without the extension). Every
-kernel is killed at the end of the test.
+kernel is killed at the end of the test. ``throwaway_environment(where, kernels)``: a fresh venv
+that sees this one's packages, with a kernelspec (a resume that installs writes there).
 """
 
 from __future__ import annotations
@@ -14,10 +15,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import sysconfig
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from jupyter_client.manager import start_new_kernel
+
+#: This test environment's site directory (editable installs included).
+SITE = sysconfig.get_paths()["purelib"]
 
 
 class KernelError(AssertionError):
@@ -101,3 +109,21 @@ def start_kernel(kernel_env):
             kernel.manager.shutdown_kernel(now=True)
         except Exception:  # already killed by the test
             pass
+
+
+def throwaway_environment(where: Path, kernels: Path) -> Path:
+    """A fresh venv that sees this test environment's packages, editable installs included (a
+    .pth file adding its site directory: a venv made off another venv with
+    --system-site-packages would see the base interpreter's instead), and a kernelspec that runs
+    its interpreter."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    python = where / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "test-environment.pth").write_text(f"import site; site.addsitedir({SITE!r})\n")
+    spec = kernels / where.name
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": where.name, "language": "python"}))
+    return where

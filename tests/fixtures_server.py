@@ -254,8 +254,8 @@ class ServerProcess:
         assert code == 201, body
         return body["kernel"]["id"]
 
-    def run_cell(self, kernel_id: str, code: str) -> str:
-        return run_cell_in(self.workdir / "runtime" / f"kernel-{kernel_id}.json", code)
+    def run_cell(self, kernel_id: str, code: str, by_stream: bool = False) -> str:
+        return run_cell_in(self.workdir / "runtime" / f"kernel-{kernel_id}.json", code, by_stream)
 
     def start_busy(self, kernel_id: str, code: str) -> None:
         """Send ``code`` as a cell and leave it running (another client, like a second tab);
@@ -284,25 +284,29 @@ class ServerProcess:
             raise AssertionError(f"server ignored signal {sig}:\n{self.log()}") from None
 
 
-def run_cell_in(connection_file: Path, code: str) -> str:
+def run_cell_in(connection_file: Path, code: str, by_stream: bool = False) -> str:
     """Run a cell through a kernel's connection file (a second client, like a console);
-    return its stdout; fail on an error."""
+    return its stdout; fail on an error. ``by_stream``: stdout, then stderr (how the two
+    interleave depends on when ipykernel flushes each)."""
     from jupyter_client import BlockingKernelClient
 
     client = BlockingKernelClient(connection_file=str(connection_file))
     client.load_connection_file()
     client.start_channels(hb=False)  # liveness: the server owns the kernel process
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     try:
         client.wait_for_ready(timeout=60)
         reply = client.execute_interactive(
             code, timeout=120,
-            output_hook=lambda m: out.append(m["content"].get("text", ""))
+            output_hook=lambda m: out.append((m["content"].get("name", ""),
+                                              m["content"].get("text", "")))
             if m["msg_type"] == "stream" else None)
     finally:
         client.stop_channels()
     assert reply["content"]["status"] == "ok", reply["content"]
-    return "".join(out)
+    if by_stream:
+        out.sort(key=lambda part: part[0] != "stdout")  # stable: each stream in its order
+    return "".join(text for _, text in out)
 
 
 def _free_port() -> int:

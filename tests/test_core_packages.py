@@ -13,17 +13,17 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import json
 import os
 import subprocess
 import sys
-import sysconfig
 import time
+import types
 import zipfile
 from pathlib import Path
 
 import psutil
 import pytest
+from fixtures_kernels import SITE, throwaway_environment
 
 from jupyter_gkeresume.errors import ManifestError
 from jupyter_gkeresume.snapshot import Manifest, SnapshotStore, check_compatible
@@ -31,8 +31,6 @@ from jupyter_gkeresume.snapshot.compat import package_problem
 from jupyter_gkeresume.snapshot.format import PackageRecord
 from kernel_hooks import distributions, packages
 from kernel_hooks.packages import Installed, scan, session_packages
-
-SITE = sysconfig.get_paths()["purelib"]
 
 
 def test_scan_reads_name_and_version_from_the_metadata_directories(tmp_path):
@@ -51,6 +49,24 @@ def test_session_packages_are_new_or_changed_and_not_on_the_persistent_volume(tm
     assert session_packages(baseline, now, [home, ""]) == [
         Installed("numpy", "2.2", env), Installed("tiny", "1.0", env)]
     assert session_packages(now, now, []) == []
+
+
+
+def test_a_copy_vendored_inside_another_package_is_not_a_distribution_of_its_own(tmp_path):
+    """setuptools >= 71 appends its ``setuptools/_vendor`` to ``sys.path`` when imported
+    (setuptools/__init__.py: ``sys.path.extend(... 'setuptools', '_vendor' ...)``); the copies
+    there (packaging, wheel, ...) belong to setuptools' files and were carried as the session's,
+    then installed over the environment's own ``packaging`` (issue 28 item 4)."""
+    site = tmp_path / "site"
+    vendor = site / "host" / "_vendor"
+    (vendor / "packaging-9.0.dist-info").mkdir(parents=True)
+    (site / "host" / "__init__.py").write_text("")
+    (site / "host-1.0.dist-info").mkdir()
+    outer = tmp_path / "opt"  # a directory above a site directory, but not a package: kept
+    (outer / "lib" / "other-2.0.dist-info").mkdir(parents=True)
+    found = scan([str(site), str(vendor), str(tmp_path), str(outer / "lib")])
+    assert found == {Installed("host", "1.0", str(site)),
+                     Installed("other", "2.0", str(outer / "lib"))}
 
 
 def installed(site: Path, *names: str, seconds_ago: float = 0) -> None:
@@ -228,6 +244,58 @@ def test_install_replaces_another_version_and_refuses_paths_outside(tmp_path, mo
     assert sorted(p.name for p in site.iterdir()) == ["tiny", "tiny-1.0.dist-info"]
 
 
+
+def test_an_imported_module_is_never_replaced_by_another_version_under_it(tmp_path, monkeypatch):
+    """A kernel that imported ``tiny`` 0.9 keeps it: installing 1.0's files under the live
+    module mixes two versions (``packaging.version`` of one, ``packaging.utils`` of the other
+    raised ``cannot import name '_TrimmedRelease'``, issue 28 item 4). It is named instead."""
+    from fixtures_lifecycle import put_blob
+
+    site = tmp_path / "site"
+    (site / "tiny").mkdir(parents=True)
+    (site / "tiny" / "__init__.py").write_text("VERSION = '0.9'\n")
+    old = site / "tiny-0.9.dist-info"
+    old.mkdir()
+    (old / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny\nVersion: 0.9\n")
+    (old / "RECORD").write_text("tiny/__init__.py,,\ntiny-0.9.dist-info/METADATA,,\n"
+                                "tiny-0.9.dist-info/RECORD,,\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    live = types.ModuleType("tiny")
+    live.__file__ = str(site / "tiny" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "tiny", live)
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    files = {"tiny/__init__.py": b"VERSION = '1.0'\n",
+             "tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n"}
+    blob, size = put_blob(store, *files.values())
+
+    [line] = packages.install_packages(store, [record(blob=blob, files=list(files),
+                                                      location=str(site))], {blob: size})
+    assert line.startswith(f"tiny 1.0: {packages.NOT_INSTALLED}: ")
+    assert "tiny 0.9 is imported in this kernel" in line
+    assert (site / "tiny" / "__init__.py").read_text() == "VERSION = '0.9'\n"
+    assert sorted(p.name for p in site.iterdir()) == ["tiny", "tiny-0.9.dist-info"]
+
+
+def test_wheel_tags_are_judged_without_importing_packaging_here():
+    """The kernel imports only what the session had: ``package_problem`` asks a child
+    interpreter for this Python's tags (packaging.tags.sys_tags) instead of importing
+    ``packaging.tags`` into the kernel (issue 28 item 4)."""
+    probe = ("import sys\n"
+             "from jupyter_gkeresume.snapshot.compat import package_problem\n"
+             "from jupyter_gkeresume.snapshot.format import PackageRecord\n"
+             "def tags(t): return PackageRecord('tiny', '1.0', 'b3-' + '0' * 64, ['x'], '/',"
+             " '3.11', t)\n"
+             "print(package_problem(tags(['py3-none-any'])))\n"
+             "print(package_problem(tags(['cp27.cp26-cp27mu-manylinux1_x86_64'])))\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('packaging', 'setuptools', 'distutils')))\n")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    good, foreign, imported = run.stdout.strip().splitlines()
+    assert good == "None"
+    assert foreign.startswith("built for cp27.cp26-cp27mu-manylinux1_x86_64, not for Python")
+    assert imported == "[]"
+
+
 # -- end to end ---------------------------------------------------------------------------------
 
 TINY = '''
@@ -260,22 +328,10 @@ def build_wheel(directory: Path) -> Path:
     return wheel
 
 
-def throwaway_environment(where: Path, kernels: Path) -> Path:
-    """A fresh venv that sees this test environment's packages, editable installs included (a
-    .pth file adding its site directory: a venv made off another venv with
-    --system-site-packages would see the base interpreter's instead), and a kernelspec that runs
-    its interpreter."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    python = where / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    Path(site, "test-environment.pth").write_text(f"import site; site.addsitedir({SITE!r})\n")
-    spec = kernels / where.name
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": where.name, "language": "python"}))
-    return where
+#: The modules of the environment's build tools present in a kernel (ipykernel imports
+#: ``packaging.version`` itself); what the product looks up must add none of them.
+WATCHED = ("import json, sys; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] "
+           "in ('packaging', 'setuptools', 'distutils', 'pkg_resources'))))")
 
 
 def test_a_package_installed_in_the_session_comes_back_in_a_fresh_environment(
@@ -290,11 +346,14 @@ def test_a_package_installed_in_the_session_comes_back_in_a_fresh_environment(
     kernel.run("%load_ext kernel_hooks")
     kernel.run(f"%pip install --no-index --no-deps --quiet {wheel}")
     kernel.run("import tinypkg\np = tinypkg.Point(3, 4)")
+    imported = kernel.run_json(WATCHED)
     report = kernel.run("%checkpoint")
     assert "not saved" not in report
+    assert kernel.run_json(WATCHED) == imported  # the capture imported none of them either
 
     fresh = start_kernel(kernel_name="env-b")
     fresh.run("%load_ext kernel_hooks")
+    before = fresh.run_json(WATCHED)
     with pytest.raises(AssertionError, match="No module named 'tinypkg'"):
         fresh.run("import tinypkg")
     listed = fresh.run("%snapshots")
@@ -307,3 +366,4 @@ def test_a_package_installed_in_the_session_comes_back_in_a_fresh_environment(
     assert back[0] is True and back[1].startswith(str(second))
     assert not Path(back[1]).is_relative_to(first)
     assert "a resume here installs" not in fresh.run("%snapshots")  # it is installed now
+    assert fresh.run_json(WATCHED) == before  # our lookups imported none of them (issue 28)

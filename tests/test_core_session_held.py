@@ -82,6 +82,50 @@ def test_gradients_and_the_lr_schedule_cross_a_cut_bit_for_bit(start_kernel):
     assert resumed == uninterrupted, json.dumps([uninterrupted, resumed])
 
 
+LBFGS = r"""
+import hashlib, json, torch
+torch.manual_seed(0)
+net = torch.nn.Linear(3, 1).double()
+x, y = torch.randn(16, 3, dtype=torch.double), torch.randn(16, 1, dtype=torch.double)
+opt = torch.optim.LBFGS(net.parameters(), lr=0.5, max_iter=4)
+seen = []
+opt.register_step_post_hook(lambda optimizer, args, kwargs: seen.append(len(seen)))
+
+def closure():
+    opt.zero_grad()
+    loss = ((net(x) - y) ** 2).mean()
+    loss.backward()
+    return loss
+
+opt.step(closure)  # LBFGS keeps its history (d, t, old_dirs, ...) in opt.state
+"""
+
+LBFGS_STEP = r"""
+loss = opt.step(closure).item()
+state = b"".join(p.detach().numpy().tobytes() for p in net.parameters())
+print(json.dumps([loss, hashlib.sha256(state).hexdigest(), seen]))
+"""
+
+
+def test_an_optimizer_keeps_what_its_class_set_beside_torchs_state(start_kernel):
+    """``Optimizer.__getstate__`` (torch/optim/optimizer.py) keeps ``defaults``, ``state`` and
+    ``param_groups`` only: what a subclass set in ``__init__`` was lost (``LBFGS._params``,
+    torch/optim/lbfgs.py: the next ``step`` raised ``'LBFGS' object has no attribute '_params'``,
+    found by cut_check on pytorch/examples' time_sequence_prediction), and so were the hooks a
+    session registered (``register_step_post_hook``). Both come back; the next step is the
+    uninterrupted kernel's, bit for bit."""
+    a = start_kernel()
+    a.run(LBFGS)
+    a.run("%checkpoint")
+    uninterrupted = a.run_json(LBFGS_STEP)
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "not restored" not in out and "(exact)" in out.splitlines()[0], out
+    assert b.run_json(LBFGS_STEP) == uninterrupted
+
+
 LIBRARY_SESSION = r"""
 import json, warnings
 import pandas as pd

@@ -265,11 +265,11 @@ def test_a_listing_asks_a_child_interpreter_once(local_store, signing_key, monke
     them, not once per snapshot (each child costs an interpreter start)."""
     from fixtures_lifecycle import make_snapshot
 
-    from jupyter_gkeresume.snapshot import importable, list_snapshots
+    from jupyter_gkeresume.snapshot import child, importable, list_snapshots
 
     spawned = []
-    run = importable.subprocess.run
-    monkeypatch.setattr(importable.subprocess, "run",
+    run = child.subprocess.run
+    monkeypatch.setattr(child.subprocess, "run",
                         lambda args, **kw: spawned.append(args[3:]) or run(args, **kw))
     monkeypatch.setattr(importable.sys, "meta_path", [object(), *importable.sys.meta_path])
     for i in range(3):

@@ -32,7 +32,7 @@ PEM = ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nbm90IGEgc
     # issue 22.10: names and values the filter let through
     ("DB_PASS", "x"), ("MYSQL_PWD", "x"), ("REDIS_AUTH", "x"), ("PGPASSFILE_PASS", "x"),
     ("STORAGE", AZURE), ("MODEL_HUB", "hf_" + "h" * 34), ("ALERTS", SLACK_HOOK),
-    ("UPSTREAM_HEADER", "Bearer abcdef0123456789"),
+    ("UPSTREAM_HEADER", "Bearer abcdef0123456789"), ("HF_TOKEN", "x"), ("TOKENIZER_TOKEN", "x"),
 ])
 def test_credentials_are_recognized(name, value):
     assert env_looks_secret(name, value)
@@ -46,6 +46,8 @@ def test_credentials_are_recognized(name, value):
     ("PWD", "/home/jovyan"), ("OLDPWD", "/tmp"), ("GIT_AUTHOR_NAME", "Ada"), ("PASSES", "3"),
     ("BYPASS_CACHE", "1"), ("HF_HOME", "/home/jovyan/.cache/huggingface"),
     ("WEBSITE", "https://hooks.example.org/services/x"), ("GREETING", "bearer of good news"),
+    # issue 28: Hugging Face's tokenizers setting (set in many of its notebooks) is no token
+    ("TOKENIZERS_PARALLELISM", "false"),
 ])
 def test_settings_are_not_taken_for_credentials(name, value):
     assert not env_looks_secret(name, value)

@@ -21,7 +21,9 @@ package of the snapshot provides counts as importable.
 
 Module checks run in *this* environment: the server, the CLI and the kernel share one environment
 on a notebook pod, so "importable here" means importable by the kernel that will restore. They
-import and execute nothing in this process: see ``importable.missing_modules``.
+import and execute nothing in this process: see ``importable.missing_modules``. This Python's wheel
+tags come from ``packaging.tags`` in a child interpreter (``child.ask_child``): a kernel gains no
+module from the product's lookups (issue 28 item 4).
 
 Every field is untrusted JSON: ``check_compatible`` answers for any value (huge numbers, endless
 version strings, nested lists), and the values it quotes in reasons are shortened to one line.
@@ -29,7 +31,6 @@ version strings, nested lists), and the values it quotes in reasons are shortene
 
 from __future__ import annotations
 
-import functools
 import re
 import reprlib
 import sys
@@ -37,9 +38,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from packaging.tags import parse_tag, sys_tags
-
 from ..printable import printable
+from .child import ask_child
 from .format import DIGESTS_BY_VERSION, Manifest, PackageRecord
 from .importable import ModuleLookup
 
@@ -260,12 +260,30 @@ def package_problem(record: PackageRecord) -> str | None:
             return None
         return f"installed for Python {_show(record.python)} without wheel tags, this is {_python_minor()}"
     try:
-        tags = {tag for text in record.tags for tag in parse_tag(text)}
+        tags = {tag for text in record.tags for tag in _parse_tag(text)}
     except ValueError:
         return f"unreadable wheel tags {_show(record.tags)}"
-    if tags & _supported_tags():
+    supported = _supported_tags()
+    if supported is None:
+        return "this Python's wheel tags cannot be told (packaging.tags failed in a child interpreter)"
+    if tags & supported:
         return None
     return f"built for {_show(', '.join(record.tags))}, not for Python {_python_minor()} on this platform"
+
+
+def _parse_tag(text: str) -> frozenset[tuple[str, str, str]]:
+    """A wheel's compressed tag (``py2.py3-none-any``) as its (interpreter, abi, platform)
+    triples, lowercased, as ``packaging.tags.parse_tag`` reads it (PEP 425)."""
+    parts = text.lower().split("-")
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(f"not a wheel tag: {text!r}")
+    interpreters, abis, platforms = (part.split(".") for part in parts)
+    return frozenset((i, a, p) for i in interpreters for a in abis for p in platforms)
+
+
+#: Asked in a child: ``packaging.tags`` is not imported into the kernel (see ``child``).
+_SYS_TAGS = ("import json\nfrom packaging.tags import sys_tags\n"
+             "print(json.dumps([[t.interpreter, t.abi, t.platform] for t in sys_tags()]))")
 
 
 def packages_to_install(records: list[PackageRecord]) -> list[PackageRecord]:
@@ -312,9 +330,18 @@ def _python_minor() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-@functools.cache
-def _supported_tags() -> frozenset:
-    return frozenset(sys_tags())
+_tags: list[frozenset[tuple[str, str, str]]] = []  # the answer, once a child gave it
+
+
+def _supported_tags() -> frozenset[tuple[str, str, str]] | None:
+    """This interpreter's wheel tags (``packaging.tags.sys_tags``, asked in a child once per
+    process; a child that failed is asked again next time), or None."""
+    if not _tags:
+        found = ask_child(_SYS_TAGS)
+        if not isinstance(found, list):
+            return None
+        _tags.append(frozenset(tuple(t) for t in found if isinstance(t, list) and len(t) == 3))
+    return _tags[0]
 
 
 def _gib(nbytes: int) -> str:

@@ -18,18 +18,17 @@ available.
 from __future__ import annotations
 
 import importlib.machinery
-import json
-import subprocess
 import sys
 from collections.abc import Iterable
 from importlib.machinery import ModuleSpec
+
+from .child import ask_child
 
 _OWN_FINDERS = (
     importlib.machinery.BuiltinImporter,
     importlib.machinery.FrozenImporter,
     importlib.machinery.PathFinder,
 )
-CHILD_TIMEOUT = 30.0  # seconds; a child that takes longer answers "not found" for its names
 
 # Asked in the child: each top-level name's submodule search locations, null for a plain module.
 _CHILD = r"""
@@ -97,11 +96,8 @@ def _own_spec(top: str) -> ModuleSpec | None:
 
 def _specs_in_child(tops: list[str]) -> dict[str, ModuleSpec]:
     """Specs (name and search locations only) of ``tops`` as a fresh interpreter finds them."""
-    try:
-        run = subprocess.run([sys.executable, "-c", _CHILD, *tops], capture_output=True,
-                             text=True, timeout=CHILD_TIMEOUT, check=True, stdin=subprocess.DEVNULL)
-        found = json.loads(run.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+    found = ask_child(_CHILD, *tops)  # a child that fails answers "not found" for its names
+    if not isinstance(found, dict):
         return {}
     specs = {}
     for top, locations in found.items():

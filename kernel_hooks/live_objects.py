@@ -1,0 +1,136 @@
+"""Library objects that hold live resources of this process: carried where they can be, else
+named (issue 28 item 8).
+
+Call order: ``take_checkpoint`` asks ``LiveObjects.reason(value)`` for each top-level variable (one
+that cannot travel is not saved, with that reason); the graph pickler (``graph``) asks
+``LiveObjects.reduce(obj, note)`` for every object after the user's own registrations and before
+the generic placeholders
+(``placeholders.uncapturable_reason``); ``None`` means "not one of these". What it cannot carry is
+noted with ``note.placeholder`` (``graph.RecordNote``: what came back as a placeholder), so the checkpoint
+names it and the resume's verdict is not ``exact``. asyncio tasks left pending on the kernel's loop
+are named with the other things left behind (``left_behind``).
+
+- A DataLoader iterator (torch/utils/data/dataloader.py: ``_BaseDataLoaderIter.__getstate__``
+  raises ``NotImplementedError``) becomes an ``Uncaptured`` placeholder that names its position
+  and, with ``num_workers > 0``, its worker processes' pids (they stay on this pod;
+  ``left_behind`` names each among the child processes). A DataLoader comes back without the
+  iterator it keeps with ``persistent_workers=True`` (``DataLoader._iterator``, which
+  ``__iter__`` resets at every epoch): its next iteration starts its workers again; that is
+  named too.
+- A ``sqlite3.Connection`` to a database file that comes back with the pod (the home volume, the
+  server root, ``extra_paths``: ``left_behind.comes_back``), with no open transaction and nothing
+  attached, pickles as ``reopen_sqlite(path, isolation_level, row_factory)``: the resume opens
+  the same file again (a file missing then fails that record, named). An in-memory database, a
+  file elsewhere, uncommitted changes, attached databases or temporary tables are named. What a
+  connection holds that sqlite does not show (functions from ``create_function``, PRAGMAs set on
+  it) is not seen: docs/core.md says so.
+
+Invariant: nothing is imported; the library types come from ``sys.modules``, so a session
+without torch pays one dict lookup per graph, and every object costs one ``isinstance`` check.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .graph import RecordNote
+
+
+class LiveObjects:
+    """Reductions for one graph (the types are looked up once, from ``sys.modules``)."""
+
+    def __init__(self) -> None:
+        data = sys.modules.get("torch.utils.data.dataloader")
+        self._iterator = getattr(data, "_BaseDataLoaderIter", None)
+        self._loader = getattr(data, "DataLoader", None)
+        sqlite3 = sys.modules.get("sqlite3")
+        self._connection = getattr(sqlite3, "Connection", None)
+        self._any = tuple(t for t in (self._iterator, self._loader, self._connection) if t)
+
+    def reduce(self, obj: object, note: RecordNote) -> tuple | None:
+        """A reduce tuple for a DataLoader, its iterator or a sqlite3 connection, else None;
+        what does not travel is noted in ``note``."""
+        if not isinstance(obj, self._any):  # every object of the graph: one check
+            return None
+        if self._loader is not None and isinstance(obj, self._loader):
+            return _loader_reduce(obj, note)
+        reduced, reason = self._carried(obj)
+        if reason is not None:
+            return note.placeholder(obj, reason)
+        return reduced
+
+    def reason(self, obj: object) -> str | None:
+        """Why ``obj`` does not travel (a DataLoader iterator, a sqlite3 connection that cannot be
+        reopened), or None: the checkpoint names such a top-level variable as not saved."""
+        return self._carried(obj)[1]
+
+    def _carried(self, obj: object) -> tuple[tuple | None, str | None]:
+        if self._iterator is not None and isinstance(obj, self._iterator):
+            return None, _iterator_reason(obj)
+        if self._connection is not None and isinstance(obj, self._connection):
+            return _connection_reduce(obj)
+        return None, None
+
+
+def _iterator_reason(iterator: Any) -> str:
+    done = getattr(iterator, "_num_yielded", 0)
+    try:
+        of = f" of {len(iterator)}"
+    except TypeError:  # an IterableDataset without __len__
+        of = ""
+    workers = [w.pid for w in getattr(iterator, "_workers", []) if w.pid is not None]
+    held = (f", {len(workers)} worker processes ({', '.join(map(str, workers))}) stay on this pod"
+            if workers else "")
+    return (f"a DataLoader iterator at batch {done}{of}{held}: it does not come back "
+            "(its DataLoader does: iterate it again)")
+
+
+def _loader_reduce(loader: Any, note: RecordNote) -> tuple | None:
+    """The loader as pickle reduces it, without its persistent workers' iterator."""
+    if vars(loader).get("_iterator") is None:
+        return None
+    make, args, state, *rest = loader.__reduce_ex__(5)
+    if not isinstance(state, dict):
+        return None
+    note.placeholder(loader._iterator, "the persistent workers of a DataLoader: started again at "
+                     "its next iteration")
+    return (make, args, {**state, "_iterator": None}, *rest)
+
+
+def _connection_reduce(connection: Any) -> tuple[tuple | None, str | None]:
+    """``(reduce tuple, None)`` to reopen the connection's file, or ``(None, why not)``."""
+    from .left_behind import comes_back  # at checkpoint: the extension's load stays light
+
+    try:
+        databases = connection.execute("PRAGMA database_list").fetchall()
+        temporary = connection.execute("SELECT count(*) FROM temp.sqlite_master").fetchone()[0]
+    except Exception as exc:  # closed, or in use by another thread
+        return None, f"a sqlite3 connection that cannot be read ({type(exc).__name__}: {exc})"
+    main = next((row[2] for row in databases if row[1] == "main"), "")
+    if not main:
+        return None, "a sqlite3 connection to an in-memory database: its contents are lost"
+    shown = repr(main)[:120]
+    if connection.in_transaction:
+        return None, (f"a sqlite3 connection to {shown} with uncommitted changes: commit them "
+                      "before the pause, or they are lost")
+    if len(databases) > 2 or temporary:
+        return None, (f"a sqlite3 connection to {shown} with attached databases or temporary "
+                      "tables, which a reopened connection would not have")
+    if not comes_back(main):
+        return None, (f"a sqlite3 connection to {shown}, outside the home volume: the next pod "
+                      "will not have the file (keep it under the home directory)")
+    return (reopen_sqlite, (main, connection.isolation_level, connection.row_factory)), None
+
+
+def reopen_sqlite(path: str, isolation_level: str | None, row_factory: Any) -> Any:
+    """At resume: the connection open again on its database file (never a new empty one)."""
+    import sqlite3
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"the sqlite3 database {path!r} is not here")
+    connection = sqlite3.connect(path, isolation_level=isolation_level)
+    connection.row_factory = row_factory
+    return connection

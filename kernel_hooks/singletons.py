@@ -1,0 +1,107 @@
+"""Process singletons of libraries, carried as the singleton they are (issue 28 item 8).
+
+accelerate keeps the state of the process in three "Borg" classes (accelerate/state.py):
+``PartialState``, ``AcceleratorState`` and ``GradientState`` each set ``self.__dict__ =
+self._shared_state``, a dict shared by every instance of the class in the process. Pickled as
+plain objects, each would come back with a private copy of that dict while the resumed
+process's ``_shared_state`` stays empty: ``AcceleratorState()`` (which accelerate and
+transformers call everywhere) would then build a second, different state beside the one the
+restored ``Accelerator`` holds. And ``GradientState`` holds weak references to the active
+DataLoaders (``_dataloader_references_ref``), which do not pickle at all: every ``Accelerator``,
+its optimizer, scheduler and DataLoaders were lost.
+
+Here an instance of any of them reduces to ``shared(cls)`` (an instance whose ``__dict__`` IS the
+class's ``_shared_state`` here) with, as its state, the shared dicts of all three classes (weak
+references as their referents). ``shared_state`` fills, in place, each class's shared dict that was
+empty when the restore began (``restoring``: nothing here had initialized accelerate; what
+accelerate's own constructors set while the graph loads is replaced), weak references made
+again; one that was not (the resumed kernel built its own ``Accelerator`` first) is kept as it
+is: every instance stays the one state of the process.
+
+Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)`` for every object,
+after ``torch_reduce``; the restore reads the graph inside ``restoring()``. Nothing is imported
+(the classes come from ``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: The Borg classes of accelerate/state.py, in the order their states are filled at resume
+#: (``AcceleratorState.__init__`` copies ``PartialState``'s in).
+CLASSES = ("PartialState", "AcceleratorState", "GradientState")
+_WEAK = "_dataloader_references_ref"  # GradientState: weak references to the active DataLoaders
+
+
+class AccelerateStates:
+    """Reductions for one graph (the classes are looked up once, from ``sys.modules``)."""
+
+    def __init__(self) -> None:
+        state = sys.modules.get("accelerate.state")
+        self._classes = tuple(getattr(state, name) for name in CLASSES
+                              if state is not None and hasattr(state, name))
+
+    def reduce(self, obj: object) -> tuple | None:
+        """``shared(cls)`` with every class's shared state, for an instance of one of them."""
+        if not self._classes or type(obj) not in self._classes:
+            return None
+        states = {cls.__name__: _strong(dict(cls._shared_state)) for cls in self._classes}
+        return (shared, (type(obj),), states, None, None, shared_state)
+
+
+def _strong(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with GradientState's weak references as their referents (dead ones dropped;
+    ``None``, its "no DataLoader" entry, kept)."""
+    if isinstance(state.get(_WEAK), list):
+        live = [r if r is None else r() for r in state[_WEAK]]
+        state[_WEAK] = [r for r, was in zip(live, state[_WEAK], strict=True)
+                        if r is not None or was is None]
+    return state
+
+
+def shared(cls: type) -> Any:
+    """An instance of ``cls`` that shares the process's state of that class (as its
+    ``__init__`` does, without initializing anything)."""
+    instance = cls.__new__(cls)
+    instance.__dict__ = cls._shared_state
+    return instance
+
+
+@contextmanager
+def restoring() -> Iterator[None]:
+    """Around the unpickling of a graph: the classes whose shared state is empty now are the
+    snapshot's to fill. accelerate's constructors that run while the graph loads
+    (``DataLoaderShard.__reduce__`` calls the class, whose ``__init__`` calls ``GradientState()``)
+    initialize them with defaults first; the captured state replaces those, in place."""
+    global _empty
+    state = sys.modules.get("accelerate.state")
+    _empty = {name for name in CLASSES
+              if state is None or not getattr(getattr(state, name, None), "_shared_state", None)}
+    try:
+        yield
+    finally:
+        _empty = None
+
+
+_empty: set[str] | None = None  # inside ``restoring``: the classes empty when it began
+
+
+def shared_state(instance: Any, states: dict[str, dict[str, Any]]) -> None:
+    """Give each class that was empty when the restore began (``restoring``; outside it, each
+    that is empty now) its captured state, in place: every instance sees it."""
+    module = sys.modules[type(instance).__module__]
+    for name in CLASSES:
+        cls, state = getattr(module, name, None), states.get(name)
+        fill = (name in _empty) if _empty is not None else not getattr(cls, "_shared_state", True)
+        if cls is None or state is None or not fill:
+            continue
+        state = dict(state)
+        if isinstance(state.get(_WEAK), list):
+            state[_WEAK] = [r if r is None else weakref.ref(r) for r in state[_WEAK]]
+        if cls._shared_state != state:
+            cls._shared_state.clear()
+            cls._shared_state.update(state)

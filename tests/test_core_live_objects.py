@@ -1,0 +1,118 @@
+"""Library objects that hold live resources of the kernel, cut by a checkpoint and resumed in a
+fresh kernel (issue 28 item 8, ``kernel_hooks.live_objects``), with the real libraries:
+
+- torch's DataLoader: an iterator held mid-epoch with ``num_workers=2`` cannot be pickled
+  (torch/utils/data/dataloader.py, ``_BaseDataLoaderIter.__getstate__`` raises
+  ``NotImplementedError``): it and its worker processes are named; the loader comes back, and so
+  does one with ``persistent_workers=True``, which keeps its iterator in ``DataLoader._iterator``
+  (the whole loader was lost before);
+- sqlite3: a connection to a database file on the home volume is reopened on the same file; one
+  in memory, one to a file outside it, one with uncommitted changes are named
+  (``PRAGMA database_list`` gives the file, sqlite.org/pragma.html#pragma_database_list);
+- asyncio: tasks left pending on the kernel's event loop (ipykernel runs cells on it) are named,
+  a task held in a variable and one nobody holds.
+
+Every such resume's verdict is ``partial`` and names what was left out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+LOADERS = r"""
+import json, torch
+from torch.utils.data import DataLoader, TensorDataset
+data = TensorDataset(torch.arange(40.).reshape(20, 2))
+loader = DataLoader(data, batch_size=4, num_workers=2)
+it = iter(loader)
+first = next(it)[0].tolist()
+persistent = DataLoader(data, batch_size=5, num_workers=2, persistent_workers=True)
+epoch = [b.tolist() for (b,) in persistent]
+"""
+
+AGAIN = ("print(json.dumps([[b.tolist() for (b,) in loader], [b.tolist() for (b,) in persistent],"
+         " str(it)]))")
+
+
+def test_a_dataloader_comes_back_and_its_iterator_and_workers_are_named(start_kernel):
+    kernel = start_kernel()
+    kernel.run(LOADERS)
+    expected = kernel.run_json(AGAIN)[:2]
+    kernel.run("it = iter(loader); first = next(it)")
+    report = kernel.run("%checkpoint")
+    named = re.search(r"not saved: it \[torch\.utils\.data\.dataloader\."
+                      r"_MultiProcessingDataLoaderIter\]: a DataLoader iterator at batch 1 of 5, "
+                      r"2 worker processes \((\d+), (\d+)\) stay on this pod", report)
+    assert named, report
+    for pid in named.groups():  # and each of its workers among the processes left behind
+        assert re.search(rf"not saved: process {pid} \[child process\]: multiprocessing "
+                         r"Process-\d+, a worker process this kernel started", report), report
+    assert "persistent (inside)" in report and "started again at its next iteration" in report
+    assert "not saved: persistent [" not in report and "not saved: loader" not in report
+    kernel.kill()
+
+    fresh = start_kernel()
+    resumed = fresh.run("%resume")
+    assert "(partial)" in resumed and "not restored: loader" not in resumed
+    assert re.search(r"not restored: it \[.*\]: a DataLoader iterator at batch 1 of 5", resumed)
+    assert "warning: persistent: restored with placeholders for: " in resumed
+    assert fresh.run_json(AGAIN.replace(", str(it)", "")) == expected
+
+
+SESSION = r"""
+import asyncio, json, os, sqlite3
+home, elsewhere = os.environ["GKERESUME_ROOT_DIR"], os.environ["ELSEWHERE"]
+kept = sqlite3.connect(os.path.join(home, "runs.db"))
+kept.row_factory = sqlite3.Row
+kept.execute("CREATE TABLE runs (step INTEGER, loss REAL)")
+kept.executemany("INSERT INTO runs VALUES (?, ?)", [(1, 0.5), (2, 0.25)])
+kept.commit()
+outside = sqlite3.connect(os.path.join(elsewhere, "scratch.db"))
+memory = sqlite3.connect(":memory:")
+pending = sqlite3.connect(os.path.join(home, "pending.db"))
+pending.execute("CREATE TABLE t (x)")
+pending.commit()
+pending.execute("INSERT INTO t VALUES (1)")  # not committed
+
+async def heartbeat():
+    while True:
+        await asyncio.sleep(60)
+
+async def fetch_forever():
+    await asyncio.Event().wait()
+
+held = asyncio.ensure_future(heartbeat())
+asyncio.ensure_future(fetch_forever())  # nobody holds it
+"""
+
+
+def test_sqlite_connections_reopen_on_the_home_volume_and_tasks_are_named(tmp_path, start_kernel):
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    env = {"GKERESUME_ROOT_DIR": str(home), "ELSEWHERE": str(elsewhere)}
+    kernel = start_kernel(env=env)
+    kernel.run(SESSION)
+    report = kernel.run("%checkpoint")
+    assert "kept" not in report  # reopened at resume: nothing to name
+    assert "not saved: outside [sqlite3.Connection]: a sqlite3 connection to" in report
+    assert "outside the home volume" in report
+    assert "not saved: memory [sqlite3.Connection]: a sqlite3 connection to an in-memory" in report
+    assert "not saved: pending [sqlite3.Connection]: " in report and "uncommitted changes" in report
+    tasks = re.findall(r"not saved: task \S+ \[asyncio task\]: (\S+) is pending", report)
+    assert sorted(tasks) == ["fetch_forever", "heartbeat"], report
+    kernel.kill()
+
+    fresh = start_kernel(env=env)
+    resumed = fresh.run("%resume")
+    assert "(partial)" in resumed and "not restored: kept" not in resumed
+    for name in ("outside", "memory", "pending"):
+        assert f"not restored: {name} [sqlite3.Connection]" in resumed
+    assert "task " in resumed.split("note: left out:")[1]
+    rows = fresh.run_json("print(json.dumps([dict(r) for r in kept.execute('SELECT * FROM runs')]))")
+    assert rows == [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}]
+    fresh.run("kept.execute('INSERT INTO runs VALUES (3, 0.125)'); kept.commit()")
+    assert json.loads(fresh.run("print(json.dumps(kept.execute('SELECT count(*) FROM runs')"
+                                ".fetchone()[0]))")) == 3
+    assert not (tmp_path / "home" / "scratch.db").exists()
