@@ -48,7 +48,9 @@ def test_a_dataloader_comes_back_and_its_iterator_and_workers_are_named(start_ke
     for pid in named.groups():  # and each of its workers among the processes left behind
         assert re.search(rf"not saved: process {pid} \[child process\]: multiprocessing "
                          r"Process-\d+, a worker process this kernel started", report), report
-    assert "persistent (inside)" in report and "started again at its next iteration" in report
+    assert re.search(r"persistent comes back without its torch\.utils\.data\.dataloader\.\w+: "
+                     r"the persistent workers of a DataLoader: started again at its next "
+                     r"iteration", report), report
     assert "not saved: persistent [" not in report and "not saved: loader" not in report
     kernel.kill()
 
