@@ -60,6 +60,6 @@ async def test_store_down_at_startup_then_back(api, gcs_faulty):
     gcs_faulty.proxy.clear()
     status = await api.status()  # the next request tries again
     assert status["state"] == "paused"
-    assert status["paused"] == {**record, "not_saved": [], "documents": None,
+    assert status["paused"] == {**record, "not_saved": [], "documents": None, "idle": None,
                                 "kernels": [{**record["kernels"][0], "bytes_new": 0,
-                                             "skipped": []}]}
+                                             "skipped": [], "modules": []}]}
