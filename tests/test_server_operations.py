@@ -26,6 +26,7 @@ from jupyter_gkeresume.errors import (
     StoreError,
 )
 from jupyter_gkeresume.kernel_protocol import CheckpointReply, RestoreReply
+from jupyter_gkeresume.notebook_sessions import Claim
 from jupyter_gkeresume.orchestrator import Orchestrator
 from jupyter_gkeresume.release import ReleaseBackend
 from jupyter_gkeresume.server_settings import ServerSettings
@@ -77,6 +78,9 @@ class FakeGateway:
     async def notebooks(self):
         return dict(self.notebook_of)
 
+    async def claim(self, notebook):
+        return Claim(None)  # one resume at a time here: nothing else asks for a kernel
+
     async def start_for(self, notebook, kernel_name, *, hash_seed=None):
         self.calls.append(("start", notebook))
         return self.add(notebook)
@@ -111,7 +115,10 @@ class FakeGateway:
         return CheckpointReply(snapshot_id, 10, 10, 0, saved, [],
                                {"snapshot_id": snapshot_id, "saved": saved})
 
-    async def restore(self, kid, *, reference, only, notebook, timeout, on_progress):
+    async def restore(self, kid, *, reference, only, notebook, timeout, on_progress,
+                      on_sent=None):
+        if on_sent is not None:  # the request is in the kernel's queue
+            on_sent()
         if self.before_restore is not None:
             self.before_restore(kid)
         self._maybe_fail("restore", kid)

@@ -19,6 +19,7 @@ import { CommandToolbarButton, LabIcon } from '@jupyterlab/ui-components';
 import { Menu } from '@lumino/widgets';
 
 import { api, saveChannel } from './api';
+import { ITab, TabAttacher } from './attach';
 import { PausedBadge } from './badge';
 import { Controller } from './controller';
 import { openDocuments } from './documents';
@@ -86,6 +87,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const controller = new Controller(app, docManager, notebooks, model, settings);
     // every pause, whoever starts it, has this page save its documents first
     new LabSaves(saveChannel, () => openDocuments(app, docManager)).start();
+    // after a resume, every open notebook is connected to the kernel holding its state
+    const attacher = new TabAttacher(
+      () => notebookTabs(app, notebooks),
+      (path, error) => console.error(`jupyter-gkeresume: ${path} not reconnected`, error)
+    );
+    model.changed.connect((_, status) => void attacher.update(status));
     const { commands, shell } = app;
 
     const panel = new SnapshotsPanel(model, {
@@ -176,5 +183,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     );
   }
 };
+
+/** The open notebook tabs, one per notebook (`attach.ITab`). */
+function notebookTabs(app: JupyterFrontEnd, notebooks: INotebookTracker | null): ITab[] {
+  const tabs = new Map<string, ITab>();
+  notebooks?.forEach(panel => {
+    const { sessionContext } = panel;
+    tabs.set(panel.context.path, {
+      path: panel.context.path,
+      kernelId: sessionContext.session?.kernel?.id ?? null,
+      attach: async (id: string) => {
+        // a session whose kernel the pause stopped is dropped first (the lab notices on its
+        // next poll); then a new session of the tab on the live kernel
+        await app.serviceManager.sessions.refreshRunning();
+        await sessionContext.changeKernel({ id });
+      }
+    });
+  });
+  return [...tabs.values()];
+}
 
 export default plugin;
