@@ -8,7 +8,10 @@ resume says nothing about hash seeds.
 (playwright-core ``page.route``) from the reload until a.ipynb's restore is mid-flight (held
 inside its kernel by an object whose unpickling waits for a file), and the cell is run before
 the restore may go on. Without one kernel per notebook the lab got a second, empty kernel:
-``NameError: name 'x' is not defined``. ``natural``: nothing held, the flow as a user takes it.
+``NameError: name 'x' is not defined``. ``natural``: nothing held, the flow as a user takes it. ``stay``: no reload, so the pause
+stopped the kernels under the open tabs (as the idle pause and ``%pause`` do); after Resume each
+tab is connected to its notebook's restored kernel (labextension/src/attach.ts), where its next
+cell would otherwise ask "Select Kernel".
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from test_ui_e2e import NOTEBOOK, Lab, chromium  # noqa: F401  (chromium: the fi
 BIG_MB = int(os.environ.get("GKERESUME_UI_BIG_MB", "16"))
 
 
-@pytest.mark.parametrize("mode", ["held", "natural"])
+@pytest.mark.parametrize("mode", ["held", "natural", "stay"])
 def test_after_reload_and_resume_each_tab_runs_in_its_restored_kernel(
         tmp_path, ui_env, lab_extension_dir, chromium, mode):  # noqa: F811
     lab = Lab(tmp_path, ui_env, lab_extension_dir)
@@ -36,7 +39,7 @@ def test_after_reload_and_resume_each_tab_runs_in_its_restored_kernel(
         env = {**ui_env, "LAB_URL": lab.url, "LAB_TOKEN": lab.token, "CHROMIUM": chromium,
                "MODE": mode, "BIG_MB": str(BIG_MB), "FLAG": str(tmp_path / "restore-may-go-on")}
         run = subprocess.run(["node", "ui-tests/attach_resume.mjs"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=900)
+                             capture_output=True, text=True, timeout=540)
         lines = run.stdout.strip().splitlines()
         seen = json.loads(lines[-1]) if lines else {}
         assert run.returncode == 0 and "error" not in seen, (

@@ -8,6 +8,9 @@
  *              restore is held inside its kernel (an object whose unpickling waits for the file
  *              FLAG); then they go on; `print(x)` is typed and run in a.ipynb while its restore
  *              is still held, and FLAG is written only then.
+ *   `stay`:    no reload: the pause stopped the kernels under the open tabs (as the idle pause
+ *              and `%pause` do); Resume from the command; each tab is connected to its
+ *              notebook's restored kernel (labextension/src/attach.ts), no "Select Kernel".
  *   `natural`: nothing is held: the lab starts its sessions as it does, Resume is clicked as soon
  *              as the dialog shows, and `print(x)` is run in a.ipynb as soon as its tab has a
  *              kernel (through the notebook's own run command: the resume's message, a dialog,
@@ -21,7 +24,7 @@ import { chromium } from 'playwright-core';
 
 const { LAB_URL, LAB_TOKEN, CHROMIUM, MODE, FLAG } = process.env;
 const BIG_MB = Number(process.env.BIG_MB || '16');
-const WAIT = 240_000; // a safety net against hangs, not a speed requirement
+const WAIT = Number(process.env.WAIT_MS || 240_000); // a safety net against hangs, not a speed requirement
 const seen = { mode: MODE, steps: [] };
 
 function step(name) {
@@ -156,8 +159,15 @@ async function main() {
       );
     }
 
-    step('reload; the resume dialog; Resume');
-    await page.reload();
+    if (MODE === 'stay') {
+      step('no reload: the tabs stay open without kernels; Resume… from the command; Resume');
+      await page.evaluate(() => {
+        void window.jupyterapp.commands.execute('gkeresume:resume'); // it ends with the dialog
+      });
+    } else {
+      step('reload; the resume dialog; Resume');
+      await page.reload();
+    }
     const dialog = page.locator('.jp-Dialog', { has: page.locator('.jp-gkeresume-resume-dialog') });
     await dialog.waitFor({ timeout: WAIT });
     await dialog.getByRole('button', { name: 'Resume', exact: true }).click();
@@ -195,6 +205,9 @@ async function main() {
     step('done');
     console.log(JSON.stringify(seen));
   } catch (error) {
+    if (process.env.ARTIFACTS) {
+      await page.screenshot({ path: `${process.env.ARTIFACTS}/attach-${MODE}-failure.png` });
+    }
     console.log(JSON.stringify({ ...seen, error: String(error) }));
     process.exitCode = 1;
   } finally {
