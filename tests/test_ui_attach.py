@@ -8,7 +8,8 @@ resume says nothing about hash seeds.
 (playwright-core ``page.route``) from the reload until a.ipynb's restore is mid-flight (held
 inside its kernel by an object whose unpickling waits for a file), and the cell is run before
 the restore may go on. Without one kernel per notebook the lab got a second, empty kernel:
-``NameError: name 'x' is not defined``. ``natural``: nothing held, the flow as a user takes it. ``stay``: no reload, so the pause
+``NameError: name 'x' is not defined``. ``natural``: nothing held, the flow as a user takes
+it (the cell typed once the resume's message is dismissed). ``stay``: no reload, so the pause
 stopped the kernels under the open tabs (as the idle pause and ``%pause`` do); after Resume each
 tab is connected to its notebook's restored kernel (labextension/src/attach.ts), where its next
 cell would otherwise ask "Select Kernel".

@@ -12,9 +12,8 @@
  *              and `%pause` do); Resume from the command; each tab is connected to its
  *              notebook's restored kernel (labextension/src/attach.ts), no "Select Kernel".
  *   `natural`: nothing is held: the lab starts its sessions as it does, Resume is clicked as soon
- *              as the dialog shows, and `print(x)` is run in a.ipynb as soon as its tab has a
- *              kernel (through the notebook's own run command: the resume's message, a dialog,
- *              may open at any moment and would take typed keys).
+ *              as the dialog shows, and `print(x)` is typed and run in a.ipynb once the resume's
+ *              message (a modal dialog, which would take typed keys) is dismissed.
  * Then b.ipynb's `print(y)`. Prints one JSON line (`outputs`, `sessions` as the server lists
  * them, the resume message); exits 1 on any failure.
  */
@@ -49,16 +48,26 @@ async function until(what, predicate) {
   throw new Error(`never ${what}`);
 }
 
-/** Make `path` the current tab and wait until its kernel is connected (busy or idle). */
+/** Show `path`'s tab (opened if need be) and wait until its kernel is connected (and idle,
+ * unless `idle` is false). The tab is found by its path, not as the shell's current widget,
+ * which a modal dialog keeps from changing. */
 async function show(page, path, idle = true) {
   await page.waitForFunction(() => window.jupyterapp?.commands.hasCommand('docmanager:open'), null, {
     timeout: WAIT
   });
-  await page.evaluate(p => window.jupyterapp.commands.execute('docmanager:open', { path: p }), path);
+  await page.evaluate(p => {
+    // not awaited: the command's promise waits for the document's context
+    void window.jupyterapp.commands.execute('docmanager:open', { path: p });
+  }, path);
   await page.waitForFunction(
     ({ p, idle }) => {
-      const widget = window.jupyterapp.shell.currentWidget;
-      const kernel = widget?.context?.path === p && widget.sessionContext?.session?.kernel;
+      const app = window.jupyterapp;
+      const widget = [...app.shell.widgets('main')].find(w => w.context?.path === p);
+      if (!widget) {
+        return false;
+      }
+      app.shell.activateById(widget.id);
+      const kernel = widget.sessionContext?.session?.kernel;
       return kernel?.connectionStatus === 'connected' && (!idle || kernel.status === 'idle');
     },
     { p: path, idle },
@@ -189,12 +198,14 @@ async function main() {
       step('type and run print(x) in a.ipynb, then let the restore go on');
       cellA = await typeAndRun(page, 'print(x)');
       writeFileSync(FLAG, '');
+      seen.resumeMessage = await dismissMessage(page);
     } else {
+      // the resume's message is a modal dialog: keys typed before it opens would go to it
+      seen.resumeMessage = await dismissMessage(page);
       await show(page, 'a.ipynb', false);
-      step('run print(x) in a.ipynb at once');
-      cellA = await runCommand(page, 'print(x)');
+      step('type and run print(x) in a.ipynb');
+      cellA = await typeAndRun(page, 'print(x)');
     }
-    seen.resumeMessage = await dismissMessage(page);
     seen.outputs = { 'a.ipynb': await output(cellA) };
 
     step('b.ipynb: type and run print(y)');
@@ -206,7 +217,7 @@ async function main() {
     console.log(JSON.stringify(seen));
   } catch (error) {
     if (process.env.ARTIFACTS) {
-      await page.screenshot({ path: `${process.env.ARTIFACTS}/attach-${MODE}-failure.png` });
+      await page.screenshot({ path: `${process.env.ARTIFACTS}/attach-${MODE}-failure-${Date.now()}.png` });
     }
     console.log(JSON.stringify({ ...seen, error: String(error) }));
     process.exitCode = 1;

@@ -189,14 +189,20 @@ function notebookTabs(app: JupyterFrontEnd, notebooks: INotebookTracker | null):
   const tabs = new Map<string, ITab>();
   notebooks?.forEach(panel => {
     const { sessionContext } = panel;
+    if (!sessionContext.isReady) {
+      return; // its own first session is on the way (the server answers it with the kernel)
+    }
     tabs.set(panel.context.path, {
       path: panel.context.path,
       kernelId: sessionContext.session?.kernel?.id ?? null,
       attach: async (id: string) => {
-        // a session whose kernel the pause stopped is dropped first (the lab notices on its
-        // next poll); then a new session of the tab on the live kernel
+        // a session whose kernel the pause stopped is dropped first (the lab would notice on
+        // its next poll); a tab left without one gets a new session on the live kernel (a
+        // session the server still lists has a live kernel: the user's, left as it is)
         await app.serviceManager.sessions.refreshRunning();
-        await sessionContext.changeKernel({ id });
+        if (!sessionContext.session) {
+          await sessionContext.changeKernel({ id });
+        }
       }
     });
   });
