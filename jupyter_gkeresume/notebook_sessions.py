@@ -43,12 +43,12 @@ def notebook_key(path: str) -> str:
 
 
 def session_notebook(path: str | None, name: str | None) -> str | None:
-    """The notebook a session request is for: ``name`` in the directory of ``path`` when they
-    differ (JupyterLab's UUID path; jupyter_server's ``get_kernel_env`` reads it so), else
-    ``path``."""
+    """The notebook a session request is for: ``name`` in the directory of ``path`` when it is
+    another file's name (JupyterLab's UUID path; jupyter_server's ``get_kernel_env`` reads it
+    so), else ``path`` (a client that names the session by the notebook's path or file)."""
     if not path:
         return None
-    if name and posixpath.basename(path) != name:
+    if name and name != path and posixpath.basename(path) != name:
         path = posixpath.join(posixpath.dirname(path), name)
     return notebook_key(path)
 

@@ -25,6 +25,7 @@ import pytest
 from fixtures_server import reply_to, server_config
 
 from jupyter_gkeresume.kernel_client import own_client
+from jupyter_gkeresume.notebook_sessions import session_notebook
 
 NOTEBOOKS = ("a.ipynb", "b.ipynb")
 GATE = """
@@ -216,3 +217,14 @@ async def outcome(client, msg_id: str) -> tuple[str, str]:
             out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
         elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             return reply["content"]["status"], "".join(out)
+
+
+def test_the_notebook_of_a_session_request():
+    """As jupyter_server reads a session's file (``get_kernel_env``: ``name`` in the directory of
+    ``path``): JupyterLab's UUID path with the file's name; a client giving the notebook's path
+    as both, or the file's name; no name."""
+    assert session_notebook("work/0b1c-uuid", "train.ipynb") == "work/train.ipynb"
+    assert session_notebook("work/train.ipynb", "work/train.ipynb") == "work/train.ipynb"
+    assert session_notebook("/work/./train.ipynb", "train.ipynb") == "work/train.ipynb"
+    assert session_notebook("work/train.ipynb", None) == "work/train.ipynb"
+    assert session_notebook(None, "train.ipynb") is None
