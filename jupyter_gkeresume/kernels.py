@@ -101,14 +101,17 @@ class KernelGateway:
         return count, max(0.0, time.time() - started)
 
     async def notebooks(self) -> dict[str, str]:
-        """kernel id -> notebook path of every session. Listing races with kernels shutting
-        down (jupyter_server raises for a kernel that vanished mid-listing): try again."""
+        """kernel id -> notebook path of every session; a session the lab created with a UUID
+        path and has not renamed yet counts as its notebook's (``notebook_of_path``). Listing
+        races with kernels shutting down (jupyter_server raises for a kernel that vanished
+        mid-listing): try again."""
         for _ in range(3):
             try:
                 sessions = await self.session_manager.list_sessions()
             except KERNEL_GONE:
                 continue
-            return {s["kernel"]["id"]: s["path"] for s in sessions if s.get("kernel")}
+            return {s["kernel"]["id"]: self.notebook_kernels.notebook_of_path(s["path"])
+                    for s in sessions if s.get("kernel")}
         return {}
 
     # -- start, stop ------------------------------------------------------------------------

@@ -99,6 +99,14 @@ class NotebookKernels:
             return kid
         return None
 
+    def notebook_of_path(self, path: str) -> str:
+        """The notebook a session of ``path`` is for: the notebook whose session was created
+        with that (UUID) path and is not renamed yet, else ``path``."""
+        for notebook, (_, created_as) in self._created.items():
+            if created_as == path:
+                return notebook
+        return path
+
     async def create(self, notebook: str, kernel_name: str | None) -> str:
         """A session of ``notebook`` (path and name as the sessions API makes them) on a new
         kernel; the caller holds the claim. Returns the kernel id."""
@@ -127,7 +135,7 @@ class NotebookKernels:
                     live = None  # the client asked for another kernel: its choice
                 model = await create(path=path, name=name, type=type, kernel_name=kernel_name,
                                      kernel_id=live)
-                if live is None and path is not None and notebook_key(path) != notebook:
+                if path is not None and notebook_key(path) != notebook:
                     self._created[notebook] = (model["kernel"]["id"], path)
                 return model
             finally:

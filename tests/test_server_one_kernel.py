@@ -228,3 +228,25 @@ def test_the_notebook_of_a_session_request():
     assert session_notebook("/work/./train.ipynb", "train.ipynb") == "work/train.ipynb"
     assert session_notebook("work/train.ipynb", None) == "work/train.ipynb"
     assert session_notebook(None, "train.ipynb") is None
+
+
+async def test_a_resume_between_the_labs_request_and_its_rename_restores_into_that_kernel(api):
+    """The lab has its session (UUID path) but has not renamed it to the notebook yet when the
+    resume comes: the resume takes that kernel, and it counts as the notebook's kernel (status,
+    the restore's notebook check, the next pause), not the UUID's."""
+    _, kid = await api.lab_session("d.ipynb")
+    await api.run_cell(kid, "x = 'restored-d'")
+    await api.pause()
+    code, body = await api.call("POST", "api/sessions", {
+        "path": "0f1e2d3c-lab-uuid", "name": "d.ipynb", "type": "notebook",
+        "kernel": {"name": "python3"}})
+    assert code == 201, body
+    lab = body["kernel"]["id"]
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "ready" and status["last_error"] is None, status
+    assert [(k["kernel_id"], k["notebook"]) for k in status["kernels"]] == [(lab, "d.ipynb")]
+    assert await api.run_cell(lab, "print(x)") == "restored-d\n"
+    status = await api.pause()
+    assert [k["notebook"] for k in status["paused"]["kernels"]] == ["d.ipynb"]
