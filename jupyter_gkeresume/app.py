@@ -232,6 +232,8 @@ class GkeResumeApp(ExtensionApp):
                              "GKERESUME_EXTRA_PATHS_MAX_BYTES": str(config.extra_paths_max_bytes)},
                             self.orchestrator.kernel_started)
         seed_session_kernels(self.serverapp.session_manager, self.orchestrator.gateway.seeds)
+        # one kernel per notebook, whether the lab or a resume asks first
+        self.orchestrator.gateway.notebook_kernels.install()
         self.log.info("gkeresume: workspace %s, store %s, release %s (pid %d)",
                       config.workspace_id, self.orchestrator.store, backend.name, os.getpid())
 

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from queue import Empty
 from typing import Any
 
+import zmq
+
 from .errors import KernelCallError
 from .kernel_protocol import PROGRESS_MIME, RESULT_EXPR, Outcome, Request, call_code
 
@@ -34,27 +36,35 @@ async def call_kernel(
     timeout: float,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     queue_now: bool = False,
+    on_sent: Callable[[], None] | None = None,
 ) -> Outcome:
     """Run ``server_api.run(request.action, request)`` in the kernel; return its outcome.
 
     ``queue_now``: send the request at once, behind whatever the kernel is running (no
-    readiness round trip first, which a busy kernel answers only after its cell), and wait for
-    the reply alone (no progress). A hold must be in the kernel's queue before any cell sent
-    after the pause started."""
+    readiness round trip first, which a busy kernel answers only after its cell), and follow
+    progress only if ``on_progress`` is given (IOPub may then miss the first reports). A hold
+    must be in the kernel's queue before any cell sent after the pause started, a restore
+    before any cell sent while the resume restores. ``on_sent()`` once the request is sent."""
     action = request.action
     client = own_client(kernel_manager.get_kernel(kernel_id))
+    if queue_now:  # its sockets attach only completed connections: see _shell_connected
+        client.context.setsockopt(zmq.IMMEDIATE, 1)
     client.start_channels()
     try:
         deadline = time.monotonic() + timeout
-        if not queue_now:
+        if queue_now:
+            await _shell_connected(client, deadline)
+        else:
             await _wait_for_ready(client, deadline)  # a busy kernel answers after its cell
         code = call_code(action, request.to_json())
         msg_id = client.execute(
             code, silent=True, store_history=False, user_expressions={"result": RESULT_EXPR}
         )
+        if on_sent is not None:
+            on_sent()
         reply_task = asyncio.ensure_future(_shell_reply(client, msg_id, deadline))
         try:
-            if not queue_now:
+            if not queue_now or on_progress is not None:
                 await _follow_iopub(client, msg_id, deadline, on_progress, reply_task)
             reply = await reply_task
         finally:
@@ -88,6 +98,20 @@ def own_client(kernel: Any) -> Any:
     client = kernel.client()
     client.session.session = str(uuid.uuid4())
     return client
+
+
+async def _shell_connected(client: Any, deadline: float) -> None:
+    """Until the shell socket has a completed connection to the kernel (``ZMQ_IMMEDIATE``: a
+    pipe is attached only then, and the socket is writable only with one; libzmq's
+    zmq_setsockopt(3)), so the request goes on the wire when it is sent: the kernel's shell
+    thread reads the shell socket as messages arrive (ipykernel 7 ``ShellChannelThread``), so
+    a cell another client sends afterwards is queued behind it. No round trip: a busy kernel
+    would answer only after its cell."""
+    socket = client.shell_channel.socket
+    while not socket.get(zmq.EVENTS) & zmq.POLLOUT:
+        if time.monotonic() > deadline:
+            raise KernelCallError(f"the kernel's shell did not connect within {TIMEOUT_HINT}")
+        await asyncio.sleep(0.005)
 
 
 async def _wait_for_ready(client: Any, deadline: float) -> None:

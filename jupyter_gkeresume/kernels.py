@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import posixpath
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from .kernel_protocol import (
     RestoreReply,
     ResumeRequest,
 )
+from .notebook_sessions import Claim, NotebookKernels, notebook_key, session_notebook
 from .paused_record import PausedRecord, safe_notebook_path
 
 KERNEL_GONE = (KeyError, web.HTTPError)  # jupyter_server's kernel manager raises a 404 HTTPError
@@ -60,6 +60,9 @@ class KernelGateway:
         self.workspace = workspace
         # the seeds of the notebooks' kernels (``seed_session_kernels`` gives them to sessions)
         self.seeds = HashSeeds(workspace, paused)
+        # one kernel per notebook, whether the lab or a resume asks first (``install`` wraps the
+        # sessions API's ``create_session``: ``serve_one_kernel_per_notebook``)
+        self.notebook_kernels = NotebookKernels(session_manager, kernel_manager)
         # ``on_cell(kid)``: a user's cell started; ``on_activity(kid)``: any message of one
         self.cells = RunningCells(on_cell, on_activity)
 
@@ -98,37 +101,44 @@ class KernelGateway:
         return count, max(0.0, time.time() - started)
 
     async def notebooks(self) -> dict[str, str]:
-        """kernel id -> notebook path of every session. Listing races with kernels shutting
-        down (jupyter_server raises for a kernel that vanished mid-listing): try again."""
+        """kernel id -> notebook path of every session; a session the lab created with a UUID
+        path and has not renamed yet counts as its notebook's (``notebook_of_path``). Listing
+        races with kernels shutting down (jupyter_server raises for a kernel that vanished
+        mid-listing): try again."""
         for _ in range(3):
             try:
                 sessions = await self.session_manager.list_sessions()
             except KERNEL_GONE:
                 continue
-            return {s["kernel"]["id"]: s["path"] for s in sessions if s.get("kernel")}
+            return {s["kernel"]["id"]: self.notebook_kernels.notebook_of_path(s["path"])
+                    for s in sessions if s.get("kernel")}
         return {}
 
     # -- start, stop ------------------------------------------------------------------------
+    async def claim(self, notebook: str | None) -> Claim:
+        """Hold ``notebook``'s claim (``NotebookKernels.claim``): no other kernel starts for it,
+        and the lab's session requests for it wait, until ``Claim.release``."""
+        return await self.notebook_kernels.claim(safe_notebook_path(notebook) if notebook
+                                                 else None)
+
     async def start_for(self, notebook: str | None, kernel_name: str | None, *,
                         hash_seed: str | None = None) -> str:
-        """A kernel for ``notebook``: its session (reused or created), else a bare kernel. A
-        kernel started here gets ``hash_seed`` (a snapshot's; ``None``: the notebook's own). A
-        session's running kernel is reused as it is, whatever its seed: it is the user's, never
-        restarted behind their back (its restore report says in one line that the seeds
-        differ)."""
+        """A kernel for ``notebook``: its live kernel (``NotebookKernels.kernel_of``: a session
+        of its path, or the lab's just created for it), else a new session; without a notebook
+        a bare kernel. The caller holds the notebook's ``claim``. A kernel started here gets
+        ``hash_seed`` (a snapshot's; ``None``: the notebook's own). A running kernel is reused
+        as it is, whatever its seed: it is the user's, never restarted behind their back (its
+        restore report says in one line that the seeds differ)."""
         kernel_name = kernel_name or self.kernel_manager.default_kernel_name
         if not notebook:
             env = {"env": {**os.environ, "PYTHONHASHSEED": hash_seed}} if hash_seed else {}
             return await self.kernel_manager.start_kernel(kernel_name=kernel_name, **env)
         path = safe_notebook_path(notebook)
-        for session in await self.session_manager.list_sessions():
-            if session.get("path") == path and session.get("kernel"):
-                return session["kernel"]["id"]
+        live = await self.notebook_kernels.kernel_of(path)
+        if live is not None:
+            return live
         with self.seeds.starting(path, hash_seed):
-            model = await self.session_manager.create_session(
-                path=path, name=posixpath.basename(path), type="notebook",
-                kernel_name=kernel_name)
-        return model["kernel"]["id"]
+            return await self.notebook_kernels.create(path, kernel_name)
 
     def close(self) -> None:
         """Stop following cells (the server stops)."""
@@ -157,11 +167,14 @@ class KernelGateway:
             await self._call(kid, notebook, request, timeout, on_progress))
 
     async def restore(self, kid: str, *, reference: str, only: list[str] | None,
-                      notebook: str | None, timeout: float,
-                      on_progress: Progress) -> RestoreReply:
+                      notebook: str | None, timeout: float, on_progress: Progress,
+                      on_sent: Callable[[], None] | None = None) -> RestoreReply:
+        """The request goes into the kernel's queue at once (``queue_now``: behind a cell it
+        runs, before any cell sent after it), then ``on_sent()``; progress is followed."""
         request = ResumeRequest(self.store_url, self.workspace, reference, only, notebook)
         return RestoreReply.from_result(
-            await self._call(kid, notebook, request, timeout, on_progress))
+            await self._call(kid, notebook, request, timeout, on_progress, queue_now=True,
+                             on_sent=on_sent))
 
     async def hold(self, kid: str, *, pausing: bool, reason: str | None, timeout: float) -> None:
         """``pausing``: from now on the kernel refuses every cell (a running one ends first);
@@ -169,9 +182,11 @@ class KernelGateway:
         await self._call(kid, None, HoldRequest(pausing, reason), timeout, None, queue_now=True)
 
     async def _call(self, kid: str, notebook: str | None, request: Request, timeout: float,
-                    on_progress: Progress | None, *, queue_now: bool = False) -> dict[str, Any]:
+                    on_progress: Progress | None, *, queue_now: bool = False,
+                    on_sent: Callable[[], None] | None = None) -> dict[str, Any]:
         outcome = await call_kernel(self.kernel_manager, kid, request, timeout=timeout,
-                                    on_progress=on_progress, queue_now=queue_now)
+                                    on_progress=on_progress, queue_now=queue_now,
+                                    on_sent=on_sent)
         if not outcome.ok:
             raise KernelCallError(f"kernel {kid} ({notebook or 'no notebook'}): {request.action}: "
                                   f"{outcome.error}: {outcome.message}")
@@ -230,19 +245,19 @@ class HashSeeds:
         self._starting: dict[str, str] = {}  # notebook -> the seed a resume starts it with
 
     def for_notebook(self, path: str) -> str:
-        key = f"{self.workspace}\n{_notebook_key(path)}".encode()
+        key = f"{self.workspace}\n{notebook_key(path)}".encode()
         return str(int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big"))
 
     def kept(self, path: str) -> str | None:
         """The seed a kernel of notebook ``path`` starts with to take a snapshot back: the one a
         resume starts it with (``starting``), else the paused record's for that notebook (the
         lab reopens a paused notebook's session before the user resumes); ``None``: none."""
-        path = _notebook_key(path)
+        path = notebook_key(path)
         if path in self._starting:
             return self._starting[path]
         record = self.paused()
         for kernel in record.kernels if record else ():
-            if kernel.hash_seed and kernel.notebook and _notebook_key(kernel.notebook) == path:
+            if kernel.hash_seed and kernel.notebook and notebook_key(kernel.notebook) == path:
                 return kernel.hash_seed
         return None
 
@@ -253,7 +268,7 @@ class HashSeeds:
         if seed is None:
             yield
             return
-        key = _notebook_key(path)
+        key = notebook_key(path)
         self._starting[key] = seed
         try:
             yield
@@ -261,26 +276,23 @@ class HashSeeds:
             self._starting.pop(key, None)
 
 
-def _notebook_key(path: str) -> str:
-    return posixpath.normpath(path).lstrip("/")
-
-
 def seed_session_kernels(session_manager: Any, seeds: HashSeeds) -> None:
     """Add the notebook's seed to the environment of every session's kernel: jupyter_server's
     ``SessionManager.start_kernel_for_session`` takes that environment from
-    ``get_kernel_env(path, name)``, ``path`` being the session's (``JPY_SESSION_NAME`` there
-    depends on the name the client gave, so it is not the key). A snapshot's seed
+    ``get_kernel_env(path, name)``; the notebook is ``session_notebook(path, name)`` (JupyterLab
+    asks with a UUID path and the file's name, so ``path`` alone is not the key). A snapshot's seed
     (``HashSeeds.kept``) wins; else a seed already in the server's environment is the user's
     choice and stays; else the notebook's own."""
     kernel_env = session_manager.get_kernel_env
 
     def get_kernel_env(path: str | None, name: Any = None) -> dict[str, str]:
         env = kernel_env(path, name)
-        if not path:
+        notebook = session_notebook(path, name)  # the lab's request has a UUID path
+        if not notebook:
             return env
-        seed = seeds.kept(path)
+        seed = seeds.kept(notebook)
         if seed is None and "PYTHONHASHSEED" not in env:
-            seed = seeds.for_notebook(path)
+            seed = seeds.for_notebook(notebook)
         return env if seed is None else {**env, "PYTHONHASHSEED": seed}
 
     session_manager.get_kernel_env = get_kernel_env

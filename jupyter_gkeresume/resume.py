@@ -33,6 +33,7 @@ from .advisor import Event
 from .errors import GkeResumeError, InvalidInputError
 from .events import EventLog
 from .kernels import KernelGateway
+from .notebook_sessions import Claim
 from .paused_record import PausedRecord, PausedRecords
 from .snapshot import SigningKey, SnapshotStore, load_manifest, resolve
 from .state import Operation, WorkspaceState, server_phase
@@ -152,12 +153,19 @@ class ResumeOperation:
         restores: dict[int, asyncio.Future] = {}  # item index -> its restore
         try:
             for index, item in enumerate(self.items):
-                kids.append(await self._kernel_for(item))
-                if self.op.mode == "files-only":
-                    continue
-                if self.state.state != State.RESTORING:
-                    self.state.move(State.RESTORING)
-                restores[index] = asyncio.ensure_future(self._restore(item, kids[-1]))
+                # the notebook's claim: a lab asking for its session meanwhile waits, then gets
+                # this kernel once the restore is in its queue (notebook_sessions)
+                claim = await self.gateway.claim(item.notebook)
+                try:
+                    kids.append(await self._kernel_for(item, kids))
+                    if self.op.mode == "files-only":
+                        continue
+                    if self.state.state != State.RESTORING:
+                        self.state.move(State.RESTORING)
+                    restores[index] = asyncio.ensure_future(self._restore(item, kids[-1], claim))
+                finally:
+                    if index not in restores:
+                        claim.release()
         finally:
             outcomes = await asyncio.gather(*restores.values(), return_exceptions=True)
             failures = []
@@ -193,11 +201,18 @@ class ResumeOperation:
             return
         self.state.set_paused(remaining)
 
-    async def _kernel_for(self, item: ResumeItem) -> str:
-        """The kernel ``item`` goes into, at ``waiting_for_resources``."""
+    async def _kernel_for(self, item: ResumeItem, taken: list[str]) -> str:
+        """The kernel ``item`` goes into, at ``waiting_for_resources``. ``taken``: the kernels
+        of the items before it. A record that names a notebook twice (written before a notebook
+        had one kernel) brings the second snapshot back into a kernel of its own, with no
+        notebook, so nothing is lost and the next pause records the notebook once."""
         kid = item.kernel_id or await self.gateway.start_for(item.notebook, item.kernel_name,
                                                              hash_seed=item.hash_seed)
-        self.state.add_kernel(kid, item.notebook, State.PAUSED)
+        notebook = item.notebook
+        if kid in taken and item.kernel_id is None:
+            kid, notebook = await self.gateway.start_for(None, item.kernel_name,
+                                                         hash_seed=item.hash_seed), None
+        self.state.add_kernel(kid, notebook, State.PAUSED)
         if item.kernel_id is None:  # until the kernel answers with its own progress
             self.state.set_progress(kid, server_phase("starting"))
         if self.state.kernel(kid).machine.state != State.WAITING_FOR_RESOURCES:
@@ -206,14 +221,25 @@ class ResumeOperation:
             self.op.kernels.append(kid)
         return kid
 
-    async def _restore(self, item: ResumeItem, kid: str) -> None:
-        names = item.only(self.only)
-        if names == []:  # a partial resume that wants nothing of this snapshot
-            return
-        self.state.move_kernels([kid], State.RESTORING)
-        reply = await self.gateway.restore(
-            kid, reference=item.snapshot_id, only=names, notebook=self.state.kernel(kid).notebook,
-            timeout=self.timeout, on_progress=lambda p: self.state.set_progress(kid, p))
+    async def _restore(self, item: ResumeItem, kid: str, claim: Claim) -> None:
+        """Restore ``item`` into ``kid``. Once the request is in the kernel's queue (a cell
+        sent after it runs after the restore) the kernel is ``restoring`` and the notebook's
+        ``claim`` is released (also when the restore ended without sending one)."""
+
+        def sent() -> None:
+            self.state.move_kernels([kid], State.RESTORING)
+            claim.release()
+
+        try:
+            names = item.only(self.only)
+            if names == []:  # a partial resume that wants nothing of this snapshot
+                return
+            reply = await self.gateway.restore(
+                kid, reference=item.snapshot_id, only=names,
+                notebook=self.state.kernel(kid).notebook, timeout=self.timeout,
+                on_progress=lambda p: self.state.set_progress(kid, p), on_sent=sent)
+        finally:
+            claim.release()
         self.state.set_result(kid, item.snapshot_id, reply.data)
         read = reply.data.get("bytes_read")
         self._bytes_read += read if isinstance(read, int) and read > 0 else 0

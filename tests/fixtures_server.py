@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import posixpath
 import secrets
 import signal
 import socket
@@ -20,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,20 @@ class Api:
         })
         assert code == 201, body
         return body["kernel"]["id"]
+
+    async def lab_session(self, path: str) -> tuple[str, str]:
+        """A notebook session asked for as JupyterLab asks (``@jupyterlab/apputils``
+        ``SessionContext._changeKernel``): ``POST`` with a UUID path in the notebook's directory
+        and the file's name as ``name`` (``docregistry`` ``Context``: ``PathExt.basename``), then
+        the session renamed to the notebook's path (``PATCH``). Returns (session id, kernel id)."""
+        directory, name = posixpath.split(path)
+        code, body = await self.call("POST", "api/sessions", {
+            "path": posixpath.join(directory, str(uuid.uuid4())), "name": name,
+            "type": "notebook", "kernel": {"name": "python3"}})
+        assert code == 201, body
+        code, renamed = await self.call("PATCH", f"api/sessions/{body['id']}", {"path": path})
+        assert code == 200 and renamed["path"] == path, renamed
+        return body["id"], renamed["kernel"]["id"]
 
     async def run_cell(self, kernel_id: str, code: str, timeout: float = 120) -> str:
         """Run ``code`` as a cell in the kernel; return its stdout once the server sees the

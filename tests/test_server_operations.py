@@ -26,6 +26,7 @@ from jupyter_gkeresume.errors import (
     StoreError,
 )
 from jupyter_gkeresume.kernel_protocol import CheckpointReply, RestoreReply
+from jupyter_gkeresume.notebook_sessions import Claim
 from jupyter_gkeresume.orchestrator import Orchestrator
 from jupyter_gkeresume.release import ReleaseBackend
 from jupyter_gkeresume.server_settings import ServerSettings
@@ -77,6 +78,9 @@ class FakeGateway:
     async def notebooks(self):
         return dict(self.notebook_of)
 
+    async def claim(self, notebook):
+        return Claim(None)  # one resume at a time here: nothing else asks for a kernel
+
     async def start_for(self, notebook, kernel_name, *, hash_seed=None):
         self.calls.append(("start", notebook))
         return self.add(notebook)
@@ -111,7 +115,10 @@ class FakeGateway:
         return CheckpointReply(snapshot_id, 10, 10, 0, saved, [],
                                {"snapshot_id": snapshot_id, "saved": saved})
 
-    async def restore(self, kid, *, reference, only, notebook, timeout, on_progress):
+    async def restore(self, kid, *, reference, only, notebook, timeout, on_progress,
+                      on_sent=None):
+        if on_sent is not None:  # the request is in the kernel's queue
+            on_sent()
         if self.before_restore is not None:
             self.before_restore(kid)
         self._maybe_fail("restore", kid)
@@ -753,3 +760,34 @@ def test_the_gateway_stops_kernels_at_once_and_skips_the_gone():
     finally:
         gateway.close()
     assert sorted(manager.stopped) == ["a", "b", "c"] and manager.most == 3
+
+
+async def test_a_record_naming_a_notebook_twice_resumes_both_and_the_next_pause_names_it_once(
+        parts):
+    """Issue 27.3: a record written while a notebook had two kernels (before one kernel per
+    notebook) names it twice. The gateway gives a notebook's live kernel to every start for
+    it (as ``KernelGateway.start_for``): the second snapshot comes back into a kernel of its
+    own, with no notebook, instead of a second restore into the first one ("cannot go from
+    restoring to restoring"); nothing is lost, and the next pause records the notebook once."""
+    orch, gw = parts.orch, parts.gateway
+    gw.add("a.ipynb", x=1)
+    gw.add("a.ipynb", x_twin=2)
+    await orch.start_pause()
+    await settle(orch)
+    assert [k.notebook for k in orch.state.paused.kernels] == ["a.ipynb", "a.ipynb"]
+    original_start = gw.start_for
+
+    async def start(notebook, kernel_name, *, hash_seed=None):
+        live = [k for k, n in gw.notebook_of.items() if notebook and n == notebook]
+        return live[0] if live else await original_start(notebook, kernel_name)
+
+    gw.start_for = start
+    await orch.start_resume(None, "full", None, None)
+    await settle(orch)
+    assert orch.state.state == State.READY, orch.state.reason
+    assert sorted(map(sorted, gw.namespaces.values())) == [["x"], ["x_twin"]]
+    [notebook_kernel] = [k for k in gw.live_ids() if gw.notebook_of.get(k) == "a.ipynb"]
+    assert gw.namespaces[notebook_kernel] in ({"x": 1}, {"x_twin": 2})
+    await orch.start_pause()
+    await settle(orch)
+    assert sorted(str(k.notebook) for k in orch.state.paused.kernels) == ["None", "a.ipynb"]

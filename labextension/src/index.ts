@@ -20,6 +20,7 @@ import { Menu } from '@lumino/widgets';
 
 import { InputReporter } from './activity';
 import { api, saveChannel } from './api';
+import { ITab, TabAttacher } from './attach';
 import { PausedBadge } from './badge';
 import { Controller } from './controller';
 import { openDocuments } from './documents';
@@ -89,6 +90,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     new LabSaves(saveChannel, () => openDocuments(app, docManager)).start();
     // a person using this tab is not idle (the idle pause); the lab's polls are not a person
     new InputReporter(document, api.activity).start();
+    // after a resume, every open notebook is connected to the kernel holding its state
+    const attacher = new TabAttacher(
+      () => notebookTabs(app, notebooks),
+      (path, error) => console.error(`jupyter-gkeresume: ${path} not reconnected`, error)
+    );
+    model.changed.connect((_, status) => void attacher.update(status));
     const { commands, shell } = app;
 
     const panel = new SnapshotsPanel(model, {
@@ -179,5 +186,30 @@ const plugin: JupyterFrontEndPlugin<void> = {
     );
   }
 };
+
+/** The open notebook tabs, one per notebook (`attach.ITab`). */
+function notebookTabs(app: JupyterFrontEnd, notebooks: INotebookTracker | null): ITab[] {
+  const tabs = new Map<string, ITab>();
+  notebooks?.forEach(panel => {
+    const { sessionContext } = panel;
+    if (!sessionContext.isReady) {
+      return; // its own first session is on the way (the server answers it with the kernel)
+    }
+    tabs.set(panel.context.path, {
+      path: panel.context.path,
+      kernelId: sessionContext.session?.kernel?.id ?? null,
+      attach: async (id: string) => {
+        // a session whose kernel the pause stopped is dropped first (the lab would notice on
+        // its next poll); a tab left without one gets a new session on the live kernel (a
+        // session the server still lists has a live kernel: the user's, left as it is)
+        await app.serviceManager.sessions.refreshRunning();
+        if (!sessionContext.session) {
+          await sessionContext.changeKernel({ id });
+        }
+      }
+    });
+  });
+  return [...tabs.values()];
+}
 
 export default plugin;
