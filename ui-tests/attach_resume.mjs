@@ -19,7 +19,7 @@
  */
 
 import { writeFileSync, unlinkSync, existsSync } from 'node:fs';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './browser.mjs';
 
 const { LAB_URL, LAB_TOKEN, CHROMIUM, MODE, FLAG } = process.env;
 const BIG_MB = Number(process.env.BIG_MB || '16');
@@ -117,12 +117,7 @@ async function dismissMessage(page) {
 }
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-dev-shm-usage']
-  });
+  const browser = await launchChromium(CHROMIUM);
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   page.on('pageerror', error => console.error(`[page error] ${error.message}`));
   try {

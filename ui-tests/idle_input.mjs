@@ -13,30 +13,18 @@
  */
 
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { kernelIdle, launchChromium } from './browser.mjs';
 
 const { LAB_URL, LAB_TOKEN, NOTEBOOK, CHROMIUM, ARTIFACTS, INPUT_SECONDS } = process.env;
 const WAIT = 120_000; // a safety net against hangs, not a speed requirement
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--no-first-run', '--disable-dev-shm-usage']
-  });
+  const browser = await launchChromium(CHROMIUM);
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
     page.on('console', m => ['warning', 'error'].includes(m.type()) && console.error(m.text()));
     await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${LAB_TOKEN}`);
-    await page.waitForFunction(
-      () => {
-        const kernel = window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel;
-        return kernel?.connectionStatus === 'connected' && kernel.status === 'idle';
-      },
-      null,
-      { timeout: WAIT, polling: 250 }
-    );
+    await kernelIdle(page, WAIT);
     // a variable, so that the message has something to name
     await page.evaluate(async () => {
       const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;

@@ -8,29 +8,17 @@
  * the test closes stdin. Exits 1 on any failure, with the error on stderr.
  */
 
-import { chromium } from 'playwright-core';
+import { kernelIdle, launchChromium } from './browser.mjs';
 
 const { LAB_URL, LAB_TOKEN, NOTEBOOK, CHROMIUM } = process.env;
 const WAIT = 120_000; // a safety net against hangs, not a speed requirement
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--no-first-run', '--disable-dev-shm-usage']
-  });
+  const browser = await launchChromium(CHROMIUM);
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
     await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${LAB_TOKEN}`);
-    await page.waitForFunction(
-      () => {
-        const kernel = window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel;
-        return kernel?.connectionStatus === 'connected' && kernel.status === 'idle';
-      },
-      null,
-      { timeout: WAIT, polling: 250 }
-    );
+    await kernelIdle(page, WAIT);
     console.log('open');
     // the page stays open, untouched, until the test closes our stdin
     await new Promise(resolve => {

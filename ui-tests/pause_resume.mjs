@@ -16,7 +16,7 @@
 
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { kernelIdle, launchChromium } from './browser.mjs';
 
 const { LAB_URL, LAB_TOKEN, NOTEBOOK, CHROMIUM, ARTIFACTS } = process.env;
 const WAIT = 120_000; // a safety net against hangs, not a speed requirement
@@ -33,18 +33,6 @@ async function shot(page, name) {
 
 /** The current notebook's kernel is connected and idle (JupyterLab runs with
  * expose_app_in_browser, so the app's own state says it, not a widget that may render early). */
-async function kernelIdle(page) {
-  await page.waitForFunction(
-    () => {
-      const widget = window.jupyterapp?.shell.currentWidget;
-      const kernel = widget?.sessionContext?.session?.kernel;
-      return kernel?.connectionStatus === 'connected' && kernel.status === 'idle';
-    },
-    null,
-    { timeout: WAIT, polling: 250 }
-  );
-}
-
 /** Type `code` into the notebook's last (empty) cell and run it; returns that cell. Running
  * the last cell appends a new empty one, so the last cell is always the next to use. */
 async function runCode(page, code) {
@@ -145,20 +133,7 @@ async function dismiss(page, bodyClass) {
 
 async function main() {
   mkdirSync(ARTIFACTS, { recursive: true });
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-      '--disable-dev-shm-usage'
-    ]
-  });
+  const browser = await launchChromium(CHROMIUM);
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   page.on('pageerror', error => console.error(`[page error] ${error.message}`));
   try {
@@ -166,7 +141,7 @@ async function main() {
     step('open the notebook');
     await page.goto(url);
     await page.locator('.jp-gkeresume-status[data-state="running"]').waitFor({ timeout: WAIT });
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
 
     step('pause while a cell runs: the pause queues behind the cell, and Cancel withdraws it');
     await runCode(page, "__import__('time').sleep(600)");
@@ -194,14 +169,14 @@ async function main() {
       () => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status
     );
     await page.evaluate(() => window.jupyterapp.commands.execute('notebook:interrupt-kernel'));
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
     await page.evaluate(() =>
       window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')
     );
 
     step('run x = 41 + 1');
     await executed(await runCode(page, 'x = 41 + 1'));
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
 
     step('GPU menu, then Checkpoint This Notebook: the kernel keeps running');
     await page.locator('.lm-MenuBar-itemLabel', { hasText: /^GPU$/ }).click();
@@ -211,7 +186,7 @@ async function main() {
     await menu.locator('.lm-Menu-itemLabel', { hasText: 'Checkpoint This Notebook' }).click();
     seen.checkpointMessage = await dismiss(page, '.jp-gkeresume-message');
     await statusState(page, 'running');
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
 
     step('make a session of 512 MiB: one 256 MiB array and eight of 32 MiB');
     await executed(
@@ -221,7 +196,7 @@ async function main() {
           'parts = [np.arange(4 * 2**20, dtype=np.float64) + i for i in range(8)]'
       )
     );
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
 
     step('click Pause');
     await startRecorder(page);
@@ -258,7 +233,7 @@ async function main() {
     seen.resumeDialog = await dialog.locator('.jp-gkeresume-resume-dialog').innerText();
     seen.resumeButtons = await dialog.locator('.jp-Dialog-button').allInnerTexts();
     await shot(page, 'resume-dialog');
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
 
     step('click Resume');
     await startRecorder(page);
@@ -274,7 +249,7 @@ async function main() {
     await shot(page, 'resume-message');
     seen.resumeMessage = await dismiss(page, '.jp-gkeresume-message');
     seen.badgeAfterResume = await page.locator('.jp-gkeresume-badge').first().isVisible();
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
 
     step('run print(x, big.nbytes + sum(p.nbytes for p in parts), parts[7][1])');
     const last = await runCode(page, 'print(x, big.nbytes + sum(p.nbytes for p in parts), parts[7][1])');
@@ -305,11 +280,11 @@ async function main() {
 
     step('Snapshots panel: Restore brings x back after it changed');
     await executed(await runCode(page, 'x = 0'));
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
     const item = page.locator('.jp-gkeresume-snapshot').first();
     await item.getByRole('button', { name: /^Restore snapshot / }).click();
     seen.restoreMessage = await dismiss(page, '.jp-gkeresume-message');
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
     const again = await runCode(page, 'print(x)');
     await again.locator('.jp-OutputArea-output').waitFor({ timeout: WAIT });
     seen.outputAfterRestore = (await again.locator('.jp-OutputArea-output').innerText()).trim();

@@ -9,21 +9,10 @@
  * exits 1 on any failure.
  */
 
-import { chromium } from 'playwright-core';
+import { kernelIdle, launchChromium } from './browser.mjs';
 
 const { LAB_URL, LAB_TOKEN, CHROMIUM, MODE } = process.env;
 const WAIT = 120_000; // a safety net against hangs, not a speed requirement
-
-async function kernelIdle(page) {
-  await page.waitForFunction(
-    () => {
-      const kernel = window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel;
-      return kernel?.connectionStatus === 'connected' && kernel.status === 'idle';
-    },
-    null,
-    { timeout: WAIT, polling: 250 }
-  );
-}
 
 /** Type `code` into the current notebook's last cell; run it unless `run` is false. */
 async function typeInLastCell(page, code, run = true) {
@@ -44,7 +33,7 @@ async function open(page, path) {
     path,
     { timeout: WAIT, polling: 250 }
   );
-  await kernelIdle(page);
+  await kernelIdle(page, WAIT);
 }
 
 const dirtyPaths = page =>
@@ -55,16 +44,11 @@ const dirtyPaths = page =>
   );
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--no-first-run', '--disable-dev-shm-usage']
-  });
+  const browser = await launchChromium(CHROMIUM);
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
     await page.goto(`${LAB_URL}lab/tree/a.ipynb?token=${LAB_TOKEN}`);
-    await kernelIdle(page);
+    await kernelIdle(page, WAIT);
     let dirty;
     if (MODE === 'magic') {
       await open(page, 'b.ipynb');
