@@ -29,6 +29,26 @@ def put_blob(store: SnapshotStore, *entries: bytes) -> tuple[str, int]:
     return digest, layout.size
 
 
+#: ``tiny`` 1.0's files, as a snapshot carries them (``put_blob(store, *TINY_1_0.values())``).
+TINY_1_0 = {"tiny/__init__.py": b"VERSION = '1.0'\n",
+            "tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n"}
+
+
+def tiny_site(site, *extra: str) -> None:
+    """``tiny`` 0.9 installed in the directory ``site`` (``extra``: more empty modules of it, in
+    its RECORD)."""
+    (site / "tiny").mkdir(parents=True)
+    (site / "tiny" / "__init__.py").write_text("VERSION = '0.9'\n")
+    for name in extra:
+        (site / "tiny" / name).write_text("")
+    info = site / "tiny-0.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny\nVersion: 0.9\n")
+    files = ["tiny/__init__.py", *(f"tiny/{name}" for name in extra),
+             "tiny-0.9.dist-info/METADATA", "tiny-0.9.dist-info/RECORD"]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+
+
 def make_snapshot(
     store: SnapshotStore,
     key: SigningKey | None,

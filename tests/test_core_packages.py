@@ -215,25 +215,17 @@ def test_a_package_built_for_another_python_makes_its_users_partial(local_store,
 
 
 def test_install_replaces_another_version_and_refuses_paths_outside(tmp_path, monkeypatch):
-    from fixtures_lifecycle import put_blob
+    from fixtures_lifecycle import TINY_1_0, put_blob, tiny_site
 
     site = tmp_path / "site"
-    (site / "tiny").mkdir(parents=True)
-    (site / "tiny" / "__init__.py").write_text("VERSION = '0.9'\n")
-    (site / "tiny" / "gone.py").write_text("")
+    tiny_site(site, "gone.py")
     old = site / "tiny-0.9.dist-info"
-    old.mkdir()
-    (old / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny\nVersion: 0.9\n")
-    (old / "RECORD").write_text("tiny/__init__.py,,\ntiny/gone.py,,\ntiny-0.9.dist-info/METADATA,,\n"
-                                "tiny-0.9.dist-info/RECORD,,\n")
-    monkeypatch.setattr(sys, "path", [str(site)])
     store = SnapshotStore(str(tmp_path / "store"), "ws")
-    files = {"tiny/__init__.py": b"VERSION = '1.0'\n",
-             "tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n"}
-    blob, size = put_blob(store, *files.values())
-    new = record(blob=blob, files=list(files), location=str(site))
+    blob, size = put_blob(store, *TINY_1_0.values())
+    new = record(blob=blob, files=list(TINY_1_0), location=str(site))
     escaping = record(name="evil", blob=blob, files=["../../../../../../tmp/evil.py", "x"],
                       location=str(site))
+    monkeypatch.setattr(sys, "path", [str(site)])  # after the blob: its hasher is imported
 
     lines = packages.install_packages(store, [new, escaping], {blob: size})
     assert lines[0].startswith(f"tiny 1.0: installed into {site} (")
@@ -249,26 +241,18 @@ def test_an_imported_module_is_never_replaced_by_another_version_under_it(tmp_pa
     """A kernel that imported ``tiny`` 0.9 keeps it: installing 1.0's files under the live
     module mixes two versions (``packaging.version`` of one, ``packaging.utils`` of the other
     raised ``cannot import name '_TrimmedRelease'``, issue 28 item 4). It is named instead."""
-    from fixtures_lifecycle import put_blob
+    from fixtures_lifecycle import TINY_1_0, put_blob, tiny_site
 
     site = tmp_path / "site"
-    (site / "tiny").mkdir(parents=True)
-    (site / "tiny" / "__init__.py").write_text("VERSION = '0.9'\n")
-    old = site / "tiny-0.9.dist-info"
-    old.mkdir()
-    (old / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny\nVersion: 0.9\n")
-    (old / "RECORD").write_text("tiny/__init__.py,,\ntiny-0.9.dist-info/METADATA,,\n"
-                                "tiny-0.9.dist-info/RECORD,,\n")
-    monkeypatch.setattr(sys, "path", [str(site)])
+    tiny_site(site)
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    blob, size = put_blob(store, *TINY_1_0.values())
+    monkeypatch.setattr(sys, "path", [str(site)])  # after the blob: its hasher is imported
     live = types.ModuleType("tiny")
     live.__file__ = str(site / "tiny" / "__init__.py")
     monkeypatch.setitem(sys.modules, "tiny", live)
-    store = SnapshotStore(str(tmp_path / "store"), "ws")
-    files = {"tiny/__init__.py": b"VERSION = '1.0'\n",
-             "tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n"}
-    blob, size = put_blob(store, *files.values())
 
-    [line] = packages.install_packages(store, [record(blob=blob, files=list(files),
+    [line] = packages.install_packages(store, [record(blob=blob, files=list(TINY_1_0),
                                                       location=str(site))], {blob: size})
     assert line.startswith(f"tiny 1.0: {packages.NOT_INSTALLED}: ")
     assert "tiny 0.9 is imported in this kernel" in line

@@ -31,7 +31,7 @@ import tracemalloc
 from dataclasses import dataclass, field
 
 import pytest
-from fixtures_lifecycle import put_blob
+from fixtures_lifecycle import put_blob, tiny_site
 from fixtures_server import SETTLE_TIMEOUT, SIGNING_KEY, server_config
 from test_server_handlers import DenyingAuthorizer, _allow_all  # noqa: F401 (autouse fixture)
 
@@ -247,17 +247,6 @@ async def test_a_resume_follows_no_link_keeps_no_setuid_bit_and_renames_each_fil
     assert kept.read_text() == "v1"  # renamed into place: the other name keeps its own bytes
     assert (outside / "alias.txt").read_text() == "v2, outside"
     assert not [p for p in (*links.rglob("*"), *modes.rglob("*")) if "gkeresume-" in p.name]
-
-
-def tiny_site(site) -> None:
-    """``tiny`` 0.9 installed in ``site``."""
-    (site / "tiny").mkdir(parents=True)
-    (site / "tiny" / "__init__.py").write_text("VERSION = '0.9'\n")
-    old = site / "tiny-0.9.dist-info"
-    old.mkdir()
-    (old / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny\nVersion: 0.9\n")
-    (old / "RECORD").write_text("tiny/__init__.py,,\ntiny-0.9.dist-info/METADATA,,\n"
-                                "tiny-0.9.dist-info/RECORD,,\n")
 
 
 def tiny_10(store: SnapshotStore, site, weights: int) -> tuple[PackageRecord, dict[str, int]]:
