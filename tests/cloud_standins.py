@@ -25,6 +25,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from kube_rules import send_json
+
 PROJECT_NUMBER = "123456"
 SERVICE_ACCOUNT_FIELDS = {"apiVersion", "kind", "metadata", "automountServiceAccountToken",
                           "secrets", "imagePullSecrets"}
@@ -82,13 +84,7 @@ class LoopbackCloud:
                 body = json.loads(self.rfile.read(size) or b"null") if size else None
                 url = urllib.parse.urlsplit(self.path)
                 cloud.requests.append(f"{self.command} {url.path}")
-                code, reply = cloud.answer(self.command, url.path, body)
-                data = json.dumps(reply).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, *cloud.answer(self.command, url.path, body))
 
             do_GET = do_POST = do_PUT = do_PATCH = _handle
 

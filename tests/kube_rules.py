@@ -49,6 +49,17 @@ KUBEFLOW_NOTEBOOKS_EDIT = {
 }
 
 
+def send_json(handler, code: int, payload) -> None:
+    """Answer an ``http.server`` request as the API servers do: ``payload`` as JSON, its length
+    given (the stand-ins' one way to reply)."""
+    data = json.dumps(payload).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class Invalid(ValueError):
     """The object does not match the served schema; the message names every bad field."""
 

@@ -36,7 +36,14 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_server import server_config
-from kube_rules import KUBEFLOW_NOTEBOOKS_EDIT, Invalid, Rbac, check_object, served_schema
+from kube_rules import (
+    KUBEFLOW_NOTEBOOKS_EDIT,
+    Invalid,
+    Rbac,
+    check_object,
+    send_json,
+    served_schema,
+)
 
 from jupyter_gkeresume.errors import ReleaseError
 from jupyter_gkeresume.release import (
@@ -204,12 +211,7 @@ class FakeKubeApi:
 
     def send(self, req, code, payload):
         self.responses.append(payload)
-        data = json.dumps(payload).encode()
-        req.send_response(code)
-        req.send_header("Content-Type", "application/json")
-        req.send_header("Content-Length", str(len(data)))
-        req.end_headers()
-        req.wfile.write(data)
+        send_json(req, code, payload)
 
     def __enter__(self):
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
