@@ -37,6 +37,12 @@ from .notebooks import ROOT_DIR_ENV
 #: jupyter_client's launcher sets it in a kernel's environment to the pid of the process that
 #: starts the kernel (jupyter_client/launcher.py, ``launch_kernel``): the Jupyter server.
 LAUNCHER_ENV = "JPY_PARENT_PID"
+#: How much earlier than its real start ``psutil`` may date a process: Linux gives the boot time
+#: in whole seconds (/proc/stat ``btime``), so a process's ``create_time`` can be up to a second
+#: early. Metadata written in that second (an install just before the server started, as a
+#: fresh pod's or CI's setup does) is the image's: no session installs anything before its
+#: kernel has started, seconds after the server.
+START_SLACK = 1.0
 _DIST_DIR = re.compile(r"\A(?P<name>[^-]+)-(?P<version>[^-]+?)(-py\d[\d.]*)?\.(dist|egg)-info\Z")
 
 
@@ -137,9 +143,10 @@ def started() -> float:
 
 def baseline() -> set[Installed]:
     """What the image holds: of the distributions seen at load, those whose metadata directory
-    predates ``started()`` (or is newer than now: another machine's clock). One ``stat`` each."""
+    predates ``started()`` (within ``START_SLACK``; or is newer than now: another machine's
+    clock). One ``stat`` each."""
     loaded = remember_environment()
-    since, now = started(), time.time()
+    since, now = started() + START_SLACK, time.time()
     installed = {}
     for dist, entry in _metadata_dirs({d.location for d in loaded}):
         try:

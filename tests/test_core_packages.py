@@ -122,6 +122,23 @@ def test_the_baseline_is_what_the_image_holds_a_restart_keeps_the_session_and_an
     assert session_packages(distributions.baseline(), scan(sys.path), []) == []
 
 
+def test_an_install_in_the_second_before_the_server_started_is_the_images(tmp_path, monkeypatch):
+    """psutil dates a process from the boot time, which Linux gives in whole seconds
+    (/proc/stat ``btime``): a server started right after ``pip install`` (a fresh pod's setup,
+    CI's ``scripts/test.sh``) can look up to a second older than the metadata the install wrote.
+    Found in the full suite run at once after an install: ``jupyter-gkeresume`` itself was
+    carried with every snapshot as installed in the session."""
+    site = tmp_path / "site"
+    (site / "late-1.0.dist-info").mkdir(parents=True)
+    start = time.time() - 60
+    os.utime(site / "late-1.0.dist-info", (start + 0.6, start + 0.6))
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setattr(distributions, "_loaded", None)
+    monkeypatch.setattr(distributions, "started", lambda: start)
+    assert distributions.baseline() == {Installed("late", "1.0", str(site))}
+    assert session_packages(distributions.baseline(), scan(sys.path), []) == []
+
+
 def tiny_in(found: set[Installed]) -> bool:
     return any(d.name == "tiny" for d in found)
 
