@@ -139,13 +139,14 @@ def take_checkpoint(
         items.append((var, value))
     items.sort(key=lambda item: seems_to_hold_storages(item[1]))  # stable: see the docstring
     session, secret_env = session_state.capture(execution_count)
-    left = [Skipped(f"${n}", "environment variable", "looks like a credential") for n in secret_env]
+    secrets = [Skipped(f"${n}", "environment variable", "looks like a credential")
+               for n in secret_env]
     # a thread or process bound to a skipped name is said once, as that name
     named = {held_key(namespace[n]) for n, o in objects.items() if o.status == "skipped"}
     found = [(key, thing) for key, thing in left_behind() if key is None or key not in named]
-    left += [thing for _, thing in found]
-    session["left_out"] = [asdict(s) for s in left]  # the resume's verdict names them too
-    skipped.extend(left[:len(secret_env)])
+    # the resume's verdict names them too; the report names ``found`` below, under its holders
+    session["left_out"] = [asdict(s) for s in [*secrets, *(thing for _, thing in found)]]
+    skipped.extend(secrets)
     states, state_failed = interpreter_state.capture_all()
     items += [(SESSION_RECORD, session), (HOOKS_RECORD, list(registry.resume_hooks)),
               *((interpreter_state.record_name(n), state) for n, state in states.items())]

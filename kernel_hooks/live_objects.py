@@ -35,6 +35,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .left_behind import comes_back
+
 if TYPE_CHECKING:
     from .graph import RecordNote
 
@@ -102,8 +104,6 @@ def _loader_reduce(loader: Any, note: RecordNote) -> tuple | None:
 
 def _connection_reduce(connection: Any) -> tuple[tuple | None, str | None]:
     """``(reduce tuple, None)`` to reopen the connection's file, or ``(None, why not)``."""
-    from .left_behind import comes_back  # at checkpoint: the extension's load stays light
-
     try:
         databases = connection.execute("PRAGMA database_list").fetchall()
         temporary = connection.execute("SELECT count(*) FROM temp.sqlite_master").fetchone()[0]
