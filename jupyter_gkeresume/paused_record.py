@@ -39,6 +39,13 @@ RECORD_VERSION = 1
 RECORD_NAME = "paused"
 
 
+def _require_names(value: Any, field_name: str) -> list[str]:
+    """``value`` when it is a list of names, else the record is refused."""
+    if not (isinstance(value, list) and all(isinstance(n, str) for n in value)):
+        raise StoredRecordError(f"paused record: {field_name!r} is not a list of names")
+    return value
+
+
 @dataclass(frozen=True)
 class PausedKernel:
     """One kernel of a pause: where its snapshot is and what it saved (``saved=None``: unknown)."""
@@ -68,9 +75,7 @@ class PausedKernel:
         for name in ("bytes_total", "bytes_new"):
             if not isinstance(data.get(name, 0), int):
                 raise StoredRecordError(f"paused record: {name!r} is not a number")
-        saved = data.get("saved", [])
-        if not (isinstance(saved, list) and all(isinstance(n, str) for n in saved)):
-            raise StoredRecordError("paused record: 'saved' is not a list of names")
+        _require_names(data.get("saved", []), "saved")
         skipped = data.get("skipped", [])
         if not (isinstance(skipped, list) and all(isinstance(s, dict) for s in skipped)):
             raise StoredRecordError("paused record: 'skipped' is not a list of objects")
@@ -79,9 +84,7 @@ class PausedKernel:
         seed = data.get("hash_seed")
         if seed is not None and not valid_hash_seed(seed):
             raise StoredRecordError("paused record: 'hash_seed' is not a PYTHONHASHSEED")
-        modules = data.get("modules", [])
-        if not (isinstance(modules, list) and all(isinstance(n, str) for n in modules)):
-            raise StoredRecordError("paused record: 'modules' is not a list of names")
+        modules = _require_names(data.get("modules", []), "modules")
         return cls(data["snapshot_id"], data.get("kernel_id"), data.get("kernel_name"),
                    data.get("notebook"), data.get("bytes_total", 0), data.get("bytes_new", 0),
                    data.get("saved"), skipped, seed, modules)
