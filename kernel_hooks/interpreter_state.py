@@ -69,10 +69,11 @@ for _name, _capture, _restore in (*ipython_state.ENTRIES, *library_state.ENTRIES
 
 
 def remember_baseline(shell: Any) -> None:
-    """What a fresh kernel has, recorded when the extension loads: later changes are the
-    session's (warnings filters, loggers, IPython extensions, attributes set on libraries)."""
+    """What a fresh kernel has, recorded when the extension loads (the attributes set on
+    libraries: before the first code runs): later changes are the session's (warnings filters,
+    loggers, IPython extensions, attributes set on libraries)."""
     library_state.remember_baseline()
-    library_patches.remember_baseline()
+    library_patches.remember_baseline_before_code(shell)
     ipython_state.remember_baseline(shell)
 
 

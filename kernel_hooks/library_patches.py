@@ -20,9 +20,9 @@ What counts (``find_patches``), in every loaded module but ``__main__`` and this
 - on the module itself: a function or class defined in the notebook (the module's other foreign
   functions are its own imports).
 
-Those present when the extension loaded (``remember_baseline``: the kernel's own machinery) do not
-count, nor what this product sets. Data attributes (numbers, strings) set on a library are not
-found: nothing tells them from the library's own values.
+Those present before the session's first code ran (``remember_baseline``: the kernel's own
+machinery) do not count, nor what this product sets. Data attributes (numbers, strings) set on
+a library are not found: nothing tells them from the library's own values.
 
 At resume (``_restore_patches``, after the variables): each attribute is set again on its owner
 (its module imported if the resume has not: the session had it) unless the owner already has that
@@ -71,10 +71,25 @@ class Patch:
 _baseline: set[tuple[str, str | None, str, int]] = set()
 
 
+def remember_baseline_before_code(shell: Any) -> None:
+    """Take the baseline just before the first code the kernel runs (IPython's ``pre_execute``,
+    which every cell triggers, silent ones included), not when the extension loads: the walk
+    over every loaded class (10-20 ms) stays off the kernel's start (issue 31), and no code of
+    the session has run yet then. A checkpoint's capture takes it too, whichever comes first."""
+    if _baseline:
+        return
+
+    def first_code(*_: Any) -> None:
+        shell.events.unregister("pre_execute", first_code)
+        remember_baseline()
+
+    shell.events.register("pre_execute", first_code)
+
+
 def remember_baseline() -> None:
     """The attributes of this kind present now are the kernel's own (idempotent)."""
-    if not _baseline:
-        _baseline.update(_key(p) for p in find_patches(remembered=False))
+    if not _baseline:  # candidates, not patches: no distribution metadata read at load
+        _baseline.update(_key(p) for p in _candidates())
         _baseline.add(("", None, "", 0))  # taken, even when empty
 
 
@@ -140,7 +155,25 @@ _NOT_CLASSES = frozenset({types.ModuleType, types.BuiltinFunctionType, str, int,
 
 def find_patches(*, remembered: bool = True) -> list[Patch]:
     """The session's attributes on library classes and modules (see the module docstring), in
-    import order; ``remembered``: leave out those of the baseline."""
+    import order; ``remembered``: leave out those of the baseline, first, so that the
+    distributions' metadata (``_own_making``) is read only for what the session added."""
+    found = _candidates()
+    if remembered and _baseline:
+        found = [p for p in found if _key(p) not in _baseline]
+    return [p for p in found if not _library_made(p)]
+
+
+def _library_made(patch: Patch) -> bool:
+    """Whether a candidate is how its class's distribution is built (a function of another
+    package on a library class, which that class's distribution requires): not a patch."""
+    origin = _origin(patch.value)[0]
+    return (patch.owner is not None and origin != NOTEBOOK
+            and _own_making(_package(patch.module), _package(origin)))
+
+
+def _candidates() -> list[Patch]:
+    """Every attribute ``find_patches`` may count, before the distributions are asked whether a
+    library's class got a function of another package from its own making (cheap: no metadata)."""
     found = []
     notebook = sys.modules.get(NOTEBOOK)
     for name, module in list(sys.modules.items()):
@@ -157,13 +190,11 @@ def find_patches(*, remembered: bool = True) -> list[Patch]:
                     found.extend(_class_patches(name, package, value))
                 elif value.__module__ == NOTEBOOK:
                     found.append(Patch(name, None, attribute, value))
-    if remembered and _baseline:
-        found = [p for p in found if _key(p) not in _baseline]
     return found
 
 
 def _class_patches(module: str, package: str | None, cls: type) -> list[Patch]:
-    """The patches on ``cls`` (of ``module``, in ``package``). Inlined type tests, no call per
+    """The candidates on ``cls`` (of ``module``, in ``package``). Inlined type tests, no call per
     attribute: the common case, a method defined in the class's own module, costs a type check
     and one comparison (this runs over every class of every loaded module)."""
     found = []
@@ -190,10 +221,11 @@ def _class_patches(module: str, package: str | None, cls: type) -> list[Patch]:
 
 
 def _foreign(package: str | None, origin: Any) -> bool:
-    """Whether a function of module ``origin`` on a class of ``package`` is a patch."""
+    """Whether a function of module ``origin`` on a class of ``package`` may be a patch (a
+    loaded module of another package, outside the standard library; ``_library_made`` then
+    asks the distributions)."""
     top = _package(origin)
-    return (top is not None and top != package and top not in NOT_PATCHES
-            and origin in sys.modules and not _own_making(package, top))
+    return top is not None and top != package and top not in NOT_PATCHES and origin in sys.modules
 
 
 def _patches() -> Any:

@@ -23,7 +23,6 @@ from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError, Snapshot
 from jupyter_gkeresume.printable import printable
 from jupyter_gkeresume.units import human_bytes
 
-from . import server_link
 from .notebooks import notebook_path, shorten, this_notebook
 
 if TYPE_CHECKING:
@@ -252,6 +251,8 @@ class ResumeMagics(Magics):
         args = _parse(self.pause, line)
         if args is None:
             return None
+        from . import server_link  # urllib's HTTP client: not on every kernel's start (issue 31)
+
         if server_link.server_url() is None:
             print(format_checkpoint(self._run(lambda: _api().checkpoint(args.name,
                                                                       progress=_cell_progress()))))
