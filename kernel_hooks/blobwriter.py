@@ -7,13 +7,16 @@ owning variable so a change to one small variable rewrites only its pack), then
 
 Blobs are named by ``digests.DEFAULT`` (BLAKE3; big blobs hashed with every core, the GIL
 released, so parallel blobs hash in parallel). Unchanged storages are not hashed again: an
-in-process cache maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the blob digest, and
-xxh3 runs near memory speed; a hit goes to ``SnapshotWriter.put_blob``, which claims it when the
-store has it. A miss is new content and goes to ``SnapshotWriter.put_new_blob``: on a local
-store it is hashed while it is written (one pass: a temporary file linked under its digest, or
-dropped when the store has that blob already), on an object store hashed first so an existing
-blob is reused without an upload. ``remember_blob`` seeds the cache from a resume, so the first
-checkpoint after it reuses what it restored.
+in-process cache (``SkipCache``) maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the
+blob digest, and xxh3 runs near memory speed; a hit goes to ``SnapshotWriter.put_blob``, which
+claims it when the store has it. A miss is new content and goes to
+``SnapshotWriter.put_new_blob``: on a local store it is hashed while it is written (one pass: a
+temporary file linked under its digest, or dropped when the store has that blob already), on an
+object store hashed first so an existing blob is reused without an upload. When no cached blob
+has the entries' dtypes and sizes (a session's first checkpoint, a new variable), no key can hit:
+on a local store the xxh3 keys are then taken on the way, chunk by chunk just before each chunk
+is hashed and written, so each byte is read from memory once (issue 31). ``remember_blob`` seeds
+the cache from a resume, so the first checkpoint after it reuses what it restored.
 
 Host memory stays flat for CPU storages (blobs are written from zero-copy views) and for CUDA
 storages when the CUDA engine is there (``cuda_engine.get_engine()``): they stream through its
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,8 +52,59 @@ PACK_BELOW = 1 << 20
 PACK_LIMIT = 16 << 20
 DIGEST_CACHE_SIZE = 200_000
 
-_digest_cache: OrderedDict[tuple, str] = OrderedDict()
-_cache_lock = threading.Lock()
+
+class SkipCache:
+    """The skip-cache: ``cache_key`` -> blob digest, least recently used dropped beyond
+    ``DIGEST_CACHE_SIZE``; ``has_shape`` tells whether any key has these (algorithm, dtypes,
+    sizes), i.e. whether a content key could hit at all. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._digests: OrderedDict[tuple, str] = OrderedDict()
+        self._shapes: Counter[tuple] = Counter()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> str | None:
+        with self._lock:
+            digest = self._digests.get(key)
+            if digest is not None:
+                self._digests.move_to_end(key)
+            return digest
+
+    def remember(self, key: tuple, digest: str) -> None:
+        with self._lock:
+            if key not in self._digests:
+                self._shapes[key[:3]] += 1
+            self._digests[key] = digest
+            self._digests.move_to_end(key)
+            while len(self._digests) > DIGEST_CACHE_SIZE:
+                dropped, _ = self._digests.popitem(last=False)
+                self._shapes[dropped[:3]] -= 1
+                if not self._shapes[dropped[:3]]:
+                    del self._shapes[dropped[:3]]
+
+    def has_shape(self, shape: tuple) -> bool:
+        with self._lock:
+            return shape in self._shapes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._digests.clear()
+            self._shapes.clear()
+
+    def values(self) -> list[str]:
+        with self._lock:
+            return list(self._digests.values())
+
+    def __contains__(self, key: tuple) -> bool:
+        with self._lock:
+            return key in self._digests
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._digests)
+
+
+_digest_cache = SkipCache()
 
 
 def plan_blobs(items: list[CollectedStorage]) -> list[list[CollectedStorage]]:
@@ -130,19 +184,31 @@ class BlobWriter:
         ``sent`` is told the bytes of each chunk as it is written."""
         views = [memoryview(b).cast("B") for _, b in entries]
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
-        key = cache_key(DEFAULT, [d for d, _ in entries], views)
+        shape = _shape(DEFAULT, [d for d, _ in entries], views)
         parts = [layout.header, *views]
+        keyed = None
         try:
-            digest = _cached(key)
+            if self.writer.store.hashes_while_writing and not _digest_cache.has_shape(shape):
+                # no key can hit: new content, keyed on the way (each byte read once)
+                keyers = [xxhash.xxh3_128() for _ in views]
+                keyed = _keyed_parts(layout.header, views, keyers,
+                                     self.writer.store.hashing_chunk(DEFAULT, layout.size))
+                digest, new = self.writer.put_new_blob(layout.size, keyed, DEFAULT, sent=sent)
+                _digest_cache.remember((*shape, tuple(k.digest() for k in keyers)), digest)
+                return digest, layout.size, new
+            key = (*shape, tuple(xxhash.xxh3_128_digest(v) for v in views))
+            digest = _digest_cache.get(key)
             if digest is None:
                 digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
-                _remember(key, digest)
+                _digest_cache.remember(key, digest)
             else:
                 new = self.writer.put_blob(digest, layout.size, lambda: parts, sent=sent)
         finally:
             # A callee's frame can outlive this call in a reference cycle (an exception caught
             # on the way, with its traceback) and keeps this frame, so these lists, alive: they
             # must not keep the caller's buffers exported (a mapped file could not be closed).
+            if keyed is not None:
+                keyed.close()
             parts.clear()
             views.clear()
         return digest, layout.size, new
@@ -199,29 +265,28 @@ def _entry_parts(engine: CudaEngine, plan: list[CollectedStorage]) -> Iterator[m
             yield from engine.device_to_host_chunks(m.address, m.nbytes, cuda_index(m.device))
 
 
+def _shape(algorithm: Digest, dtypes: list[str], views: list[memoryview]) -> tuple:
+    return algorithm.name, tuple(dtypes), tuple(len(v) for v in views)
+
+
+def _keyed_parts(header: bytes, views: list[memoryview], keyers: list[xxhash.xxh3_128],
+                 step: int) -> Iterator[memoryview | bytes]:
+    """The blob's parts, each entry in chunks of ``step`` (the store's ``hashing_chunk``) that
+    update its xxh3 key just before the store hashes and writes them (still in the CPU's cache)."""
+    yield header
+    for view, keyer in zip(views, keyers, strict=True):
+        for start in range(0, len(view), step):
+            chunk = view[start:start + step]
+            keyer.update(chunk)
+            yield chunk
+
+
 def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview]) -> tuple:
     """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each."""
-    return (algorithm.name, tuple(dtypes), tuple(len(v) for v in views),
-            tuple(xxhash.xxh3_128_digest(v) for v in views))
+    return (*_shape(algorithm, dtypes, views), tuple(xxhash.xxh3_128_digest(v) for v in views))
 
 
 def remember_blob(digest: str, dtypes: list[str], views: list[memoryview]) -> None:
     """Record that entries with these bytes make blob ``digest`` (a resume calls this for what
     it read and verified), so that a checkpoint of the same bytes reuses the blob."""
-    _remember(cache_key(algorithm_of(digest), dtypes, views), digest)
-
-
-def _cached(key: tuple) -> str | None:
-    with _cache_lock:
-        digest = _digest_cache.get(key)
-        if digest is not None:
-            _digest_cache.move_to_end(key)
-        return digest
-
-
-def _remember(key: tuple, digest: str) -> None:
-    with _cache_lock:
-        _digest_cache[key] = digest
-        _digest_cache.move_to_end(key)
-        while len(_digest_cache) > DIGEST_CACHE_SIZE:
-            _digest_cache.popitem(last=False)
+    _digest_cache.remember(cache_key(algorithm_of(digest), dtypes, views), digest)

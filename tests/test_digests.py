@@ -10,6 +10,7 @@ import os
 import blake3
 import numpy as np
 import pytest
+import xxhash
 
 from jupyter_gkeresume.errors import IntegrityError, InvalidInputError
 from jupyter_gkeresume.snapshot import SigningKey, SnapshotStore, SnapshotWriter, backends, digests
@@ -198,6 +199,35 @@ def test_new_content_is_written_once_then_reused_from_the_cache(tmp_path, empty_
     store.delete_blob(digest)  # gone from the store (say, another gc): written again by name
     assert writer.write_views([("float32", array)]) == (digest, size, True)
     assert store.has_blob(digest, size)
+
+
+def test_new_dtypes_and_sizes_are_keyed_on_the_way_and_seen_ones_before_writing(
+        tmp_path, empty_cache, monkeypatch):
+    """Issue 31 item 4: content whose dtypes and sizes no cached blob has cannot hit, so its
+    xxh3 key is taken chunk by chunk while the blob is hashed and written (no pass of its own
+    over the bytes), and it is the key a whole pass gives: the same bytes hit next time. Content
+    of a shape seen before is keyed first, so unchanged bytes are never written again. Blobs
+    from 64 MiB (hashed by every core, in 16 MiB chunks) too."""
+    passes = []
+    whole_pass = xxhash.xxh3_128_digest
+    monkeypatch.setattr(xxhash, "xxh3_128_digest", lambda v: passes.append(len(v)) or whole_pass(v))
+    store = SnapshotStore(str(tmp_path), "ws")
+    writer = blob_writer(store)
+    for array in (np.arange(3 << 18, dtype=np.float32), np.zeros(70 << 20, dtype=np.uint8)):
+        view = memoryview(array).cast("B")
+        digest, size, new = writer.write_views([("float32", array)])
+        assert new and passes == []
+        assert digest == blob_digest(layout_for([("float32", array.nbytes)]), [view], DEFAULT)
+        assert cache_key(DEFAULT, ["float32"], [view]) in empty_cache
+        passes.clear()
+        assert writer.write_views([("float32", array)]) == (digest, size, False)
+        assert passes == [array.nbytes]  # the seen shape: keyed first, a hit, nothing written
+        passes.clear()
+        changed = array.copy()
+        changed[-1] += 1
+        other, _, new = writer.write_views([("float32", changed)])
+        assert new and other != digest and passes == [array.nbytes]
+        passes.clear()
 
 
 def test_skip_cache_is_per_algorithm(tmp_path, empty_cache):

@@ -210,8 +210,7 @@ class SnapshotStore:
             raise InvalidInputError(f"{self} cannot hash a blob while writing it: "
                                     "compute its digest first")
         hasher = algorithm.new(size)
-        threaded = algorithm is BLAKE3 and size >= PARALLEL_HASH_BYTES  # digests._blake3
-        step = WRITE_CHUNK if threaded else OBSERVED_CHUNK  # one pass when on one thread
+        step = self.hashing_chunk(algorithm, size)
 
         def observe(chunk: memoryview) -> None:
             hasher.update(chunk)
@@ -224,6 +223,15 @@ class SnapshotStore:
                 lambda: self.blob_path(algorithm.finish(hasher)), step,
             )
         return algorithm.finish(hasher), new
+
+    @staticmethod
+    def hashing_chunk(algorithm: Digest, size: int) -> int:
+        """The chunk ``write_blob_hashing`` hashes and writes a blob of ``size`` bytes in: 1 MiB
+        when one thread hashes it (each chunk is still in the CPU's cache when it is copied: one
+        pass), 16 MiB when BLAKE3 hashes it with every core (``digests.PARALLEL_HASH_BYTES``: its
+        threads cost more than they save on smaller pieces)."""
+        threaded = algorithm is BLAKE3 and size >= PARALLEL_HASH_BYTES
+        return WRITE_CHUNK if threaded else OBSERVED_CHUNK
 
     @property
     def hashes_while_writing(self) -> bool:
