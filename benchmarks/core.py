@@ -18,12 +18,15 @@ tensors-only second checkpoint); ``--peers`` adds safetensors + pickle (what a u
 tensors and arrays to safetensors, the rest pickled), torch.save/load and dill (slow). Prints a
 markdown table per directory with times, bytes, extra peak RSS, and the ratios the issues target.
 ``--session issue23 --gb 5`` is the session of issue 23 (``SHAPES``); ``--cases`` runs a subset;
-``--cpus 0`` runs every case under ``taskset -c 0`` (how a figure scales with the cores).
+``--cpus 0`` runs every case under ``taskset -c 0`` (how a figure scales with the cores);
+``--busy 2`` keeps two other processes spinning on the CPU for the whole run (every core busy,
+as on a node whose other pods compute: issue 31 item 5).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -368,6 +371,18 @@ def run_case(case: str, gb: float, work: str, shape: str = "default",
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@contextlib.contextmanager
+def busy_cores(count: int):
+    """``count`` processes spinning on the CPU (nice 0, as another tenant's work) while inside."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
+
+
 def _blake3():
     from jupyter_gkeresume.snapshot.digests import BLAKE3
 
@@ -394,6 +409,8 @@ def main() -> None:
     parser.add_argument("--peers", action="store_true",
                         help="also safetensors + pickle, torch.save/load and dill")
     parser.add_argument("--cpus", help="run every case under taskset -c CPUS (e.g. 0 or 0,1)")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="processes kept spinning on the CPU during the run (e.g. 2)")
     parser.add_argument("--cases", help="comma-separated cases instead of all (e.g. "
                         "ours_save,ours_load,raw_read_fresh)")
     parser.add_argument("--repeat", type=int, default=1,
@@ -413,7 +430,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     for folder in args.dirs.split(","):
         results[folder] = {}
-        with tempfile.TemporaryDirectory(dir=folder) as work:
+        with tempfile.TemporaryDirectory(dir=folder) as work, busy_cores(args.busy):
             for round_ in range(args.repeat):  # rounds of every case, so noise hits them alike
                 for case in cases:
                     row = run_case(case, args.gb, work, args.session, args.cpus)
@@ -470,7 +487,8 @@ def report(r: dict, gb: float, folder: str, cases: list[str], args: argparse.Nam
 
     gbs = lambda case: (f"{r[case]['bytes'] / s(case) / 1e9:.2f} GB/s"  # noqa: E731
                         if s(case) and r[case].get("bytes") else "n/a")
-    pinned = f", taskset -c {args.cpus}" if args.cpus else ""
+    pinned = (f", taskset -c {args.cpus}" if args.cpus else "") + (
+        f", {args.busy} other processes spinning on the CPU" if args.busy else "")
     print(f"\n### {folder}: session {args.session} of ~{gb} GB; {os.cpu_count()} CPUs{pinned}, "
           f"load average {os.getloadavg()[0]:.1f}\n")
     print("| operation | seconds | CPU seconds (all threads) | bytes | throughput | extra peak RSS |")
