@@ -73,7 +73,11 @@ def build_session(gb: float, shape: str = "default") -> dict:
 def safetensors_pickle_save(ns: dict, work: Path) -> int:
     """What a user who knows safetensors does by hand: every tensor and numpy array of the
     session into one safetensors file, the rest (modules, optimizer, records) into a pickle that
-    refers to them by name (``persistent_id``); both fsynced. Returns the bytes written."""
+    refers to them by name (``persistent_id``); both fsynced. Returns the bytes written.
+
+    Each parameter's ``.grad`` goes with it: torch pickles a Parameter without its gradient, and
+    a checkpoint carries it (a cut between ``backward`` and ``step`` resumes with it), so the
+    peer writes the same state, not a smaller one."""
     import pickle
 
     import numpy as np
@@ -92,10 +96,15 @@ def safetensors_pickle_save(ns: dict, work: Path) -> int:
                 kind, tensor = "numpy", torch.from_numpy(obj)
             else:
                 return None
-            if id(obj) not in names:
-                names[id(obj)] = name = str(len(names))
-                tensors[name] = tensor.contiguous()
-            return (kind, names[id(obj)], obj.requires_grad if kind == "param" else False)
+            grad = obj.grad if kind == "param" else None
+            return (kind, name_of(tensor, obj), obj.requires_grad if kind == "param" else False,
+                    None if grad is None else name_of(grad.detach(), grad))
+
+    def name_of(tensor, obj) -> str:
+        if id(obj) not in names:
+            names[id(obj)] = str(len(names))
+            tensors[names[id(obj)]] = tensor.contiguous()
+        return names[id(obj)]
 
     with open(work / "rest.pkl", "wb") as f:
         Pickler(f, protocol=5).dump(ns)
@@ -122,11 +131,14 @@ def safetensors_pickle_load(work: Path) -> tuple[dict, dict]:
 
     class Unpickler(pickle.Unpickler):
         def persistent_load(self, pid):
-            kind, name, grad = pid
+            kind, name, requires_grad, grad = pid
             if name not in made:
                 tensor = tensors[name]
-                made[name] = (torch.nn.Parameter(tensor, requires_grad=grad) if kind == "param"
-                              else tensor.numpy() if kind == "numpy" else tensor)
+                made[name] = (torch.nn.Parameter(tensor, requires_grad=requires_grad)
+                              if kind == "param" else tensor.numpy() if kind == "numpy"
+                              else tensor)
+                if grad is not None:
+                    made[name].grad = tensors[grad]
             return made[name]
 
     with open(work / "rest.pkl", "rb") as f:
