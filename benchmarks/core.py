@@ -70,10 +70,13 @@ def build_session(gb: float, shape: str = "default") -> dict:
     return {"model": model, "opt": opt, "arrays": arrays, "small": small, "note": "benchmark"}
 
 
-def safetensors_pickle_save(ns: dict, work: Path) -> int:
-    """What a user who knows safetensors does by hand: every tensor and numpy array of the
-    session into one safetensors file, the rest (modules, optimizer, records) into a pickle that
-    refers to them by name (``persistent_id``); both fsynced. Returns the bytes written.
+def pickle_graph(ns: dict, file) -> dict:
+    """The session's object graph pickled into ``file`` (protocol 5) with every tensor and numpy
+    array replaced by a name (``tensor_ref``); returns those tensors by name (numpy arrays as
+    tensors sharing their memory), for a tensor file beside the pickle. This is the serializing
+    any checkpoint of the session does besides moving the array bytes. ``reducer_override``,
+    not ``persistent_id``: pickle asks it only for objects of other than the builtin types, so
+    records of lists, dicts and numbers cost no Python call each.
 
     Each parameter's ``.grad`` goes with it: torch pickles a Parameter without its gradient, and
     a checkpoint carries it (a cut between ``backward`` and ``step`` resumes with it), so the
@@ -82,23 +85,9 @@ def safetensors_pickle_save(ns: dict, work: Path) -> int:
 
     import numpy as np
     import torch
-    from safetensors.torch import save_file
 
     tensors: dict[str, torch.Tensor] = {}
     names: dict[int, str] = {}
-
-    class Pickler(pickle.Pickler):
-        def persistent_id(self, obj):
-            if isinstance(obj, torch.Tensor):
-                kind = "param" if isinstance(obj, torch.nn.Parameter) else "tensor"
-                tensor = obj.detach()
-            elif isinstance(obj, np.ndarray) and obj.dtype != object:
-                kind, tensor = "numpy", torch.from_numpy(obj)
-            else:
-                return None
-            grad = obj.grad if kind == "param" else None
-            return (kind, name_of(tensor, obj), obj.requires_grad if kind == "param" else False,
-                    None if grad is None else name_of(grad.detach(), grad))
 
     def name_of(tensor, obj) -> str:
         if id(obj) not in names:
@@ -106,8 +95,37 @@ def safetensors_pickle_save(ns: dict, work: Path) -> int:
             tensors[names[id(obj)]] = tensor.contiguous()
         return names[id(obj)]
 
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, torch.Tensor):
+                kind = "param" if isinstance(obj, torch.nn.Parameter) else "tensor"
+                tensor = obj.detach()
+            elif isinstance(obj, np.ndarray) and obj.dtype != object:
+                kind, tensor = "numpy", torch.from_numpy(obj)
+            else:
+                return NotImplemented
+            grad = obj.grad if kind == "param" else None
+            return tensor_ref, (kind, name_of(tensor, obj),
+                                obj.requires_grad if kind == "param" else False,
+                                None if grad is None else name_of(grad.detach(), grad))
+
+    Pickler(file, protocol=5).dump(ns)
+    return tensors
+
+
+def tensor_ref(kind: str, name: str, requires_grad: bool, grad: str | None):
+    """What ``pickle_graph`` puts in place of a tensor; a load resolves it (``find_class``)."""
+    raise RuntimeError("resolved by the loader's find_class, never called")
+
+
+def safetensors_pickle_save(ns: dict, work: Path) -> int:
+    """What a user who knows safetensors does by hand: every tensor and numpy array of the
+    session into one safetensors file, the rest (modules, optimizer, records) into a pickle that
+    refers to them by name (``pickle_graph``); both fsynced. Returns the bytes written."""
+    from safetensors.torch import save_file
+
     with open(work / "rest.pkl", "wb") as f:
-        Pickler(f, protocol=5).dump(ns)
+        tensors = pickle_graph(ns, f)
         f.flush()
         os.fsync(f.fileno())
     save_file(tensors, str(work / "tensors.safetensors"))
@@ -117,7 +135,7 @@ def safetensors_pickle_save(ns: dict, work: Path) -> int:
 
 def safetensors_pickle_load(work: Path) -> tuple[dict, dict]:
     """The restore of ``safetensors_pickle_save``: ``load_file`` as a user calls it, then the
-    pickle loaded with each reference resolved (one object per name). Returns the session and
+    pickle loaded with each ``tensor_ref`` resolved (one object per name). Returns the session and
     the tensors (safetensors' default ``mmap`` backend: whatever it leaves mapped and unread
     comes in when a page is first touched, hence ``touch_pages`` after it). No digest is
     checked."""
@@ -129,17 +147,18 @@ def safetensors_pickle_load(work: Path) -> tuple[dict, dict]:
     tensors = load_file(str(work / "tensors.safetensors"))
     made: dict[str, object] = {}
 
+    def resolve(kind: str, name: str, requires_grad: bool, grad: str | None):
+        if name not in made:
+            tensor = tensors[name]
+            made[name] = (torch.nn.Parameter(tensor, requires_grad=requires_grad)
+                          if kind == "param" else tensor.numpy() if kind == "numpy" else tensor)
+            if grad is not None:
+                made[name].grad = tensors[grad]
+        return made[name]
+
     class Unpickler(pickle.Unpickler):
-        def persistent_load(self, pid):
-            kind, name, requires_grad, grad = pid
-            if name not in made:
-                tensor = tensors[name]
-                made[name] = (torch.nn.Parameter(tensor, requires_grad=requires_grad)
-                              if kind == "param" else tensor.numpy() if kind == "numpy"
-                              else tensor)
-                if grad is not None:
-                    made[name].grad = tensors[grad]
-            return made[name]
+        def find_class(self, module, name):
+            return resolve if name == tensor_ref.__name__ else super().find_class(module, name)
 
     with open(work / "rest.pkl", "rb") as f:
         return Unpickler(f).load(), tensors

@@ -16,7 +16,11 @@ each on a fresh prefix, the order of ours and the plain transfer alternating bet
   checkpoint stored (blobs, manifest, records; the bytes are in memory as ``bytes`` already);
 - ``resume``: ``kernel_hooks.resume`` into a new namespace (ranged reads, digest checks, rebuild);
 - ``cat``: gcsfs ``fs.cat(paths, batch_size=C)`` of those plain objects;
-- ``again``: an unchanged re-checkpoint (nothing uploaded).
+- ``again``: an unchanged re-checkpoint (nothing uploaded);
+- ``pickle``: ``core.pickle_graph`` of the session into memory: the object graph pickled with
+  every tensor and array left out by name, the serializing any checkpoint does besides moving
+  array bytes (200,000 small records in ``core``), which ``put`` (bytes ready) does not pay.
+  ``put + pickle`` is the client-CPU yardstick of a checkpoint that must serialize its session.
 
 Ratios are plain seconds / ours (1.0 = as fast as the plain transfer; issue 23 asks >= 0.9 both
 ways); the median over rounds is the figure, as the machine may be shared. ``cpu`` columns are
@@ -28,6 +32,7 @@ The emulator runs on this machine, so absolute MB/s say little about GCS; the ra
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import statistics
 import sys
@@ -107,6 +112,7 @@ def run(emulator, namespace: dict, shape: str, cpus, rounds: int, concurrency: i
     import gcsfs
     import psutil
     import torch
+    from core import pickle_graph
 
     import kernel_hooks
 
@@ -143,6 +149,7 @@ def run(emulator, namespace: dict, shape: str, cpus, rounds: int, concurrency: i
         if not ours_first:
             row["cat"] = timed(fs.cat, list(payload), batch_size=concurrency)
         row["resume"] = timed(kernel_hooks.resume, "bench", namespace={}, store=store)
+        row["pickle"] = timed(pickle_graph, namespace, io.BytesIO())
         if ours_first:
             row["cat"] = timed(fs.cat, list(payload), batch_size=concurrency)
         row["bytes"], row["objects"] = sum(sizes), len(sizes)
@@ -169,7 +176,7 @@ def line(r: dict) -> str:
         wall, client, server = r[name]
         return f"{name} {wall:.2f}s (cpu {client:.1f}+{server:.1f})"
     return (f"{r['shape']} cpus={fmt_cpus(r['cpus'])} round {r['round']} load {r['load']:.1f}: "
-            + ", ".join(step(n) for n in ("checkpoint", "put", "resume", "cat", "again")))
+            + ", ".join(step(n) for n in ("checkpoint", "put", "resume", "cat", "again", "pickle")))
 
 
 def fmt_cpus(cpus) -> str:
@@ -218,10 +225,15 @@ def per_gb(group: list[dict], ours: str, plain: str) -> str:
         return statistics.median(r[step][index] / (r["bytes"] / 1e9) for r in group)
 
     client = statistics.median(r[ours][1] / r[plain][1] for r in group)
-    return (f"{ours} {median(ours, 0):.2f} s/GB wall, client {median(ours, 1):.2f} + emulator "
+    text = (f"{ours} {median(ours, 0):.2f} s/GB wall, client {median(ours, 1):.2f} + emulator "
             f"{median(ours, 2):.2f} CPU s/GB; {plain} {median(plain, 0):.2f} s/GB wall, client "
             f"{median(plain, 1):.2f} + emulator {median(plain, 2):.2f} CPU s/GB; client CPU "
             f"{ours}/{plain} {client:.2f}x")
+    if ours == "checkpoint":
+        serialized = statistics.median(r[ours][1] / (r[plain][1] + r["pickle"][1]) for r in group)
+        text += (f"; pickle of the object graph {median('pickle', 1):.2f} CPU s/GB; client CPU "
+                 f"{ours}/({plain} + pickle) {serialized:.2f}x")
+    return text
 
 
 if __name__ == "__main__":
