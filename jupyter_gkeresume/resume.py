@@ -123,24 +123,25 @@ class ResumeOperation:
         except Exception as exc:  # the task's boundary: report every failure as a state
             message = f"resume failed: {exc}"
             self.state.move_kernels(op.kernels, State.FAILED, message, only_active=True)
-            self.state.move(State.FAILED, message)
-            if self.from_record:
+            if self.from_record:  # before ``failed``, as the event before ``ready`` below
                 await self._keep_what_did_not_come_back()
+            self.state.move(State.FAILED, message)
             self.state.note_failure("resume", message)
             metrics.record_failure(self.log, "resume", exc, message)
         else:
+            seconds = time.time() - op.started  # from the request, as the user waits
+            # recorded before ``ready``: a status is never ready with its operation in flight
+            # (a files-only resume restores nothing: its time says nothing of a restore)
+            await self.events.record(Event(op.started, "activity") if op.mode == "files-only"
+                                     else Event(op.started, "resume", seconds=seconds,
+                                                bytes=self._bytes_read))
             self.state.move(State.READY)
             self.state.clear_failure()
-            seconds = time.time() - op.started  # from the request, as the user waits
             metrics.RESUME_SECONDS.observe(seconds)
             metrics.OPERATIONS.labels("resume", "ok").inc()
             metrics.log_event(self.log, "resume", outcome="ok", mode=op.mode,
                               seconds=round(seconds, 3), kernels=len(kids),
                               snapshots=[i.snapshot_id for i in self.items])
-            # a files-only resume restores nothing: its time says nothing of a restore
-            await self.events.record(Event(op.started, "activity") if op.mode == "files-only"
-                                     else Event(op.started, "resume", seconds=seconds,
-                                                bytes=self._bytes_read))
         finally:
             self.state.end(op)
 

@@ -112,3 +112,30 @@ async def test_resume_compatible_objects_only_from_the_paused_record(api):
     assert kernels["three.ipynb"]["state"] == "ready" and kernels["three.ipynb"]["result"] is None
     out = await api.run_cell(kernels["three.ipynb"]["kernel_id"], "print('z' in dir())")
     assert out == "False\n"
+
+
+async def test_a_resume_is_ready_only_once_its_operation_is_over(api, monkeypatch):
+    """The finding (``test_ui_e2e``, 2026-12-04): the status bar of a finished resume read
+    "Resuming: starting the kernels, under a second left". The resume moved the workspace to
+    ``ready`` and then awaited the advisor's event record (a store write: an HTTP request on
+    gs://) before it ended its operation, so a status taken in between said ``ready`` with the
+    operation still in flight, and the lab showed the in-flight label of stale phases."""
+    orch = orchestrator(api)
+    during: list[dict] = []
+    record = orch.events.record
+
+    async def record_and_look(*events):
+        if any(e.kind == "resume" for e in events):
+            during.append((await api.call("GET", "gkeresume/api/status"))[1])
+        return await record(*events)
+
+    monkeypatch.setattr(orch.events, "record", record_and_look)
+    kid = await api.new_session("ready.ipynb")
+    await api.run_cell(kid, "x = 42")
+    await pause_and_settle(api)
+    code, body = await api.call("POST", "gkeresume/api/resume", {})
+    assert code == 202, body
+    status = await api.settle()
+    assert status["state"] == "ready" and status["operation"] is None, status
+    [looked] = during
+    assert looked["operation"] is not None and looked["state"] != "ready", looked
