@@ -92,9 +92,13 @@ def extra_config() -> dict:
 
 @pytest.fixture
 def jp_server_config(where, extra_config, tmp_path):
+    # No checkpoint when the server stops: pytest_jupyter's autouse ``jp_server_cleanup`` stops
+    # it after ``monkeypatch`` took the emulator's environment away, so on gs:// that checkpoint
+    # went to storage.googleapis.com and retried for 30 s per test. These tests are about the
+    # records; the shutdown checkpoint has its own (test_server_shutdown).
     config = server_config(where.url, extra_paths=[str(tmp_path / "extra-links"),
                                                    str(tmp_path / "extra-modes")],
-                           **extra_config)
+                           checkpoint_on_shutdown=False, **extra_config)
     config["ServerApp"]["authorizer_class"] = "test_server_handlers.DenyingAuthorizer"
     return config
 
