@@ -2,11 +2,14 @@
 
 Call order (``restore._restore``), one way: ``resume_plan.make_plan`` (stage 1) decides where
 every storage goes; ``StorageLoader(store, manifest, plan, ...)`` allocates (stage 2: device
-memory for the storages the plan streams to a GPU, host buffers for the rest); ``start()`` starts
-reading every blob in parallel (in ``read_order``), each verified against its digest (stage 3;
-each reader first faults in its host buffers in one call, ``memory.populate``, not page by page
-as it copies); the
-graph is unpickled under ``rebuild.loading`` and asks for storages by key (stage 4); ``finish()``
+memory for the storages the plan streams to a GPU); ``start()`` starts reading every blob in
+parallel (in ``read_order``), each verified against its digest (stage 3). Each reader makes its
+blob's host buffers: a blob of a local file store (at least ``MAP_MIN_BYTES``, nothing of it
+bound for a GPU stream) is mapped privately (``memory.map_private``) and hashed through the
+mapping, and its storages are served over it, nothing copied (a write copies the page, the file
+never changes; like safetensors' own load, but every byte verified first); any other blob is
+read into new memory, faulted in at once (``memory.populate``), not page by page as it copies.
+The graph is unpickled under ``rebuild.loading`` and asks for storages by key (stage 4); ``finish()``
 (or ``abort()``) waits for every read and device copy (stage 5); only then do ``damaged`` and
 ``not_fitted`` say everything. The loader never plans: an allocation that fails after all (the
 GPU filled up since it was measured) puts that storage on the CPU and names it in ``not_fitted``.
@@ -32,9 +35,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
 
-from jupyter_gkeresume.errors import GkeResumeError, InvalidInputError
+from jupyter_gkeresume.errors import GkeResumeError, IntegrityError, InvalidInputError
 from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
-from jupyter_gkeresume.snapshot.blobfile import EntryTarget, read_verified
+from jupyter_gkeresume.snapshot.blobfile import (
+    SAFETENSORS_DTYPES,
+    BlobLayout,
+    EntryTarget,
+    read_verified,
+    verify_mapped,
+)
 from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 from jupyter_gkeresume.snapshot.format import StorageRef
 
@@ -42,9 +51,17 @@ from .blobwriter import remember_blob
 from .cuda_arrays import CudaArrayInfo, cuda_array_on_cpu, cuda_array_on_device
 from .cuda_engine import CudaEngine, DeviceAllocation, Uploader
 from .errors import CudaError, CudaOutOfMemoryError
-from .memory import host_view, populate
+from .memory import host_view, map_private, populate
 from .progress import PhaseBytes, ProgressSink
 from .resume_plan import ResumePlan, StoragePlace
+
+#: Blobs at least this big are mapped when their store is a local file (smaller ones are read):
+#: the own blob of every storage of 1 MiB or more (``blobwriter.PACK_BELOW``) and the bigger
+#: packs of small ones.
+MAP_MIN_BYTES = 1 << 20
+#: At most this many blobs are mapped by one restore; the rest are read (``vm.max_map_count``
+#: is 65530 by default, for every map of the process).
+MAX_MAPPINGS = 8192
 
 
 class StorageLoader:
@@ -66,12 +83,11 @@ class StorageLoader:
         self._places = dict(plan.places)  # key -> where it is; an allocation failure moves it
         self._on_device: dict[str, Any] = {}  # key -> GPU memory its bytes stream into
         self._buffers: dict[str, Any] = {}  # key -> host buffer
-        for key, ref in manifest.storages.items():
+        for key in manifest.storages:
             memory = self._device_memory(key) if self._places[key].streamed else None
             if memory is not None:
                 self._on_device[key] = memory
-            else:
-                self._buffers[key] = _allocate(ref)
+        self._mappings = 0  # blobs mapped so far (each is one of the process's memory maps)
         self._untyped: dict[str, Any] = {}
         self._made: dict[str, list[Any]] = {}  # key -> the CUDA arrays made over it
         self._reading = PhaseBytes("reading", sum(s.nbytes for s in manifest.storages.values()),
@@ -221,18 +237,21 @@ class StorageLoader:
 
     # -- reading ---------------------------------------------------------------------------------
     def _read_blob(self, digest: str, entries: dict[int, list[str]]) -> None:
-        """Read one blob into its storages; a failure marks all its keys damaged. Progress
-        moves with every chunk read and verified."""
+        """Read one blob into its storages (over its mapping, or into new host buffers); a
+        failure marks all its keys damaged. Progress moves with every chunk read and
+        verified."""
         nbytes = sum(self.manifest.storages[keys[0]].nbytes * len(keys) for keys in entries.values())
         share = self._reading.share(nbytes)
-        for keys in entries.values():  # new memory, faulted in at once rather than page by page
-            for key in keys:
-                if key in self._buffers:
-                    populate(_address(self._buffers[key]), self.manifest.storages[key].nbytes)
         try:
             with self.store.open_blob(digest) as (f, size):
-                layout = read_verified(f, digest, size, lambda i, n: self._target(entries.get(i), n),
-                                       share.add)
+                mapping = self._map(f, size, entries)
+                if mapping is None:
+                    self._allocate_host([k for keys in entries.values() for k in keys])
+                    layout = read_verified(f, digest, size,
+                                           lambda i, n: self._target(entries.get(i), n), share.add)
+                else:
+                    layout = verify_mapped(f, digest, size, memoryview(mapping), share.add)
+                    self._serve_mapped(mapping, layout, entries)
         except (GkeResumeError, OSError) as exc:
             for keys in entries.values():
                 for key in keys:
@@ -251,6 +270,44 @@ class StorageLoader:
         with self._lock:
             self.bytes_read += nbytes
         share.finish()
+
+    def _map(self, f: Any, size: int, entries: dict[int, list[str]]) -> Any:
+        """The private mapping of a blob file whose storages may be served over it, or None:
+        the store is not a local file, the blob is small (``MAP_MIN_BYTES``), one of its
+        storages streams to a GPU, or ``MAX_MAPPINGS`` blobs are mapped already (the process's
+        number of maps is bounded: ``vm.max_map_count``)."""
+        keys = [k for ks in entries.values() for k in ks]
+        if size < MAP_MIN_BYTES or any(k in self._on_device for k in keys):
+            return None
+        with self._lock:
+            if self._mappings >= MAX_MAPPINGS:
+                return None
+        mapping = map_private(f, size)
+        if mapping is not None:
+            with self._lock:
+                self._mappings += 1
+        return mapping
+
+    def _serve_mapped(self, mapping: Any, layout: BlobLayout,
+                      entries: dict[int, list[str]]) -> None:
+        """After ``verify_mapped``: each entry's first storage is served over the mapping, the
+        others that hold equal bytes get new buffers (filled by the caller)."""
+        for entry, (first, *others) in entries.items():
+            ref = self.manifest.storages[first]
+            if entry >= len(layout.entry_sizes) or layout.entry_sizes[entry] != ref.nbytes:
+                raise IntegrityError(f"blob entry {entry} does not hold the {ref.nbytes} bytes "
+                                     f"of storage {first}")
+            self._buffers[first] = _allocate(ref, over=(mapping, layout.entry_offsets[entry]))
+            self._allocate_host(others)
+
+    def _allocate_host(self, keys: list[str]) -> None:
+        """New host buffers for ``keys`` that are not streamed to a GPU, faulted in at once
+        rather than page by page as they are filled."""
+        for key in keys:
+            if key not in self._on_device:
+                ref = self.manifest.storages[key]
+                self._buffers[key] = _allocate(ref)
+                populate(_address(self._buffers[key]), ref.nbytes)
 
     def _remember(self, digest: str, entries: dict[int, list[str]], count: int) -> None:
         """Tell the checkpoint's skip-cache that these verified host bytes make blob ``digest``,
@@ -290,9 +347,8 @@ class StorageLoader:
         is served): its host buffer is cleared; one streamed to a GPU is served from a new
         zeroed host buffer instead (the device memory, which may have taken some of the
         unverified bytes, is never handed out)."""
-        if key in self._on_device:
-            ref = self.manifest.storages[key]
-            self._buffers[key] = _allocate(ref)
+        if key in self._on_device or key not in self._buffers:
+            self._buffers[key] = _allocate(self.manifest.storages[key])
         ctypes.memset(_address(self._buffers[key]), 0, self.manifest.storages[key].nbytes)
 
     def _landed(self, key: str) -> bool:
@@ -332,20 +388,38 @@ def read_order(manifest: Manifest, concurrency: int) -> list[str]:
                   else (1, first_need[d]))
 
 
-def _allocate(ref: StorageRef) -> Any:
+def _allocate(ref: StorageRef, over: tuple[Any, int] | None = None) -> Any:
     """A host buffer for one storage: a torch uint8 tensor, or a numpy array. A numpy
     storage's buffer has the dtype its root array had (the entry's, when numpy has it and the
     size is a whole number of items), so the arrays restored over it have the same root as
-    before: the next checkpoint labels the entry alike and reuses its blob."""
-    if ref.kind == "torch":
-        import torch
+    before: the next checkpoint labels the entry alike and reuses its blob.
 
-        return torch.empty(ref.nbytes, dtype=torch.uint8)
+    ``over=(mapping, offset)``: the buffer is the mapping's bytes from ``offset``, not new
+    memory, unless they are too few to map (none) or not aligned for the dtype they hold; then
+    they are copied into a new buffer."""
     import numpy
 
     dtype = _plain_numpy_dtype(ref.dtype) if ref.kind == "numpy" else None
     if dtype is None or ref.nbytes % dtype.itemsize:
         dtype = numpy.dtype(numpy.uint8)
+    itemsize = SAFETENSORS_DTYPES.get(ref.dtype, ("U8", 1))[1] if ref.kind == "torch" else None
+    if over is not None:
+        mapping, offset = over
+        if ref.nbytes and offset % (itemsize or dtype.alignment) == 0:
+            if ref.kind == "torch":
+                import torch
+
+                return torch.frombuffer(mapping, dtype=torch.uint8, count=ref.nbytes,
+                                        offset=offset)
+            return numpy.frombuffer(mapping, dtype=dtype, count=ref.nbytes // dtype.itemsize,
+                                    offset=offset)
+        buffer = _allocate(ref)
+        host_view(_address(buffer), ref.nbytes)[:] = memoryview(mapping)[offset:offset + ref.nbytes]
+        return buffer
+    if ref.kind == "torch":
+        import torch
+
+        return torch.empty(ref.nbytes, dtype=torch.uint8)
     return numpy.empty(ref.nbytes // dtype.itemsize, dtype=dtype)
 
 

@@ -1,5 +1,5 @@
-"""Host memory (torch CPU storages, numpy buffers) by address: zero-copy byte views, and new
-memory faulted in at once before it is filled.
+"""Host memory (torch CPU storages, numpy buffers) by address: zero-copy byte views, new
+memory faulted in at once before it is filled, and private mappings of local files.
 
 The views alias live memory: the caller keeps the owning object alive for as long as it uses
 the view.
@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import io
 import mmap
+import os
+import stat
+from typing import Any
 
 
 def host_view(address: int, nbytes: int) -> memoryview:
@@ -19,7 +23,8 @@ def host_view(address: int, nbytes: int) -> memoryview:
     return memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
 
 
-MADV_POPULATE_WRITE = 23  # Linux 5.14+
+MADV_POPULATE_READ = 22  # Linux 5.14+
+MADV_POPULATE_WRITE = 23
 
 
 def populate(address: int, nbytes: int) -> bool:
@@ -46,3 +51,30 @@ def _madvise():
         return None
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     return madvise
+
+
+def map_private(f: Any, size: int) -> mmap.mmap | None:
+    """A private, writable mapping (``MAP_PRIVATE``: a write copies the page, the file never
+    changes) of the ``size`` bytes of the local regular file ``f``, every page already faulted
+    in (``madvise(MADV_POPULATE_READ)``); or None where ``f`` is not such a file, the system
+    cannot map it, or a page could not be read (an I/O error then comes back as an ``OSError``
+    from the ordinary read, never as a ``SIGBUS`` in a later access).
+
+    On tmpfs the pages are the file's own: nothing is copied and no new memory is taken until a
+    page is written. On a disk they are the page cache's, so pages the system later drops are
+    read again from the same file (blob files are immutable: written under a temporary name,
+    never changed in place). The mapping lives as long as the last buffer made over it."""
+    try:
+        fileno = f.fileno()
+        status = os.fstat(fileno)
+        if not stat.S_ISREG(status.st_mode) or status.st_size != size:
+            return None
+        mapping = mmap.mmap(fileno, size, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+    try:
+        mapping.madvise(MADV_POPULATE_READ)
+    except (OSError, ValueError):
+        mapping.close()
+        return None
+    return mapping

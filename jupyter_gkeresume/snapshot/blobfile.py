@@ -154,9 +154,41 @@ def read_verified(
             if progress is not None:
                 progress(step)
             done += step
-    if algorithm.finish(h) != digest:
-        raise IntegrityError(f"blob {digest[:12]} does not match its digest (corrupt)")
+    _check(algorithm.finish(h), digest)
     return layout
+
+
+def verify_mapped(
+    f: BinaryIO,
+    digest: str,
+    size: int,
+    mapping: memoryview,
+    progress: Callable[[int], None] | None = None,
+) -> BlobLayout:
+    """Check the blob whose file is ``f`` (at position 0) and whose ``size`` bytes are also
+    mapped as ``mapping``: the header is parsed from ``f``, and that header plus the entries'
+    bytes as the mapping holds them are hashed, so the digest vouches for exactly the bytes
+    that will be served from the mapping. ``progress`` as in ``read_verified``. Raises
+    ``IntegrityError`` when they do not match ``digest``: nothing made over the mapping may
+    then be served."""
+    algorithm = algorithm_of(digest)
+    layout = read_layout(f, size)
+    if len(mapping) != size:
+        raise IntegrityError(f"blob {digest[:12]}: the mapping holds {len(mapping)} of {size} bytes")
+    h = algorithm.new(size)
+    h.update(layout.header)
+    for begin in range(len(layout.header), size, READ_CHUNK):
+        step = min(READ_CHUNK, size - begin)
+        h.update(mapping[begin : begin + step])
+        if progress is not None:
+            progress(step)
+    _check(algorithm.finish(h), digest)
+    return layout
+
+
+def _check(computed: str, digest: str) -> None:
+    if computed != digest:
+        raise IntegrityError(f"blob {digest[:12]} does not match its digest (corrupt)")
 
 
 def _readinto_full(f: BinaryIO, view: memoryview) -> int:
