@@ -243,8 +243,9 @@ class StorageLoader:
         nbytes = sum(self.manifest.storages[keys[0]].nbytes * len(keys) for keys in entries.values())
         share = self._reading.share(nbytes)
         try:
-            with self.store.open_blob(digest) as (f, size):
-                mapping = self._map(f, size, entries)
+            mappable = self._mappable(digest, entries)
+            with self.store.open_blob(digest, keep_cache=mappable) as (f, size):
+                mapping = self._map(f, size) if mappable else None
                 if mapping is None:
                     self._allocate_host([k for keys in entries.values() for k in keys])
                     layout = read_verified(f, digest, size,
@@ -271,17 +272,18 @@ class StorageLoader:
             self.bytes_read += nbytes
         share.finish()
 
-    def _map(self, f: Any, size: int, entries: dict[int, list[str]]) -> Any:
-        """The private mapping of a blob file whose storages may be served over it, or None:
-        the store is not a local file, the blob is small (``MAP_MIN_BYTES``), one of its
-        storages streams to a GPU, or ``MAX_MAPPINGS`` blobs are mapped already (the process's
-        number of maps is bounded: ``vm.max_map_count``)."""
-        keys = [k for ks in entries.values() for k in ks]
-        if size < MAP_MIN_BYTES or any(k in self._on_device for k in keys):
-            return None
-        with self._lock:
-            if self._mappings >= MAX_MAPPINGS:
-                return None
+    def _mappable(self, digest: str, entries: dict[int, list[str]]) -> bool:
+        """Whether blob ``digest``'s storages may be served over a mapping of its file: the
+        store is a local directory, the blob is not small (``MAP_MIN_BYTES``), none of its
+        storages streams to a GPU, and fewer than ``MAX_MAPPINGS`` blobs are mapped (the
+        process's number of maps is bounded: ``vm.max_map_count``)."""
+        return (self.store.backend.local and self.manifest.blobs[digest] >= MAP_MIN_BYTES
+                and not any(k in self._on_device for keys in entries.values() for k in keys)
+                and self._mappings < MAX_MAPPINGS)
+
+    def _map(self, f: Any, size: int) -> Any:
+        """The private mapping of a blob file (``memory.map_private``), counted; None where
+        the file cannot be mapped (it is then read)."""
         mapping = map_private(f, size)
         if mapping is not None:
             with self._lock:

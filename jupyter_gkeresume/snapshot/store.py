@@ -239,11 +239,14 @@ class SnapshotStore:
         return isinstance(self.backend, LocalBackend)
 
     @contextmanager
-    def open_blob(self, digest: str) -> Iterator[tuple[BinaryIO, int]]:
+    def open_blob(self, digest: str, *, keep_cache: bool = False) -> Iterator[tuple[BinaryIO, int]]:
         """A binary file for reading the blob; yields ``(file, size)``. On object stores big
-        reads stream straight into the caller's buffer (``RangedReader``): read big pieces."""
+        reads stream straight into the caller's buffer (``RangedReader``): read big pieces. On
+        a local directory the file's cached pages are dropped after, unless ``keep_cache``
+        (the caller maps the file)."""
         path = self.blob_path(digest)
-        with self._errors(f"read blob {digest[:12]}"), self.backend.open_read(path) as opened:
+        with self._errors(f"read blob {digest[:12]}"), \
+                self.backend.open_read(path, keep_cache) as opened:
             yield opened
 
     def list_blobs(self) -> list[BlobInfo]:
