@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from jupyter_client.multikernelmanager import DuplicateKernelError
+from jupyter_core.utils import ensure_async
 from tornado import web
 
 from .cell_watch import RunningCells
@@ -45,6 +46,23 @@ from .paused_record import PausedRecord, safe_notebook_path
 
 KERNEL_GONE = (KeyError, web.HTTPError)  # jupyter_server's kernel manager raises a 404 HTTPError
 Progress = Callable[[dict[str, Any]], None]
+
+
+#: How often a stopping kernel's process is polled, and for how long at most before
+#: jupyter_client's own graceful stop takes over (which polls every 0.1 s: up to a third of a
+#: pause's fixed cost, docs/benchmarks.md, issue 31 item 2).
+EXIT_POLL_SECONDS = 0.01
+EXIT_WATCH_SECONDS = 1.0
+
+
+async def exited(manager: Any) -> None:
+    """Ask the kernel of ``manager`` (a jupyter_client ``KernelManager``) to shut down, then
+    return once its process is gone, or after ``EXIT_WATCH_SECONDS`` (the caller's
+    ``shutdown_kernel`` then waits, escalates to a signal, and cleans up as always)."""
+    await ensure_async(manager.request_shutdown())
+    deadline = time.monotonic() + min(EXIT_WATCH_SECONDS, manager.shutdown_wait_time / 2)
+    while await ensure_async(manager.is_alive()) and time.monotonic() < deadline:
+        await asyncio.sleep(EXIT_POLL_SECONDS)
 
 
 class KernelGateway:
@@ -146,12 +164,15 @@ class KernelGateway:
 
     async def stop(self, ids: list[str]) -> None:
         """Stop the kernels of ``ids`` at once: each stop is jupyter_client's graceful shutdown,
-        mostly the kernel's own interpreter teardown (about 1 s once torch is imported), so
-        several notebooks stop in the time of the slowest, not of their sum."""
+        mostly the kernel's own interpreter teardown (0.2-0.3 s once torch is imported), so
+        several notebooks stop in the time of the slowest, not of their sum. The shutdown is
+        requested first and the process watched every ``EXIT_POLL_SECONDS`` (``exited``), so
+        jupyter_client's stop, which polls every 0.1 s, then finds it gone at once."""
 
         async def stop_one(kid: str) -> None:
             self.cells.forget(kid)
             try:
+                await exited(self.kernel_manager.get_kernel(kid))
                 await self.kernel_manager.shutdown_kernel(kid)
             except KERNEL_GONE:
                 return

@@ -83,6 +83,7 @@ class StorageLoader:
         self._places = dict(plan.places)  # key -> where it is; an allocation failure moves it
         self._on_device: dict[str, Any] = {}  # key -> GPU memory its bytes stream into
         self._buffers: dict[str, Any] = {}  # key -> host buffer
+        self._mapped: dict[str, tuple[Any, int]] = {}  # key -> (mapping, offset) to serve it over
         for key in manifest.storages:
             memory = self._device_memory(key) if self._places[key].streamed else None
             if memory is not None:
@@ -265,8 +266,7 @@ class StorageLoader:
             if any(k in self._on_device for k in (first, *others)):
                 continue  # a sink fed them all
             for key in others:  # equal bytes, but a distinct storage: its own copy
-                host_view(_address(self._buffers[key]), size)[:] = \
-                    host_view(_address(self._buffers[first]), size)
+                host_view(_address(self._buffers[key]), size)[:] = self._host_bytes(first)
         self._remember(digest, entries, len(layout.entry_sizes))
         with self._lock:
             self.bytes_read += nbytes
@@ -292,14 +292,16 @@ class StorageLoader:
 
     def _serve_mapped(self, mapping: Any, layout: BlobLayout,
                       entries: dict[int, list[str]]) -> None:
-        """After ``verify_mapped``: each entry's first storage is served over the mapping, the
-        others that hold equal bytes get new buffers (filled by the caller)."""
+        """After ``verify_mapped``: each entry's first storage will be served over the mapping
+        (its buffer is made when it is first served, ``_buffer``: torch, which the unpickler
+        imports meanwhile, is not needed to read), the others that hold equal bytes get new
+        buffers (filled by the caller)."""
         for entry, (first, *others) in entries.items():
             ref = self.manifest.storages[first]
             if entry >= len(layout.entry_sizes) or layout.entry_sizes[entry] != ref.nbytes:
                 raise IntegrityError(f"blob entry {entry} does not hold the {ref.nbytes} bytes "
                                      f"of storage {first}")
-            self._buffers[first] = _allocate(ref, over=(mapping, layout.entry_offsets[entry]))
+            self._mapped[first] = (mapping, layout.entry_offsets[entry])
             self._allocate_host(others)
 
     def _allocate_host(self, keys: list[str]) -> None:
@@ -320,7 +322,7 @@ class StorageLoader:
         if any(k in self._on_device for k in keys):
             return
         refs = [self.manifest.storages[k] for k in keys]
-        views = [host_view(_address(self._buffers[k]), r.nbytes) for k, r in zip(keys, refs, strict=True)]
+        views = [self._host_bytes(k) for k in keys]
         remember_blob(digest, [r.dtype for r in refs], views)
 
     def _target(self, keys: list[str] | None, nbytes: int) -> EntryTarget:
@@ -349,6 +351,7 @@ class StorageLoader:
         is served): its host buffer is cleared; one streamed to a GPU is served from a new
         zeroed host buffer instead (the device memory, which may have taken some of the
         unverified bytes, is never handed out)."""
+        self._mapped.pop(key, None)
         if key in self._on_device or key not in self._buffers:
             self._buffers[key] = _allocate(self.manifest.storages[key])
         ctypes.memset(_address(self._buffers[key]), 0, self.manifest.storages[key].nbytes)
@@ -372,7 +375,19 @@ class StorageLoader:
         if key not in self._futures:
             raise InvalidInputError(f"graph names storage {key} that the manifest lacks here")
         self._futures[key].result()
+        if key not in self._buffers:
+            mapping, offset = self._mapped.pop(key)
+            self._buffers[key] = _allocate(self.manifest.storages[key], over=(mapping, offset))
         return self._buffers[key]
+
+    def _host_bytes(self, key: str) -> memoryview:
+        """The verified host bytes of ``key`` (its blob is read): its buffer's, or the span of
+        the mapping it will be served over."""
+        nbytes = self.manifest.storages[key].nbytes
+        if key in self._buffers:
+            return host_view(_address(self._buffers[key]), nbytes)
+        mapping, offset = self._mapped[key]
+        return memoryview(mapping)[offset:offset + nbytes]
 
 
 def read_order(manifest: Manifest, concurrency: int) -> list[str]:

@@ -72,9 +72,11 @@ def map_private(f: Any, size: int) -> mmap.mmap | None:
         mapping = mmap.mmap(fileno, size, access=mmap.ACCESS_COPY)
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return None
-    try:
-        mapping.madvise(MADV_POPULATE_READ)
-    except (OSError, ValueError):
+    anchor = ctypes.c_char.from_buffer(mapping)  # its address; ctypes releases the GIL
+    address = ctypes.addressof(anchor)
+    del anchor
+    madvise = _madvise()
+    if madvise is None or madvise(address, size, MADV_POPULATE_READ) != 0:
         mapping.close()
         return None
     return mapping
