@@ -739,14 +739,33 @@ def test_the_gateway_stops_kernels_at_once_and_skips_the_gone():
 
     from jupyter_gkeresume.kernels import KernelGateway
 
+    class Kernel:  # jupyter_client's KernelManager, as ``kernels.exited`` uses it
+        shutdown_wait_time = 5.0
+
+        def __init__(self, kid: str, requested: list[str]):
+            self.kid, self.requested = kid, requested
+
+        async def request_shutdown(self):
+            self.requested.append(self.kid)
+
+        async def is_alive(self):
+            return self.kid not in self.requested  # gone once asked
+
     class Manager:
         def __init__(self):
             self.in_flight = self.most = 0
             self.stopped: list[str] = []
+            self.requested: list[str] = []
+
+        def get_kernel(self, kid):
+            if kid == "gone":
+                raise KeyError(kid)
+            return Kernel(kid, self.requested)
 
         async def shutdown_kernel(self, kid):
             if kid == "gone":
                 raise web.HTTPError(404)
+            assert kid in self.requested, "the exit was requested and watched first"
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
             await asyncio.sleep(0.05)
