@@ -28,6 +28,18 @@ from jupyter_client.manager import start_new_kernel
 SITE = sysconfig.get_paths()["purelib"]
 
 
+#: A cell defining ``mapped_file(address)``: the file mapped at an address in the kernel, from
+#: /proc/self/maps ('' for anonymous memory, None where nothing is mapped).
+MAPPED_FILE = (
+    "def mapped_file(address):\n"
+    "    for line in open('/proc/self/maps'):\n"
+    "        span, *rest = line.split(maxsplit=5)\n"
+    "        low, high = (int(x, 16) for x in span.split('-'))\n"
+    "        if low <= address < high:\n"
+    "            return rest[4].strip() if len(rest) > 4 else ''\n"
+)
+
+
 class KernelError(AssertionError):
     """A cell raised in the kernel; the message carries the kernel's error name and value."""
 

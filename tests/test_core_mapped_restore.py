@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_kernels import MAPPED_FILE
 
 from jupyter_gkeresume.errors import IntegrityError
 from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for, verify_mapped
@@ -33,15 +34,6 @@ SESSION = (
 FACTS = ("import json\n"
          "print(json.dumps([float(w.double().sum()), float(arr.sum()), float(view.sum()),"
          " float(twin_a.sum()), float(twin_b.sum()), float(small.sum())]))")
-#: The path of the file mapped at an address, from /proc/self/maps ('' for anonymous memory).
-MAPPED_FILE = (
-    "def mapped_file(address):\n"
-    "    for line in open('/proc/self/maps'):\n"
-    "        span, *rest = line.split(maxsplit=5)\n"
-    "        low, high = (int(x, 16) for x in span.split('-'))\n"
-    "        if low <= address < high:\n"
-    "            return rest[4].strip() if len(rest) > 4 else ''\n"
-)
 
 
 @pytest.fixture(params=["disk", "tmpfs"])

@@ -176,7 +176,8 @@ def test_gpu_storages_stream_to_the_device_without_host_copies(saved, monkeypatc
     host_buffers = []
     real_allocate = loader._allocate
     monkeypatch.setattr(loader, "_allocate",
-                        lambda ref: host_buffers.append(ref.nbytes) or real_allocate(ref))
+                        lambda ref, **over: host_buffers.append(ref.nbytes)
+                        or real_allocate(ref, **over))
     namespace: dict = {}
     take_resume(namespace, store, KEY, reference="arrays")
     # Host buffers only for host storages (torch's RNG state when torch is imported), none for

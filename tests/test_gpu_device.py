@@ -10,6 +10,7 @@ import hashlib
 import os
 
 import pytest
+from fixtures_kernels import MAPPED_FILE
 
 from jupyter_gkeresume.errors import InvalidInputError
 
@@ -269,3 +270,46 @@ def test_a_tensor_on_another_stream_and_bf16_adamw_continue_bit_identically(star
     second.run("import kernel_hooks, hashlib, json, torch; kernel_hooks.resume('streams')")
     assert second.run_json(STREAMS_AFTER) == expected
     assert expected["dtype"] == "torch.bfloat16" and expected["late"] == 3.0
+
+
+MIXED_CELL = """
+import json, torch, numpy as np, kernel_hooks
+torch.manual_seed(2)
+lin = torch.nn.Linear(2048, 2048).cuda()
+opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
+table = torch.randn(1 << 22)                  # 16 MiB on the CPU: a mapped blob at resume
+rows = np.random.default_rng(0).random(1 << 21)
+x = torch.randn(8, 2048, device="cuda")
+lin(x).square().mean().backward()
+opt.step()
+kernel_hooks.checkpoint("mixed")
+"""
+
+MIXED_AFTER = """
+opt.zero_grad(set_to_none=True)
+lin(x).square().mean().backward()
+opt.step()
+table[0] += 1.0
+rows[0] += 1.0
+print(json.dumps([lin.weight.double().sum().item(), table.double().sum().item(),
+                  float(rows.sum()), str(lin.weight.device)]))
+"""
+
+
+@needs_torch_cuda
+def test_a_gpu_model_beside_mapped_cpu_tensors_continues_bit_identically(start_kernel, kernel_env):
+    """The CPU storages of a GPU session come back over mapped blobs (copy on write), the GPU
+    ones through the engine's ring; the next training step matches and the store stays intact."""
+    first = start_kernel()
+    first.run(MIXED_CELL)
+    expected = first.run_json(MIXED_AFTER)
+    first.kill()
+    second = start_kernel()
+    second.run("import kernel_hooks, json, torch; kernel_hooks.resume('mixed')\n" + MAPPED_FILE)
+    where = second.run_json("print(json.dumps([mapped_file(table.data_ptr()),"
+                            " mapped_file(rows.ctypes.data)]))")
+    assert all(w and w.endswith(".safetensors") for w in where), where
+    assert second.run_json(MIXED_AFTER) == expected
+    third = start_kernel()  # the writes above copied their pages: the blobs are as written
+    third.run("import kernel_hooks, json, torch; kernel_hooks.resume('mixed')")
+    assert third.run_json(MIXED_AFTER) == expected
