@@ -260,6 +260,48 @@ def test_a_blob_hashed_while_written_is_private_and_its_folders_fsynced(tmp_path
     assert str(path.parent) in synced and str(path.parent.parent) in synced
 
 
+def resident_pages(path: Path) -> int:
+    """How many of the file's pages are in the page cache (``mincore`` over a private mapping,
+    which faults nothing in)."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    vector = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as mapping:
+        view = (ctypes.c_char * size).from_buffer(mapping)
+        try:
+            done = libc.mincore(ctypes.c_void_p(ctypes.addressof(view)), ctypes.c_size_t(size),
+                                vector)
+        finally:
+            del view
+    assert done == 0, os.strerror(ctypes.get_errno())
+    return sum(v & 1 for v in vector)
+
+
+def filesystem_of(path: Path) -> str:
+    """The type of the filesystem holding ``path`` (the longest mount point above it)."""
+    mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    return max(((point, kind) for point, kind in mounts
+                if str(path).startswith(point.rstrip("/") + "/")), key=lambda m: len(m[0]))[1]
+
+
+def test_a_written_blob_leaves_the_page_cache_and_a_small_record_stays(tmp_path):
+    """Big local files are dropped from the page cache once durable (``UNCACHED_BYTES``), so
+    the next blob's writes reuse that memory; small records stay cached. (On tmpfs the pages
+    are the file: nothing to drop.)"""
+    if filesystem_of(tmp_path) in ("tmpfs", "ramfs"):
+        pytest.skip(f"{tmp_path} is on tmpfs: its pages are the file")
+    store = SnapshotStore(str(tmp_path / "store"), "ws")
+    _, size, parts = blob(b"d" * (4 << 20))
+    digest, _ = store.write_blob_hashing(parts, DEFAULT, size)
+    small = tmp_path / "store" / "ws" / "small.json"
+    store.backend.put(str(small), b"{}" * 100)
+    assert resident_pages(Path(store.blob_path(digest))) == 0
+    assert resident_pages(small) == 1
+
+
 def test_created_directories_are_fsynced_into_their_parents(tmp_path, monkeypatch):
     synced = []
     real = backends.fsync_path
