@@ -208,8 +208,8 @@ class LocalBackend:
         cached pages of a file of ``UNCACHED_BYTES`` or more are dropped once it is durable (a
         blob is written once and read, if ever, by a later resume): the next blob's writes
         reuse that memory instead of making the system reclaim some. Measured on a 2 vCPU VM,
-        3.2 GB in 128 MiB files, 4 writers: 1.9 s and 1.0 CPU s against 2.6-5.0 s and 3.1-8.0
-        CPU s keeping them (docs/benchmarks.md). A no-op on tmpfs, whose pages are the file."""
+        3.2 GB in 128 MiB files, 4 writers (``benchmarks/write_cache.py``): 1.5 s and 1.2 CPU s
+        against 3.0 s and 4.2 CPU s keeping them. A no-op on tmpfs, whose pages are the file."""
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             write_parts(f, parts, observe, chunk)
