@@ -419,10 +419,11 @@ def _allocate(ref: StorageRef, over: tuple[Any, int] | None = None) -> Any:
     dtype = _plain_numpy_dtype(ref.dtype) if ref.kind == "numpy" else None
     if dtype is None or ref.nbytes % dtype.itemsize:
         dtype = numpy.dtype(numpy.uint8)
-    itemsize = SAFETENSORS_DTYPES.get(ref.dtype, ("U8", 1))[1] if ref.kind == "torch" else None
     if over is not None:
         mapping, offset = over
-        if ref.nbytes and offset % (itemsize or dtype.alignment) == 0:
+        alignment = (SAFETENSORS_DTYPES.get(ref.dtype, ("U8", 1))[1] if ref.kind == "torch"
+                     else dtype.alignment)
+        if ref.nbytes and offset % alignment == 0:
             if ref.kind == "torch":
                 import torch
 

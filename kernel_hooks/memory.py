@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import io
 import mmap
 import os
 import stat
@@ -34,12 +33,16 @@ def populate(address: int, nbytes: int) -> bool:
     these sessions run on. The GIL is released meanwhile; bytes already there are kept. Only an
     optimization: False (and nothing done) where the system lacks it; the read then faults the
     pages in."""
-    madvise = _madvise()
     start = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
     end = (address + nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
-    if madvise is None or end <= start:
-        return False
-    return madvise(start, end - start, MADV_POPULATE_WRITE) == 0
+    return end > start and _advise(start, end - start, MADV_POPULATE_WRITE)
+
+
+def _advise(start: int, length: int, advice: int) -> bool:
+    """``madvise(start, length, advice)`` through ctypes (the GIL released meanwhile); False
+    where libc has none or the call fails."""
+    madvise = _madvise()
+    return madvise is not None and madvise(start, length, advice) == 0
 
 
 @functools.cache
@@ -70,13 +73,9 @@ def map_private(f: Any, size: int) -> mmap.mmap | None:
         if not stat.S_ISREG(status.st_mode) or status.st_size != size:
             return None
         mapping = mmap.mmap(fileno, size, access=mmap.ACCESS_COPY)
-    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both
         return None
-    anchor = ctypes.c_char.from_buffer(mapping)  # its address; ctypes releases the GIL
-    address = ctypes.addressof(anchor)
-    del anchor
-    madvise = _madvise()
-    if madvise is None or madvise(address, size, MADV_POPULATE_READ) != 0:
+    if not _advise(ctypes.addressof(ctypes.c_char.from_buffer(mapping)), size, MADV_POPULATE_READ):
         mapping.close()
         return None
     return mapping
