@@ -20,18 +20,23 @@ the pause. The values they referenced are kept and fill only the names that name
 ``read_graph`` loads the records back in order with one unpickler, with the cyclic garbage
 collector paused (a namespace of many small objects would otherwise trigger a collection every
 few hundred allocations, each walking the whole heap: measured 0.5-2 s of a 2-3 s resume). If a
-record fails (say, its class's library is gone), the memo entries it created are removed and
-reading resumes at the next record with a fresh unpickler: records that depended on the failed
-one fail too (and are named), the rest load.
+record fails (say, its class's library is gone), reading resumes at the next record with a fresh
+unpickler that has the memo so far (``_RecordUnpickler.after``). Of the failed record's memo
+entries only the imported globals (classes, functions: complete objects, which later records
+reference wherever this one named them first) and strings stay; every other object it built may
+be half made and becomes a placeholder, so a record that depended on one fails or carries it
+visibly. The rest load.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import pickle
 import pickletools
+import struct
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,6 +120,8 @@ class _GraphPickler(cloudpickle.Pickler):
                 self.note.modules.add(module.split(".", 1)[0])
         if type(obj) is types.CodeType:
             return _code_in_its_file(obj)
+        if type(obj) is _LRU_CACHED and not _by_reference(obj.__wrapped__):
+            return _lru_cached_by_value(obj)
         return super().reducer_override(obj)
 
     def _dynamic_function_reduce(self, func: types.FunctionType) -> Any:
@@ -126,6 +133,19 @@ class _GraphPickler(cloudpickle.Pickler):
         _make, (code, _private_globals, name, defaults, closure), state, *_ = reduced
         return (rebuild.notebook_function, (code, name, defaults, closure), state, None, None,
                 rebuild.notebook_function_state)
+
+
+_LRU_CACHED = type(functools.lru_cache(lambda: None))
+_by_reference = cloudpickle.cloudpickle._should_pickle_by_reference
+
+
+def _lru_cached_by_value(cached: Any) -> Any:
+    """A ``functools.lru_cache`` (or ``cache``) over a function pickled by value (the notebook's):
+    its function and cache parameters; it comes back with an empty cache. Pickle's own reduction
+    names it by reference (``__main__.f``), which no resume can import: the record would fail
+    and the name be lost."""
+    parameters = cached.cache_parameters()
+    return (rebuild.lru_cached, (cached.__wrapped__, parameters["maxsize"], parameters["typed"]))
 
 
 def _code_in_its_file(code: types.CodeType) -> Any:
@@ -209,7 +229,7 @@ def _read_records(
     data: bytes | bytearray, ends: list[int], reached: _Reached,
 ) -> tuple[list[object], dict[int, str], list[Uncaptured]]:
     stream = reached.stream(data)
-    unpickler = pickle.Unpickler(stream)
+    unpickler = _RecordUnpickler(stream, set())
     values: list[object] = []
     failures: dict[int, str] = {}
     lost: list[Uncaptured] = []
@@ -221,19 +241,94 @@ def _read_records(
         except Exception as exc:  # a record that cannot load costs only itself and dependents
             values.append(None)
             failures[index] = f"{type(exc).__name__}: {exc}"[:300]
-            # Objects of the failed record become placeholders in the memo (indices must stay
-            # dense), so records that reference them fail or carry a visible placeholder.
+            lost.append(Uncaptured("object", f"part of a record that failed: {failures[index]}"))
             memo = unpickler.memo.copy()
             first, past = _memo_span(data, ends, index)
-            lost.append(Uncaptured("object", f"part of a record that failed: {failures[index]}"))
-            for i in range(first, past):
-                memo[i] = lost[-1]
+            for i in range(first, past):  # indices stay dense: placeholders where not kept
+                if not unpickler.complete(memo.get(i, lost[-1])):
+                    memo[i] = lost[-1]
             stream = reached.stream(data)
             stream.seek(end)
-            unpickler = pickle.Unpickler(stream)
-            unpickler.memo = memo
+            unpickler = _RecordUnpickler.after(memo, stream, unpickler.found)
     reached(len(data))
     return values, failures, lost
+
+
+class _RecordUnpickler(pickle.Unpickler):
+    """The graph's unpickler: notes the globals it imports (``found``, by id), so that after a
+    failed record those can be kept (``complete``)."""
+
+    def __init__(self, file: Any, found: set[int]):
+        super().__init__(file)
+        self.found = found
+        self._priming: list[object] | None = None
+
+    def find_class(self, module: str, name: str) -> Any:
+        value = super().find_class(module, name)
+        self.found.add(id(value))
+        return value
+
+    def complete(self, value: object) -> bool:
+        """Whether a memo entry is whole whatever failed after it was made."""
+        return type(value) in (str, bytes) or id(value) in self.found
+
+    def persistent_load(self, pid: Any) -> Any:
+        if self._priming is None:  # the graph itself has no persistent ids
+            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
+        return self._priming[pid]
+
+    @classmethod
+    def after(cls, memo: dict[int, object], file: Any, found: set[int]) -> _RecordUnpickler:
+        """An unpickler of ``file`` whose memo is ``memo`` (indices 0..n-1). Not ``.memo = memo``:
+        CPython's C unpickler then has an empty memo (3.10-3.13, ``Unpickler_set_memo`` puts the
+        entries into the memo it replaces), and one copied from another unpickler's leaves the
+        count of entries at 0 (the next record's first object overwrites entry 0). So it first
+        loads a primer that memoizes each value in order (persistent id, MEMOIZE, POP), read
+        before ``file``."""
+        unpickler = cls(_Primed(_primer(len(memo)), file), found)
+        unpickler._priming = [memo[i] for i in range(len(memo))]
+        unpickler.load()
+        unpickler._priming = None
+        return unpickler
+
+
+def _primer(count: int) -> bytes:
+    """A pickle that memoizes persistent ids 0..count-1, in order, and returns None."""
+    return b"".join(b"J" + struct.pack("<i", i) + b"Q\x940" for i in range(count)) + b"N."
+
+
+class _Primed:
+    """The file an unpickler reads: ``primer``'s bytes, then ``file``'s (the unpickler reads
+    exactly one opcode's bytes at a time outside frames, and the primer has none: no read
+    straddles the two)."""
+
+    def __init__(self, primer: bytes, file: Any):
+        self._primer, self._file = io.BytesIO(primer), file
+        self._left = len(primer)
+
+    def _source(self) -> Any:
+        return self._primer if self._left else self._file
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._source().read(size)
+        self._consumed(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        source = self._source()
+        n = source.readinto(buffer)
+        if source is self._primer:
+            self._left -= n
+        return n
+
+    def readline(self, size: int = -1) -> bytes:
+        data = self._source().readline(size)
+        self._consumed(data)
+        return data
+
+    def _consumed(self, data: bytes) -> None:
+        if self._left:
+            self._left -= len(data)
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ once, so aliases stay aliases.
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,6 +95,11 @@ def notebook_function_state(func: types.FunctionType, state: tuple[dict, dict]) 
             continue
     for attribute, value in slots.items():
         setattr(func, attribute, value)
+
+
+def lru_cached(function: Any, maxsize: int | None, typed: bool) -> Any:
+    """``function`` under a new ``functools.lru_cache`` (``graph._lru_cached_by_value``)."""
+    return functools.lru_cache(maxsize=maxsize, typed=typed)(function)
 
 
 def storage(key: str, dtype: str) -> Any:

@@ -69,6 +69,14 @@ class Scaler:
 def make_adder(k):
     return lambda v: scaled(v) + k
 scalers = [Scaler(), make_adder(1), {"f": scaled}]
+import functools
+@functools.lru_cache(maxsize=64)
+def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+fib(30)
+class Table:
+    @functools.cache
+    def row(self, i): return [i * SCALE]
+table = Table(); table.row(2)
 gen = (i for i in range(3))
 handle = open(__import__("os").devnull)
 '''
@@ -97,11 +105,15 @@ def helper(v): return v - 1
 print(json.dumps({
     "scaled": scaled(1), "method": scalers[0].apply(1), "closure_lambda": scalers[1](1),
     "in_dict": scalers[2]["f"](1), "redefined_helper": uses_helper(1),
+    "lru_cached": [fib(40), fib.cache_parameters(), fib.cache_info().currsize],
+    "cached_method": table.row(3),
     "bound_to_user_ns": all(f.__globals__ is globals() for f in
                             (scaled, Scaler.apply, scalers[1], counter, square, Point.norm2)),
 }))''')
     assert live == {"scaled": 20, "method": 20, "closure_lambda": 21, "in_dict": 20,
-                    "redefined_helper": 0, "bound_to_user_ns": True}
+                    "redefined_helper": 0, "bound_to_user_ns": True,
+                    "lru_cached": [102334155, {"maxsize": 64, "typed": False}, 41],
+                    "cached_method": [60]}
     identity = b.run_json(r'''
 print(json.dumps({
     "opt_holds_model_params": opt.param_groups[0]["params"][0] is model.emb.weight,
