@@ -3,11 +3,11 @@
 The capture reduces each torch storage to ``storage(key, dtype)`` (``untyped(key)`` for a bare
 UntypedStorage), each large numpy array to ``array(key, ...)`` and each ``__cuda_array_interface__``
 object to ``cuda_array(key, record)``, and each notebook function to ``notebook_function`` +
-``notebook_function_state``; ``tensor_grad`` and ``optimizer_state`` put back what torch's own
-pickling drops (``torch_reduce``). While a graph is read, the restore code installs its loader and
-target namespace with ``loading(Loading(loader, namespace))``; storages ask the loader for their bytes,
-notebook functions are bound to the namespace. Pickle's memo makes each reduced object come back
-once, so aliases stay aliases.
+``notebook_function_state``; ``tensor_grad``, ``tensor_hooks`` and ``optimizer_state`` put back
+what torch's own pickling drops (``torch_reduce``). While a graph is read, the restore code
+installs its loader and target namespace with ``loading(Loading(loader, namespace))``; storages
+ask the loader for their bytes, notebook functions are bound to the namespace. Pickle's memo
+makes each reduced object come back once, so aliases stay aliases.
 """
 
 from __future__ import annotations
@@ -134,6 +134,17 @@ def tensor_grad(tensor: Any, grad: Any) -> None:
     if grad.device != tensor.device:
         grad = grad.to(tensor.device)
     tensor.grad = grad
+
+
+def tensor_hooks(tensor: Any, state: tuple) -> None:
+    """State setter of a tensor pickled with its hooks (``torch_reduce``): ``(grad, hooks)``,
+    ``hooks`` by attribute (``_backward_hooks`` ...), set as ``register_hook`` leaves them (torch's
+    setter installs the dict with autograd)."""
+    grad, hooks = state
+    if grad is not None:
+        tensor_grad(tensor, grad)
+    for name, value in hooks.items():
+        setattr(tensor, name, value)
 
 
 def optimizer_state(optimizer: Any, state: tuple) -> None:

@@ -8,7 +8,10 @@ collector; ``None`` means "pickle it as torch does". Two kinds of object get mor
   and ``requires_grad``, never ``.grad``: gradients accumulated over several ``backward()``
   calls would be lost at a pause. Here torch's own reduction is kept and the gradient rides as
   its state (``rebuild.tensor_grad`` sets it back, on the tensor's device), so the gradient's
-  storage leaves the pickle as a blob like every other storage.
+  storage leaves the pickle as a blob like every other storage. The same reductions pickle an
+  empty dict for a leaf tensor's hooks (``register_hook``, ``register_post_accumulate_grad_hook``)
+  and warn: the hook dicts ride in the state too (``rebuild.tensor_hooks``), so a gradient hook
+  still acts after a resume.
 - An optimizer. ``Optimizer.__getstate__`` (torch/optim/optimizer.py) keeps ``defaults``,
   ``state`` and ``param_groups`` only: what a subclass set in ``__init__`` was lost
   (``LBFGS._params``: the next ``step`` raised), and so were the hooks a session registered
@@ -29,7 +32,10 @@ Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None``
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from . import rebuild
@@ -59,13 +65,18 @@ class TorchReductions:
 
     def _tensor_reduce(self, tensor: Any) -> tuple | None:
         # Reading .grad of a non-leaf tensor that does not retain it warns: such a tensor has none.
-        if not (tensor.is_leaf or tensor.retains_grad) or tensor.grad is None:
+        grad = tensor.grad if tensor.is_leaf or tensor.retains_grad else None
+        hooks = _hooks(tensor) if tensor.is_leaf else {}
+        if grad is None and not hooks:
             return None
-        reduced = tensor.__reduce_ex__(self.protocol)
+        with _hooks_left_to_us(tensor, hooks):
+            reduced = tensor.__reduce_ex__(self.protocol)
         if len(reduced) != 2:  # a subclass that reduces with a state of its own: as torch does
             return None
         make, args = reduced
-        return make, args, tensor.grad, None, None, rebuild.tensor_grad
+        if not hooks:
+            return make, args, grad, None, None, rebuild.tensor_grad
+        return make, args, (grad, hooks), None, None, rebuild.tensor_hooks
 
     def _optimizer_reduce(self, optimizer: Any) -> tuple | None:
         reduced = optimizer.__reduce_ex__(self.protocol)
@@ -85,6 +96,37 @@ class TorchReductions:
         called = bool(vars(optimizer).get("_opt_called", False))
         return (make, args, ({**state, **extra}, called, wrapped), None, None,
                 rebuild.optimizer_state)
+
+
+#: A leaf tensor's hook dicts: ``register_hook`` and ``register_post_accumulate_grad_hook``
+#: (torch/_tensor.py); torch's own reduction pickles neither.
+HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")
+
+
+def _hooks(tensor: Any) -> dict[str, dict]:
+    """The tensor's non-empty hook dicts, by attribute, the very dicts (the ``RemovableHandle``
+    a session keeps points at them). Hooks marked ``torch.utils.hooks.unserializable_hook``
+    stay behind, as torch means them to: that dict travels as a copy without them."""
+    found = {}
+    for name in HOOK_DICTS:
+        hooks = getattr(tensor, name, None)
+        if hooks:
+            kept = {k: h for k, h in hooks.items() if not getattr(h, "__torch_unserializable__", False)}
+            if kept:
+                found[name] = hooks if len(kept) == len(hooks) else type(hooks)(kept)
+    return found
+
+
+@contextlib.contextmanager
+def _hooks_left_to_us(tensor: Any, hooks: dict[str, dict]) -> Iterator[None]:
+    """Torch's reduction warns that a tensor's hooks will not be serialized; ours carries them
+    (``hooks``), so that warning is not shown for this tensor."""
+    if not hooks:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*hook .* on tensor will not be serialized")
+        yield
 
 
 def _rebuilt_by_torch(name: str, value: object) -> bool:
