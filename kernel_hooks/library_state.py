@@ -1,6 +1,8 @@
 """Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, rcParams, open
-figures), numpy (print options, ``seterr``), pandas options, torch global settings, ``warnings``
-filters and ``logging`` configuration.
+figures), numpy (print options, ``seterr``), pandas options, torch global settings (default dtype
+and device, grad mode, determinism, cuDNN and matmul precision flags, attention backends, print
+options, ...), the interpreter's own settings (recursion limit, ``decimal`` context, collector
+thresholds), ``warnings`` filters and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -11,6 +13,7 @@ filters and logging configuration a fresh kernel has, so only the session's chan
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -209,28 +212,54 @@ def _restore_pandas_options(changed: dict[str, Any]) -> str | None:
 
 # -- torch -----------------------------------------------------------------------------------
 
+#: ``torch.set_printoptions``' fields (torch/_tensor_str.py ``PRINT_OPTS``: the class holds the
+#: defaults, the setter writes the instance).
+TORCH_PRINT_FIELDS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+#: ``torch.backends.cuda.matmul`` flags (torch/backends/cuda/__init__.py), with a fresh value.
+TORCH_MATMUL_FLAGS = {"allow_fp16_reduced_precision_reduction": True,
+                      "allow_bf16_reduced_precision_reduction": True,
+                      "allow_fp16_accumulation": False}
+#: The scaled-dot-product attention backends (``torch.backends.cuda.<kind>_sdp_enabled``).
+TORCH_SDP_KINDS = ("flash", "mem_efficient", "math", "cudnn")
+
+
 def _torch_settings_now(torch: Any) -> dict[str, Any]:
-    cudnn = torch.backends.cudnn
+    cudnn, cuda = torch.backends.cudnn, torch.backends.cuda
+    get_default_device = getattr(torch, "get_default_device", None)  # torch >= 2.3
     return {
         "default_dtype": torch.get_default_dtype(),
+        "default_device": str(get_default_device()) if get_default_device else "cpu",
         "grad_enabled": torch.is_grad_enabled(),
         "deterministic": (torch.are_deterministic_algorithms_enabled(),
                           torch.is_deterministic_algorithms_warn_only_enabled()),
         "cudnn": {"enabled": cudnn.enabled, "benchmark": cudnn.benchmark,
-                  "deterministic": cudnn.deterministic},
+                  "deterministic": cudnn.deterministic, "allow_tf32": cudnn.allow_tf32},
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul": {flag: getattr(cuda.matmul, flag) for flag in TORCH_MATMUL_FLAGS
+                        if hasattr(cuda.matmul, flag)},
+        "sdp": {kind: getattr(cuda, f"{kind}_sdp_enabled")() for kind in TORCH_SDP_KINDS
+                if hasattr(cuda, f"{kind}_sdp_enabled")},
+        "print_options": {field: getattr(torch._tensor_str.PRINT_OPTS, field)
+                          for field in TORCH_PRINT_FIELDS},
         "anomaly": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
         "num_threads": torch.get_num_threads(),
     }
 
 
-def _torch_defaults(torch: Any) -> dict[str, Any]:
-    """What a fresh process has (threads: OMP_NUM_THREADS when set, else not known)."""
+def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
+    """What a fresh process has (threads: OMP_NUM_THREADS when set, else not known), for the
+    settings this torch has (``now``)."""
     threads = os.environ.get("OMP_NUM_THREADS", "")
+    printer = type(torch._tensor_str.PRINT_OPTS)
     return {
-        "default_dtype": torch.float32, "grad_enabled": True, "deterministic": (False, False),
-        "cudnn": {"enabled": True, "benchmark": False, "deterministic": False},
-        "float32_matmul_precision": "highest", "anomaly": (False, True),
+        "default_dtype": torch.float32, "default_device": "cpu", "grad_enabled": True,
+        "deterministic": (False, False),
+        "cudnn": {"enabled": True, "benchmark": False, "deterministic": False, "allow_tf32": True},
+        "float32_matmul_precision": "highest",
+        "cuda_matmul": {flag: TORCH_MATMUL_FLAGS[flag] for flag in now["cuda_matmul"]},
+        "sdp": dict.fromkeys(now["sdp"], True),
+        "print_options": {field: getattr(printer, field) for field in TORCH_PRINT_FIELDS},
+        "anomaly": (False, True),
         "num_threads": int(threads) if threads.isdigit() else None,
     }
 
@@ -239,21 +268,39 @@ def _torch_settings() -> Any:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    defaults = _torch_defaults(torch)
-    changed = {key: value for key, value in _torch_settings_now(torch).items()
-               if value != defaults[key]}
+    now = _torch_settings_now(torch)
+    defaults = _torch_defaults(torch, now)
+    changed = {key: value for key, value in now.items() if value != defaults[key]}
     return changed or None
+
+
+def _set_default_device(device: str) -> None:
+    """``torch.set_default_device``, only where that device exists (a session on a GPU resumed
+    without one: every new tensor would fail, so the default stays the CPU and this says why)."""
+    import torch
+
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:
+        raise RuntimeError(f"{device} is not available here: "
+                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+    torch.set_default_device(device)
 
 
 def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
     import torch
 
+    cuda = torch.backends.cuda
     setters = {
         "default_dtype": torch.set_default_dtype,
+        "default_device": _set_default_device,
         "grad_enabled": torch.set_grad_enabled,
         "deterministic": lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
         "cudnn": lambda v: [setattr(torch.backends.cudnn, k, flag) for k, flag in v.items()],
         "float32_matmul_precision": torch.set_float32_matmul_precision,
+        "cuda_matmul": lambda v: [setattr(cuda.matmul, k, flag) for k, flag in v.items()],
+        "sdp": lambda v: [getattr(cuda, f"enable_{k}_sdp")(flag) for k, flag in v.items()],
+        "print_options": lambda v: torch.set_printoptions(**v),
         "anomaly": lambda v: torch.autograd.set_detect_anomaly(v[0], check_nan=v[1]),
         "num_threads": torch.set_num_threads,
     }
@@ -261,7 +308,55 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
     for key, value in changed.items():
         try:
             setters[key](value)
-        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as exc:
+            refused.append(f"{key} ({exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
+# -- the interpreter's own settings ----------------------------------------------------------
+
+def _python_settings_now() -> dict[str, Any]:
+    """The recursion limit, the int-to-str digit limit (3.11+), the cyclic collector's switch and
+    thresholds."""
+    now: dict[str, Any] = {"recursion_limit": sys.getrecursionlimit(),
+                           "gc": (gc.isenabled(), gc.get_threshold())}
+    if hasattr(sys, "get_int_max_str_digits"):
+        now["int_max_str_digits"] = sys.get_int_max_str_digits()
+    return now
+
+
+#: As the kernel started (this module is imported when the extension loads).
+_PYTHON_AT_START = _python_settings_now()
+
+
+def _python_settings() -> Any:
+    """What the session changed of ``_python_settings_now``, and the thread's ``decimal``
+    context when it is not a fresh one (only if ``decimal`` is loaded)."""
+    changed = {k: v for k, v in _python_settings_now().items() if v != _PYTHON_AT_START.get(k)}
+    decimal = sys.modules.get("decimal")
+    if decimal is not None and repr(decimal.getcontext()) != repr(decimal.Context()):
+        changed["decimal_context"] = decimal.getcontext().copy()
+    return changed or None
+
+
+def _restore_python_settings(changed: dict[str, Any]) -> str | None:
+    def collector(value: tuple[bool, tuple[int, ...]]) -> None:
+        (gc.enable if value[0] else gc.disable)()
+        gc.set_threshold(*value[1])
+
+    def decimal_context(context: Any) -> None:
+        import decimal
+
+        decimal.setcontext(context)
+
+    setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector,
+               "int_max_str_digits": getattr(sys, "set_int_max_str_digits", None),
+               "decimal_context": decimal_context}
+    refused = []
+    for key, value in changed.items():
+        try:
+            setters[key](value)
+        except (KeyError, RecursionError, TypeError, ValueError) as exc:
             refused.append(f"{key} ({exc})")
     return f"not accepted here: {', '.join(refused)}" if refused else None
 
@@ -384,6 +479,7 @@ ENTRIES = (
     ("numpy print options and seterr", _numpy_options, _restore_numpy_options),
     ("pandas options", _pandas_options, _restore_pandas_options),
     ("torch settings", _torch_settings, _restore_torch_settings),
+    ("python settings", _python_settings, _restore_python_settings),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),
 )

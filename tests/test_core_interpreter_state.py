@@ -104,6 +104,26 @@ def test_nothing_changed_captures_nothing():
         warnings.filters[:] = library_state._baseline["warnings"]
         assert library_state._warning_filters() is None
     assert library_state._numpy_options() is None
+    assert library_state._torch_settings() is None
+    assert library_state._python_settings() is None
+
+
+def test_a_default_device_this_machine_lacks_is_named_not_set():
+    """A session that ran ``torch.set_default_device('cuda')`` resumed where there is no GPU:
+    the default stays the CPU (else every new tensor would fail) and the entry says why."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    why = library_state._restore_torch_settings({"default_device": "cuda:0",
+                                                 "print_options": {"precision": 3}})
+    try:
+        assert why is not None and why.startswith("not accepted here: default_device (cuda:0 is "
+                                                  "not available here: ")
+        assert str(torch.get_default_device()) == "cpu"
+        assert torch._tensor_str.PRINT_OPTS.precision == 3  # the other settings still set
+    finally:
+        torch.set_printoptions(profile="default")
 
 
 SESSION = [
@@ -126,7 +146,15 @@ SESSION = [
     "torch.set_default_dtype(torch.float64); torch.set_grad_enabled(False)\n"
     "torch.set_num_threads(2); torch.use_deterministic_algorithms(True, warn_only=True)\n"
     "torch.backends.cudnn.benchmark = True; torch.set_float32_matmul_precision('medium')\n"
-    "torch.autograd.set_detect_anomaly(True)",
+    "torch.autograd.set_detect_anomaly(True)\n"
+    "torch.backends.cudnn.allow_tf32 = False\n"
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False\n"
+    "torch.backends.cuda.enable_flash_sdp(False); torch.set_default_device('meta')\n"
+    "torch.set_printoptions(precision=2, sci_mode=False)",
+    # the interpreter's own settings
+    "import decimal, gc, sys\nsys.setrecursionlimit(4321); decimal.getcontext().prec = 50\n"
+    "decimal.getcontext().rounding = decimal.ROUND_DOWN; gc.set_threshold(5000, 20, 30)\n"
+    "sys.set_int_max_str_digits(9000)",
     # IPython
     "%load_ext autoreload",
     "%autoreload 2",
@@ -193,7 +221,12 @@ print(json.dumps({
               torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(),
-              torch.is_anomaly_enabled()],
+              torch.is_anomaly_enabled(), torch.backends.cudnn.allow_tf32,
+              torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+              torch.backends.cuda.flash_sdp_enabled(), str(torch.get_default_device()),
+              repr(torch.tensor([1 / 3], device='cpu'))],
+    "python": [sys.getrecursionlimit(), str(__import__('decimal').Decimal(2).sqrt()),
+               __import__('gc').get_threshold(), sys.get_int_max_str_digits()],
     "autoreload": [sorted(get_ipython().extension_manager.loaded),
                    _reloader.enabled, _reloader.check_all],
     "greedy": get_ipython().Completer.greedy,
@@ -220,7 +253,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     before = a.run_json(observe)
     assert before["figures"] == [1, 7] and before["current"] == 1 and before["current_axes"] == 5
     assert before["figure_1"][:2] == [[14.0, 5.0], 8]
-    assert before["raised"][3] == ["Cell", f"In[{counts[SESSION[8]]}]"]
+    assert before["raised"][3] == ["Cell", f"In[{counts[SESSION[9]]}]"]
     assert before["outputs"] == ["xxx", 42, 42, 42]
     assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
     out = a.run("%checkpoint")
