@@ -3,11 +3,11 @@
 The capture reduces each torch storage to ``storage(key, dtype)`` (``untyped(key)`` for a bare
 UntypedStorage), each large numpy array to ``array(key, ...)`` and each ``__cuda_array_interface__``
 object to ``cuda_array(key, record)``, and each notebook function to ``notebook_function`` +
-``notebook_function_state``; ``tensor_grad``, ``tensor_hooks`` and ``optimizer_state`` put back
-what torch's own pickling drops (``torch_reduce``). While a graph is read, the restore code
-installs its loader and target namespace with ``loading(Loading(loader, namespace))``; storages
-ask the loader for their bytes, notebook functions are bound to the namespace. Pickle's memo
-makes each reduced object come back once, so aliases stay aliases.
+``notebook_function_state``; ``tensor_grad``, ``tensor_hooks``, ``optimizer_state`` and
+``parametrized_module`` put back what torch's own pickling drops (``torch_reduce``). While a graph
+is read, the restore code installs its loader and target namespace with ``loading(Loading(loader,
+namespace))``; storages ask the loader for their bytes, notebook functions are bound to the
+namespace. Pickle's memo makes each reduced object come back once, so aliases stay aliases.
 """
 
 from __future__ import annotations
@@ -145,6 +145,20 @@ def tensor_hooks(tensor: Any, state: tuple) -> None:
         tensor_grad(tensor, grad)
     for name, value in hooks.items():
         setattr(tensor, name, value)
+
+
+def parametrized_module(base: type, names: tuple[str, ...]) -> Any:
+    """An empty module of class ``base`` made parametrized in ``names`` as
+    ``register_parametrization`` leaves it (its class replaced by one that injects a property
+    per name, torch/nn/utils/parametrize.py); pickle then sets its ``__dict__``
+    (``torch_reduce._parametrized_reduce``)."""
+    from torch.nn.utils import parametrize
+
+    module = base.__new__(base)
+    parametrize._inject_new_class(module)
+    for name in names:
+        parametrize._inject_property(module, name)
+    return module
 
 
 def optimizer_state(optimizer: Any, state: tuple) -> None:

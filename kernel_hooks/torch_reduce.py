@@ -27,6 +27,13 @@ collector; ``None`` means "pickle it as torch does". Two kinds of object get mor
   holds a weak reference to the optimizer, which does not pickle (every ``transformers.Trainer``
   was lost): the wrapper is left out of that state.
 
+A module with parametrizations (``torch.nn.utils.parametrizations.weight_norm``, ``orthogonal``,
+``register_parametrization``) has a class made for it whose ``__getstate__`` raises
+(torch/nn/utils/parametrize.py ``_inject_new_class``: "only supported through state_dict()"),
+so it, and every wav2vec2-family model of transformers, did not pickle at all. It pickles as
+its original class and ``__dict__``; ``rebuild.parametrized_module`` makes the class and the
+properties again.
+
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
 
@@ -53,14 +60,17 @@ class TorchReductions:
         self._tensor = torch.Tensor if torch is not None else None
         optim = sys.modules.get("torch.optim")
         self._optimizer = optim.Optimizer if optim is not None else None
+        self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
 
     def reduce(self, obj: object) -> tuple | None:
-        """A reduce tuple for a tensor with a gradient or an optimizer (see the module
-        docstring), else None."""
+        """A reduce tuple for a tensor with a gradient or hooks, an optimizer or a parametrized
+        module (see the module docstring), else None."""
         if self._tensor is not None and isinstance(obj, self._tensor):
             return self._tensor_reduce(obj)
         if self._optimizer is not None and isinstance(obj, self._optimizer):
             return self._optimizer_reduce(obj)
+        if self._parametrized and _is_parametrized_class(type(obj)):
+            return _parametrized_reduce(obj)
         return None
 
     def _tensor_reduce(self, tensor: Any) -> tuple | None:
@@ -96,6 +106,25 @@ class TorchReductions:
         called = bool(vars(optimizer).get("_opt_called", False))
         return (make, args, ({**state, **extra}, called, wrapped), None, None,
                 rebuild.optimizer_state)
+
+
+#: The module whose ``_inject_new_class`` makes a parametrized module's class.
+PARAMETRIZE = "torch.nn.utils.parametrize"
+
+
+def _is_parametrized_class(cls: type) -> bool:
+    """``Parametrized<Base>``, made by ``_inject_new_class`` (torch/nn/utils/parametrize.py)."""
+    return cls.__module__ == PARAMETRIZE and cls.__name__.startswith("Parametrized")
+
+
+def _parametrized_reduce(module: Any) -> tuple:
+    """The module as its original class and ``__dict__`` (parameters, buffers, submodules: the
+    ``parametrizations`` ModuleDict with its originals and parametrization modules) plus the
+    names parametrized; ``rebuild.parametrized_module`` injects the class and properties again
+    as ``register_parametrization`` did."""
+    cls = type(module)
+    return (rebuild.parametrized_module, (cls.__bases__[0], tuple(module.parametrizations)),
+            module.__dict__)
 
 
 #: A leaf tensor's hook dicts: ``register_hook`` and ``register_post_accumulate_grad_hook``
