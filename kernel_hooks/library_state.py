@@ -246,10 +246,28 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
     }
 
 
+def _default_thread_counts() -> set[int]:
+    """The intra-op thread counts a fresh torch here may start with: ``MKL_NUM_THREADS`` or
+    ``OMP_NUM_THREADS`` when set (MKL's wins, as in torch's ``intraop_default_num_threads``), else
+    the CPUs this process may run on, or their physical cores (torch's thread pool counts those
+    where it can). A count among them is not the session's choice: it does not travel, and the
+    resumed kernel keeps its own machine's default."""
+    for name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(name, "").isdigit():
+            return {int(os.environ[name])}
+    cpus = os.sched_getaffinity(0)
+    cores = set()
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                cores.add(f.read().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return {len(cpus), len(cores)}
+
+
 def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
-    """What a fresh process has (threads: OMP_NUM_THREADS when set, else not known), for the
-    settings this torch has (``now``)."""
-    threads = os.environ.get("OMP_NUM_THREADS", "")
+    """What a fresh process has, for the settings this torch has (``now``)."""
     printer = type(torch._tensor_str.PRINT_OPTS)
     return {
         "default_dtype": torch.float32, "default_device": "cpu", "grad_enabled": True,
@@ -260,7 +278,7 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         "sdp": dict.fromkeys(now["sdp"], True),
         "print_options": {field: getattr(printer, field) for field in TORCH_PRINT_FIELDS},
         "anomaly": (False, True),
-        "num_threads": int(threads) if threads.isdigit() else None,
+        "num_threads": now["num_threads"] if now["num_threads"] in _default_thread_counts() else None,
     }
 
 

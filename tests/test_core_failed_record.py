@@ -49,10 +49,9 @@ def test_records_after_a_failed_one_load_with_the_globals_it_named_first():
 
 
 
-def test_a_failed_record_does_not_sink_the_resume(tmp_path, monkeypatch):
+def test_a_failed_record_does_not_sink_the_resume(tmp_path):
     """Through checkpoint and resume: the record of an object whose class cannot be found at
     resume is named, every other name comes back."""
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "failed-record-test-key-" + "5" * 32)
     namespace = {"first": collections.OrderedDict(k=FailsOnLoad()),
                  "then": collections.OrderedDict(v=1), "text": "kept",
                  "fn": functools.partial(divmod, 7)}

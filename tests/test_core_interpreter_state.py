@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import os
 import warnings
 
 import pytest
@@ -97,8 +98,30 @@ def test_logging_handlers_are_rebuilt_once(tmp_path):
         logger.setLevel(logging.NOTSET)
 
 
+def test_a_default_thread_count_stays_behind_and_a_chosen_one_travels(monkeypatch):
+    """torch's thread count travels only where the session chose it: the count a fresh process
+    starts with (the CPUs it may use, or ``OMP_NUM_THREADS``) stays behind, so a kernel resumed on
+    a bigger node is not pinned to the old node's CPUs."""
+    import torch
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    cpus, before = len(os.sched_getaffinity(0)), torch.get_num_threads()
+    try:
+        torch.set_num_threads(cpus)
+        assert "num_threads" not in (library_state._torch_settings() or {})
+        torch.set_num_threads(cpus + 3)
+        assert library_state._torch_settings()["num_threads"] == cpus + 3
+        monkeypatch.setenv("OMP_NUM_THREADS", str(cpus + 3))
+        assert "num_threads" not in (library_state._torch_settings() or {})
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_nothing_changed_captures_nothing():
     """A session that changed nothing carries no library entry (cheap checkpoints)."""
+    import torch  # noqa: F401  (its settings are read only where the session imported it)
+
     library_state.remember_baseline()
     with warnings.catch_warnings():
         warnings.filters[:] = library_state._baseline["warnings"]

@@ -7,6 +7,7 @@ process."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.nn.utils import parametrizations, parametrize
 
@@ -42,8 +43,7 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int)
     return losses
 
 
-def test_parametrized_modules_come_back_and_train_on(tmp_path, monkeypatch):
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "parametrized-test-key-" + "7" * 32)
+def test_parametrized_modules_come_back_and_train_on(tmp_path):
     model = _model()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     _train(model, optimizer, 2)
@@ -65,12 +65,22 @@ def test_parametrized_modules_come_back_and_train_on(tmp_path, monkeypatch):
     assert _train(again, restored["optimizer"], 3) == expected
 
 
-def test_a_wav2vec2_model_comes_back(tmp_path, monkeypatch):
+@pytest.fixture
+def module_class_as_found():
+    """transformers' ``PreTrainedModel.initialize_weights`` (modeling_utils.py) sets
+    ``torch.nn.Module.smart_apply`` the first time a model is built: a real patch of one library by
+    another, which the patch-finding tests of this same process must not see."""
+    before = set(vars(torch.nn.Module))
+    yield
+    for name in set(vars(torch.nn.Module)) - before:
+        delattr(torch.nn.Module, name)
+
+
+def test_a_wav2vec2_model_comes_back(tmp_path, module_class_as_found):
     """transformers' Wav2Vec2 (models/wav2vec2/modeling_wav2vec2.py,
     ``Wav2Vec2PositionalConvEmbedding``: ``weight_norm(self.conv, name="weight", dim=2)``), tiny."""
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "parametrized-test-key-" + "7" * 32)
     torch.manual_seed(0)
     config = Wav2Vec2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                             intermediate_size=37, conv_dim=(8, 8), conv_stride=(5, 2),
