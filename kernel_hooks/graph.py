@@ -206,11 +206,26 @@ def write_graph(
 
 
 def _pickles_alone(value: object, collector_factory: Callable[[], StorageCollector]) -> bool:
+    return _dry_run(value, collector_factory)[0] is None
+
+
+def why_not_whole(value: object) -> str | None:
+    """Why ``value`` cannot come back whole (pickling raises, or a part of it would be an
+    ``Uncaptured`` placeholder), or None. A dry run: nothing is kept."""
+    failure, note = _dry_run(value, StorageCollector)
+    if failure is None and note.uncaptured:
+        failure = "; ".join(f"{kind} ({why})" for kind, why in note.uncaptured)
+    return failure
+
+
+def _dry_run(value: object, collector_factory: Callable[[], StorageCollector],
+             ) -> tuple[str | None, RecordNote]:
+    pickler = _GraphPickler(io.BytesIO(), collector_factory())
     try:
-        _GraphPickler(io.BytesIO(), collector_factory()).dump(value)
-    except Exception:
-        return False
-    return True
+        pickler.dump(value)
+    except Exception as exc:  # the reason is the caller's to report
+        return f"{type(exc).__name__}: {exc}"[:200], pickler.note
+    return None, pickler.note
 
 
 def read_graph(

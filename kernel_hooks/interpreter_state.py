@@ -4,10 +4,10 @@ Each entry has a ``name`` (what the reports say), ``capture() -> state`` (pickla
 when there is nothing to carry: the library is not loaded, nothing changed in the session) and
 ``restore(state) -> None | str`` (``None``: restored; a string: what was not, and why).
 ``register_state(name, capture=, restore=)`` adds one (a library's or the user's); the built-in
-entries (``ipython_state``, ``library_state``, ``warnings_shown``, ``library_patches``) come
-first, in that order, and are restored in registration order (IPython's ``%config`` before the
-matplotlib backend, the backend before the figures drawn with it, the warnings filters before
-the warnings shown).
+entries (``ipython_state``, ``library_state``, ``warnings_shown``, ``library_patches``,
+``local_modules``) come first, in that order, and are restored in registration order (IPython's
+``%config`` before the matplotlib backend, the backend before the figures drawn with it, the
+warnings filters before the warnings shown, library patches before the session's own modules).
 
 Call order: ``capture_all()`` at checkpoint gives one state per entry, each pickled as its own
 graph record (``record_name``) after the variables, so a figure a variable also names is one
@@ -29,7 +29,7 @@ from typing import Any
 
 from jupyter_gkeresume.errors import InvalidInputError
 
-from . import ipython_state, library_patches, library_state, warnings_shown
+from . import ipython_state, library_patches, library_state, local_modules, warnings_shown
 
 RECORD_PREFIX = "__state__:"
 
@@ -64,15 +64,17 @@ def register_state(name: str, *, capture: Callable[[], Any],
 
 
 for _name, _capture, _restore in (*ipython_state.ENTRIES, *library_state.ENTRIES,
-                                  *warnings_shown.ENTRIES, *library_patches.ENTRIES):
+                                  *warnings_shown.ENTRIES, *library_patches.ENTRIES,
+                                  *local_modules.ENTRIES):
     register_state(_name, capture=_capture, restore=_restore)
 
 
 def remember_baseline(shell: Any) -> None:
     """What a fresh kernel has, recorded when the extension loads (the attributes set on
     libraries: before the first code runs): later changes are the session's (warnings filters,
-    loggers, IPython extensions, attributes set on libraries)."""
+    loggers, IPython extensions, attributes set on libraries, modules imported)."""
     library_state.remember_baseline()
+    local_modules.remember_baseline()
     library_patches.remember_baseline_before_code(shell)
     ipython_state.remember_baseline(shell)
 

@@ -1,0 +1,70 @@
+"""The session's own modules (``import mycfg`` from the notebook's folder) keep what the session
+set on them: a fresh kernel re-imports the file as it is on disk, so ``mycfg.lr = 0.1`` and
+``mycfg.items.append(3)`` were back to the file's values after a resume while it said exact."""
+
+from __future__ import annotations
+
+MYCFG = '''
+import threading
+
+lr = 0.5
+items = [1, 2]
+_lock = threading.Lock()  # the import makes it again: never named
+
+
+def scale(x):
+    return x * lr
+'''
+
+SUB = '''
+counter = 0
+'''
+
+SESSION = r'''
+import json, threading, mycfg, pkg.sub
+mycfg.lr = 0.1
+mycfg.items.append(3)
+settings = mycfg.items
+mycfg.helper = mycfg.scale            # a function of the module under another name
+mycfg.schedule = lambda epoch: 0.9 ** epoch   # a notebook function set on the module
+mycfg.guard = threading.Lock()        # cannot travel, and the import does not make it
+pkg.sub.counter += 2
+'''
+
+OBSERVE = r'''
+print(json.dumps([mycfg.lr, mycfg.items, settings is mycfg.items, mycfg.helper(10),
+                  mycfg.schedule(2), pkg.sub.counter, hasattr(mycfg, "guard"),
+                  type(mycfg._lock).__name__]))
+'''
+
+
+def test_what_the_session_set_on_its_own_modules_comes_back(start_kernel, kernel_env, tmp_path):
+    """Values set, a list appended to and shared with a variable, a notebook function and an
+    alias set on a module of the notebook's folder (and on a package's submodule) come back; a
+    lock the session set is named, so the verdict is partial with that one reason; the module's
+    own lock, which the import makes again, is not named."""
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "mycfg.py").write_text(MYCFG)
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "sub.py").write_text(SUB)
+    kernel_env["GKERESUME_TEST_CWD"] = str(project)
+
+    a = start_kernel()
+    a.run(SESSION)
+    before = a.run_json(OBSERVE)
+    assert before == [0.1, [1, 2, 3], True, 1.0, 0.81, 2, True, "lock"]
+    a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    after = b.run_json(OBSERVE)
+    assert after == [*before[:6], False, "lock"], out
+    assert "(partial)" in out.splitlines()[0], out
+    [note] = [line for line in out.splitlines() if line.startswith("  note: ")]
+    assert note == "  note: left out: local module state", out
+    [warning] = [line for line in out.splitlines() if "local module state" in line and line != note]
+    assert warning.endswith("not set again: mycfg.guard (_thread.lock (a lock belongs to this "
+                            "process))"), out
+    assert "_lock" not in out and "pkg.sub" not in out, out
