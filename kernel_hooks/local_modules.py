@@ -29,9 +29,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import site
 import sys
-import sysconfig
 import types
 from typing import Any
 
@@ -49,27 +47,50 @@ def remember_baseline() -> None:
 
 @functools.cache
 def _library_roots() -> tuple[str, ...]:
+    import site  # at the first checkpoint, not at the extension's load (issue 31)
+    import sysconfig
+
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              *site.getsitepackages(), site.getusersitepackages(),
              *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))}
-    return tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
+    return tuple({os.path.join(form(r), "") for r in roots if r
+                  for form in (os.path.abspath, os.path.realpath)})
+
+
+def _is_local_file(path: str) -> bool:
+    roots = _library_roots()
+    if path.startswith(roots):
+        return False
+    path = os.path.realpath(path)
+    return "site-packages" not in path and not path.startswith(roots)
 
 
 def _is_local(name: str, module: Any) -> bool:
-    if name in _baseline or name == "__main__" or name.partition(".")[0] in OWN:
+    """``__main__`` is the namespace's (multiprocessing names it ``__mp_main__`` too)."""
+    if (name in _baseline or module is sys.modules.get("__main__")
+            or name.partition(".")[0] in OWN):
         return False
     path = getattr(module, "__dict__", {}).get("__file__")
-    if not isinstance(path, str) or not path.endswith(".py"):
-        return False
-    path = os.path.realpath(path)
-    return "site-packages" not in path and not path.startswith(_library_roots())
+    return isinstance(path, str) and path.endswith(".py") and _is_local_file(path)
+
+
+#: name -> (module, whether it is the session's own), for the modules seen so far: a session
+#: that imports torch adds some 2,500 modules, judged once (7 ms), not at every checkpoint.
+_judged: dict[str, tuple[Any, bool]] = {}
 
 
 def local_modules() -> dict[str, types.ModuleType]:
     """The session's own modules (see the module docstring), by name."""
     remember_baseline()
-    return {name: module for name, module in list(sys.modules.items())
-            if isinstance(module, types.ModuleType) and _is_local(name, module)}
+    found = {}
+    for name, module in list(sys.modules.items()):
+        seen = _judged.get(name)
+        if seen is None or seen[0] is not module:
+            seen = _judged[name] = (module, isinstance(module, types.ModuleType)
+                                    and _is_local(name, module))
+        if seen[1]:
+            found[name] = module
+    return found
 
 
 def _made_by_import(module: str, attribute: str, value: Any) -> bool:
