@@ -1,7 +1,8 @@
 """Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, rcParams, open
 figures), numpy (print options, ``seterr``), pandas options, torch global settings (default dtype
 and device, grad mode, determinism, cuDNN and matmul precision flags, attention backends, print
-options, ...), the interpreter's own settings (recursion limit, ``decimal`` context, collector
+options, ...), what the session set on torch's config modules (``torch._dynamo.config``, ...),
+the interpreter's own settings (recursion limit, ``decimal`` context, collector
 thresholds), ``warnings`` filters and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
@@ -331,6 +332,42 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
     return f"not accepted here: {', '.join(refused)}" if refused else None
 
 
+# -- torch's config modules (torch._dynamo.config, torch._inductor.config, ...) ---------------
+
+def _torch_configs() -> Any:
+    """What the session set on torch's config modules (``torch/utils/_config_module.py``: each
+    option keeps a ``user_override`` apart from its default and the environment's value), by
+    module: ``torch._dynamo.config.cache_size_limit = 64``, ``torch._inductor.config.
+    coordinate_descent_tuning = True``. Aliases are left to the option they name; values read
+    from the environment stay the new pod's."""
+    config_module = sys.modules.get("torch.utils._config_module")
+    unset = getattr(config_module, "_UNSET_SENTINEL", None)
+    if unset is None:
+        return None
+    changed = {}
+    for name, module in list(sys.modules.items()):
+        if isinstance(module, config_module.ConfigModule):
+            mine = {key: entry.user_override.get() for key, entry in module._config.items()
+                    if entry.alias is None and entry.user_override.get() is not unset
+                    and entry.user_override.get() != entry.default}
+            if mine:
+                changed[name] = mine
+    return changed or None
+
+
+def _restore_torch_configs(changed: dict[str, dict[str, Any]]) -> str | None:
+    import importlib
+
+    refused = []
+    for name, options in changed.items():
+        for key, value in options.items():
+            try:
+                setattr(importlib.import_module(name), key, value)
+            except Exception as exc:  # a module or option this torch does not have
+                refused.append(f"{name}.{key} ({type(exc).__name__}: {exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
 # -- the interpreter's own settings ----------------------------------------------------------
 
 def _python_settings_now() -> dict[str, Any]:
@@ -497,6 +534,7 @@ ENTRIES = (
     ("numpy print options and seterr", _numpy_options, _restore_numpy_options),
     ("pandas options", _pandas_options, _restore_pandas_options),
     ("torch settings", _torch_settings, _restore_torch_settings),
+    ("torch config modules", _torch_configs, _restore_torch_configs),
     ("python settings", _python_settings, _restore_python_settings),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),

@@ -293,3 +293,34 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
                                         if before[k] != after[k]})
     b.run("logging.getLogger('gke.file').warning('after resume')")
     assert (tmp_path / "gke.log").read_text().strip().endswith("after resume")
+
+
+TORCH_CONFIGS = r"""
+import json, torch, torch._dynamo, torch._inductor.config
+torch._dynamo.config.cache_size_limit = 64          # an alias: recompile_limit is set
+torch._inductor.config.coordinate_descent_tuning = True
+"""
+
+OBSERVE_TORCH_CONFIGS = r"""
+import json, torch
+print(json.dumps([torch._dynamo.config.recompile_limit,
+                  torch._inductor.config.coordinate_descent_tuning]))
+"""
+
+
+def test_torch_config_modules_come_back(start_kernel):
+    """What a torch.compile notebook sets on ``torch._dynamo.config`` and
+    ``torch._inductor.config`` (torch/utils/_config_module.py keeps it in each option's
+    ``user_override``, a ContextVar) holds from cell to cell and is set again in the resumed
+    kernel, which imports those modules itself; it was lost while the resume said exact."""
+    a = start_kernel()
+    a.run(TORCH_CONFIGS)
+    before = a.run_json(OBSERVE_TORCH_CONFIGS)
+    assert before == [64, True]
+    a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out.splitlines()[0] and "torch config modules" in out, out
+    assert b.run_json(OBSERVE_TORCH_CONFIGS) == before
