@@ -10,15 +10,16 @@ product's own. Editable installs under development count: they are the user's co
 
 What travels, per module: every attribute but dunders, modules, and the functions and classes
 the module defines under their own name (the import makes them again; an attribute that names
-one of them under another name travels, by reference). Each value is tried alone first
-(``graph.why_not_whole``): one that would not come back whole (a lock, an open connection) is not
-carried but noted with its type.
+one of them under another name travels, by reference); and the class attributes of those
+classes (``Config.lr = 0.2``), but their methods and dunder and ``_sunder_`` names. Each value
+is tried alone first (``graph.why_not_whole``): one that would not come back whole (a lock, an
+open connection) is not carried but noted with its type.
 
 At resume (after the variables, so ``settings is mycfg.items`` holds when a variable named it):
 each module is imported (the resume's ``sys.path`` and cwd are already back) and its attributes
 set. A noted value is named only where the fresh import did not make an attribute of that type
-again (a module-level lock comes back with the import; a connection the session opened and
-set does not, and neither is named as exact).
+again: a module-level lock comes back with the import and is not named; a lock or connection
+the session made and set there is named, and the resume is not exact.
 
 Cost at checkpoint: one pass over ``sys.modules``; values are pickled only for the session's
 own modules (twice: the dry run, then the graph).
@@ -93,11 +94,33 @@ def local_modules() -> dict[str, types.ModuleType]:
     return found
 
 
-def _made_by_import(module: str, attribute: str, value: Any) -> bool:
-    if attribute.startswith("__") or isinstance(value, types.ModuleType):
-        return True
-    return (isinstance(value, type | types.FunctionType)
-            and value.__module__ == module and value.__qualname__ == attribute)
+def _defined_here(module: str, name: str, value: Any) -> bool:
+    """A function or class the module's code makes under this name (its import makes it
+    again), or the method-like wrapper of one."""
+    kind = type(value)
+    if kind is classmethod or kind is staticmethod:
+        value = value.__func__
+    elif kind is property:
+        value = value.fget
+    return (isinstance(value, type | types.FunctionType) and value.__module__ == module
+            and value.__qualname__.rpartition(".")[2] == name.rpartition(".")[2])
+
+
+def _attributes(name: str, module: types.ModuleType) -> list[tuple[str, Any]]:
+    """(path, value) of what may have been set in the session: the module's attributes and the
+    class attributes of the classes it defines, by dotted path, without dunders and ``_sunder_``
+    names (Enum's), modules and what the import makes again."""
+    found = []
+    for attribute, value in list(vars(module).items()):
+        if attribute.startswith("__") or isinstance(value, types.ModuleType):
+            continue
+        if not _defined_here(name, attribute, value):
+            found.append((attribute, value))
+        elif isinstance(value, type) and value.__qualname__ == attribute:
+            found += [(f"{attribute}.{key}", member) for key, member in list(vars(value).items())
+                      if not key.startswith("__") and not (key.startswith("_") and key.endswith("_"))
+                      and not _defined_here(name, key, member)]
+    return found
 
 
 def _capture() -> Any:
@@ -106,15 +129,18 @@ def _capture() -> Any:
     carried: dict[str, dict[str, Any]] = {}
     noted: dict[str, dict[str, tuple[str, str]]] = {}
     for name, module in local_modules().items():
-        for attribute, value in list(vars(module).items()):
-            if _made_by_import(name, attribute, value):
-                continue
+        for path, value in _attributes(name, module):
             why = why_not_whole(value)
             if why is None:
-                carried.setdefault(name, {})[attribute] = value
+                carried.setdefault(name, {})[path] = value
             else:
-                noted.setdefault(name, {})[attribute] = (type(value).__qualname__, why)
+                noted.setdefault(name, {})[path] = (type(value).__qualname__, why)
     return {"modules": carried, "noted": noted} if carried or noted else None
+
+
+def _owner(module: types.ModuleType, path: str) -> tuple[Any, str]:
+    owner, _, attribute = path.rpartition(".")
+    return (getattr(module, owner) if owner else module), attribute
 
 
 def _restore(state: dict[str, Any]) -> str | None:
@@ -125,13 +151,25 @@ def _restore(state: dict[str, Any]) -> str | None:
         except Exception as exc:  # the file is gone, or raises now: every value of it is named
             missing.append(f"{name} ({type(exc).__name__}: {exc})")
             continue
-        for attribute, value in state["modules"].get(name, {}).items():
-            setattr(module, attribute, value)
-        for attribute, (kind, why) in state["noted"].get(name, {}).items():
-            fresh = vars(module)
-            if attribute not in fresh or type(fresh[attribute]).__qualname__ != kind:
-                missing.append(f"{name}.{attribute} ({why})")
+        for path, value in state["modules"].get(name, {}).items():
+            try:
+                owner, attribute = _owner(module, path)
+                if vars(owner).get(attribute, _ABSENT) is not value:
+                    setattr(owner, attribute, value)
+            except Exception as exc:  # the class is gone from the file, or refuses the value
+                missing.append(f"{name}.{path} ({type(exc).__name__}: {exc})")
+        for path, (kind, why) in state["noted"].get(name, {}).items():
+            try:
+                owner, attribute = _owner(module, path)
+                fresh = vars(owner).get(attribute, _ABSENT)
+            except AttributeError:
+                fresh = _ABSENT
+            if type(fresh).__qualname__ != kind:
+                missing.append(f"{name}.{path} ({why})")
     return f"not set again: {', '.join(missing)}" if missing else None
+
+
+_ABSENT = object()
 
 
 ENTRIES = (("local module state", _capture, _restore),)

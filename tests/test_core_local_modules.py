@@ -5,7 +5,7 @@ set on them: a fresh kernel re-imports the file as it is on disk, so ``mycfg.lr 
 from __future__ import annotations
 
 MYCFG = '''
-import threading
+import dataclasses, enum, threading
 
 lr = 0.5
 items = [1, 2]
@@ -14,6 +14,21 @@ _lock = threading.Lock()  # the import makes it again: never named
 
 def scale(x):
     return x * lr
+
+
+class Mode(enum.Enum):
+    TRAIN = 1
+    EVAL = 2
+
+
+@dataclasses.dataclass
+class Config:
+    batch: int = 8
+    seen = []  # a class attribute the session appends to
+
+    @property
+    def double(self):
+        return self.batch * 2
 '''
 
 SUB = '''
@@ -29,18 +44,23 @@ mycfg.helper = mycfg.scale            # a function of the module under another n
 mycfg.schedule = lambda epoch: 0.9 ** epoch   # a notebook function set on the module
 mycfg.guard = threading.Lock()        # cannot travel, and the import does not make it
 pkg.sub.counter += 2
+mycfg.Config.batch = 32               # the dataclass field's class default
+mycfg.Config.seen.append("epoch 1")
+mode = mycfg.Mode.EVAL
 '''
 
 OBSERVE = r'''
 print(json.dumps([mycfg.lr, mycfg.items, settings is mycfg.items, mycfg.helper(10),
                   mycfg.schedule(2), pkg.sub.counter, hasattr(mycfg, "guard"),
-                  type(mycfg._lock).__name__]))
+                  type(mycfg._lock).__name__, mycfg.Config.batch, mycfg.Config().double,
+                  mycfg.Config.seen, mode is mycfg.Mode.EVAL]))
 '''
 
 
 def test_what_the_session_set_on_its_own_modules_comes_back(start_kernel, kernel_env, tmp_path):
     """Values set, a list appended to and shared with a variable, a notebook function and an
-    alias set on a module of the notebook's folder (and on a package's submodule) come back; a
+    alias set on a module of the notebook's folder (and on a package's submodule), class
+    attributes of its classes (an Enum among them, untouched) come back; a
     lock the session set is named, so the verdict is partial with that one reason; the module's
     own lock, which the import makes again, is not named."""
     project = tmp_path / "project"
@@ -53,14 +73,14 @@ def test_what_the_session_set_on_its_own_modules_comes_back(start_kernel, kernel
     a = start_kernel()
     a.run(SESSION)
     before = a.run_json(OBSERVE)
-    assert before == [0.1, [1, 2, 3], True, 1.0, 0.81, 2, True, "lock"]
+    assert before == [0.1, [1, 2, 3], True, 1.0, 0.81, 2, True, "lock", 32, 16, ["epoch 1"], True]
     a.run("%checkpoint")
     a.kill()
 
     b = start_kernel()
     out = b.run("%resume")
     after = b.run_json(OBSERVE)
-    assert after == [*before[:6], False, "lock"], out
+    assert after == [*before[:6], False, *before[7:]], out
     assert "(partial)" in out.splitlines()[0], out
     [note] = [line for line in out.splitlines() if line.startswith("  note: ")]
     assert note == "  note: left out: local module state", out
