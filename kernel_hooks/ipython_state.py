@@ -1,6 +1,8 @@
 """Built-in ``interpreter_state`` entries for IPython: the source of notebook code, the
 extensions loaded in the session (``autoreload`` with its mode and ``%aimport`` lists), ``%config``
-changes, and the output history (``Out``, ``_N``, ``_``, ``__``, ``___``).
+and the other setting magics (``%precision``, ``%xmode``, ``%pdb``, ...), the magics, event
+callbacks and display printers the notebook registered, and the output history (``Out``, ``_N``,
+``_``, ``__``, ``___``).
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it;
 without an IPython shell every capture is ``None``. ``remember_baseline(shell)`` (when the
@@ -16,6 +18,8 @@ lines and execution counts, so ``linecache`` finds the lines (tracebacks, warnin
 
 from __future__ import annotations
 
+import contextlib
+import io
 import linecache
 import re
 import sys
@@ -25,8 +29,11 @@ from .session_state import without_credentials
 
 _baseline: dict[str, Any] = {}
 
-#: ``%config Class.trait = value`` as typed, and as IPython stores it transformed.
-_CONFIG_LINE = re.compile(r"^[ \t]*%config[ \t]+(\w+\.\w+[ \t]*=.*)$", re.MULTILINE)
+#: The line magics that change a setting of the shell (``%config Class.trait = value``,
+#: ``%precision 3``, ``%xmode Verbose``, ``%pdb on``, ...), as typed in a cell.
+_SETTING_LINE = re.compile(
+    r"^[ \t]*(%(?:config[ \t]+\w+\.\w+[ \t]*=.*|(?:precision|xmode|pdb|autocall|automagic|colors)"
+    r"\b.*))$", re.MULTILINE)
 
 
 def remember_baseline(shell: Any) -> None:
@@ -109,12 +116,13 @@ def _restore_extensions(state: dict[str, Any]) -> str | None:
 # -- %config ---------------------------------------------------------------------------------
 
 def _config_changes() -> Any:
-    """The ``%config Class.trait = value`` lines of the input history, in order."""
+    """The setting magics' lines of the input history (``_SETTING_LINE``), in order: run again
+    from a fresh shell's settings, toggles (``%pdb``) end where they did."""
     shell = _shell()
     if shell is None:
         return None
-    lines = [match for cell in shell.history_manager.input_hist_raw if "%config" in cell
-             for match in _CONFIG_LINE.findall(cell)]
+    lines = [match.rstrip() for cell in shell.history_manager.input_hist_raw if "%" in cell
+             for match in _SETTING_LINE.findall(cell)]
     return without_credentials(lines) or None
 
 
@@ -122,8 +130,58 @@ def _restore_config_changes(lines: list[str]) -> str | None:
     shell = _shell()
     if shell is None:
         return "no IPython shell here"
-    for line in lines:
-        shell.run_line_magic("config", line)
+    with contextlib.redirect_stdout(io.StringIO()):  # "Exception reporting mode: ..." was said
+        for line in lines:
+            # a snapshot of an earlier version holds the %config lines without their magic
+            magic, _, argument = (line[1:].partition(" ") if line.startswith("%")
+                                  else ("config", "", line))
+            shell.run_line_magic(magic, argument.strip())
+    return None
+
+
+# -- the notebook's own hooks in the shell --------------------------------------------------
+
+def _notebook_made(value: Any) -> bool:
+    """A function of the notebook, or a method of a notebook object (``__main__``)."""
+    function = getattr(value, "__func__", value)
+    return getattr(function, "__module__", None) == "__main__"
+
+
+def _shell_hooks() -> Any:
+    """What the notebook registered in the shell: its magics (``@register_line_magic``,
+    ``register_magics`` of a notebook class), event callbacks (``events.register``) and display
+    printers (``formatter.for_type``). A fresh shell has only its own and its libraries'."""
+    shell = _shell()
+    if shell is None:
+        return None
+    hooks = {
+        "magics": [(kind, name, magic) for kind, table in shell.magics_manager.magics.items()
+                   for name, magic in table.items() if _notebook_made(magic)],
+        "events": [(event, callback) for event, callbacks in shell.events.callbacks.items()
+                   for callback in callbacks if _notebook_made(callback)],
+        "printers": [(mime, kind, key, printer)
+                     for mime, formatter in shell.display_formatter.formatters.items()
+                     for kind in ("type_printers", "deferred_printers")
+                     for key, printer in getattr(formatter, kind).items()
+                     if _notebook_made(printer)],
+    }
+    return hooks if any(hooks.values()) else None
+
+
+def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
+    shell = _shell()
+    if shell is None:
+        return "no IPython shell here"
+    for kind, name, magic in hooks["magics"]:
+        if hasattr(magic, "__self__"):  # a method of a registered Magics instance
+            shell.magics_manager.magics[kind][name] = magic
+        else:
+            shell.magics_manager.register_function(magic, kind, name)
+    for event, callback in hooks["events"]:
+        if callback not in shell.events.callbacks[event]:
+            shell.events.register(event, callback)
+    for mime, kind, key, printer in hooks["printers"]:
+        getattr(shell.display_formatter.formatters[mime], kind)[key] = printer
     return None
 
 
@@ -164,5 +222,6 @@ ENTRIES = (
     ("source of notebook code", _cell_sources, _restore_cell_sources),
     ("IPython extensions", _extensions, _restore_extensions),
     ("IPython %config", _config_changes, _restore_config_changes),
+    ("IPython hooks of the notebook", _shell_hooks, _restore_shell_hooks),
     ("IPython output history", _outputs, _restore_outputs),
 )

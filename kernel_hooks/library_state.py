@@ -2,8 +2,9 @@
 figures), numpy (print options, ``seterr``), pandas options, torch global settings (default dtype
 and device, grad mode, determinism, cuDNN and matmul precision flags, attention backends, print
 options, ...), what the session set on torch's config modules (``torch._dynamo.config``, ...),
-the interpreter's own settings (recursion limit, ``decimal`` context, collector
-thresholds), ``warnings`` filters and ``logging`` configuration.
+the hooks it registered for every module or optimizer, the interpreter's own settings
+(recursion limit, ``decimal`` context, collector thresholds, multiprocessing's start method),
+``warnings`` filters and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -368,6 +369,35 @@ def _restore_torch_configs(changed: dict[str, dict[str, Any]]) -> str | None:
     return f"not accepted here: {', '.join(refused)}" if refused else None
 
 
+# -- torch's global hooks ----------------------------------------------------------------------
+
+def _torch_global_hooks() -> Any:
+    """The hooks the session registered for every module or optimizer
+    (``register_module_forward_hook``, ``register_optimizer_step_pre_hook``, ...), by the dict
+    they are in (``torch_reduce.GLOBAL_HOOKS``; a fresh torch has them empty), with the
+    full-backward switch beside them."""
+    from .torch_reduce import GLOBAL_HOOKS  # torch_reduce imports nothing: cheap
+
+    hooks = {(module, name): dict(vars(sys.modules[module])[name])
+             for module, names in GLOBAL_HOOKS.items() if module in sys.modules
+             for name in names if vars(sys.modules[module]).get(name)}
+    if not hooks:
+        return None
+    full = getattr(sys.modules.get("torch.nn.modules.module"), "_global_is_full_backward_hook", None)
+    return {"hooks": hooks, "full_backward": full}
+
+
+def _restore_torch_global_hooks(state: dict[str, Any]) -> str | None:
+    import importlib
+
+    for (module, name), hooks in state["hooks"].items():
+        getattr(importlib.import_module(module), name).update(hooks)
+    if state["full_backward"] is not None:
+        importlib.import_module("torch.nn.modules.module")._global_is_full_backward_hook = \
+            state["full_backward"]
+    return None
+
+
 # -- the interpreter's own settings ----------------------------------------------------------
 
 def _python_settings_now() -> dict[str, Any]:
@@ -385,12 +415,17 @@ _PYTHON_AT_START = _python_settings_now()
 
 
 def _python_settings() -> Any:
-    """What the session changed of ``_python_settings_now``, and the thread's ``decimal``
-    context when it is not a fresh one (only if ``decimal`` is loaded)."""
+    """What the session changed of ``_python_settings_now``, the thread's ``decimal`` context
+    when it is not a fresh one (only if ``decimal`` is loaded), and multiprocessing's start
+    method once set (``set_start_method("spawn")``, which CUDA needs in DataLoader workers and
+    ``torch.multiprocessing``; a fresh process has none set and picks its platform's)."""
     changed = {k: v for k, v in _python_settings_now().items() if v != _PYTHON_AT_START.get(k)}
     decimal = sys.modules.get("decimal")
     if decimal is not None and repr(decimal.getcontext()) != repr(decimal.Context()):
         changed["decimal_context"] = decimal.getcontext().copy()
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.get_start_method(allow_none=True):
+        changed["start_method"] = multiprocessing.get_start_method()
     return changed or None
 
 
@@ -404,9 +439,14 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
 
         decimal.setcontext(context)
 
+    def start_method(method: str) -> None:
+        import multiprocessing
+
+        multiprocessing.set_start_method(method, force=True)
+
     setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector,
                "int_max_str_digits": getattr(sys, "set_int_max_str_digits", None),
-               "decimal_context": decimal_context}
+               "decimal_context": decimal_context, "start_method": start_method}
     refused = []
     for key, value in changed.items():
         try:
@@ -535,6 +575,7 @@ ENTRIES = (
     ("pandas options", _pandas_options, _restore_pandas_options),
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),
+    ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),
     ("python settings", _python_settings, _restore_python_settings),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),

@@ -147,6 +147,21 @@ def tensor_hooks(tensor: Any, state: tuple) -> None:
         setattr(tensor, name, value)
 
 
+def global_hook_handle(module: str, name: str, hook_id: int, extra: tuple[str | None, ...]) -> Any:
+    """The handle of a global hook (``torch_reduce``), on torch's own dicts ``name`` (and
+    ``extra``: where ``always_call`` and ``with_kwargs`` marks go) of ``module``."""
+    import importlib
+
+    from torch.utils.hooks import RemovableHandle
+
+    owner = importlib.import_module(module)
+    handle = RemovableHandle(getattr(owner, name),
+                             extra_dict=[getattr(owner, e) for e in extra if e is not None] or None)
+    handle.id = hook_id
+    RemovableHandle.next_id = max(RemovableHandle.next_id, hook_id + 1)
+    return handle
+
+
 def parametrized_module(base: type, names: tuple[str, ...]) -> Any:
     """An empty module of class ``base`` made parametrized in ``names`` as
     ``register_parametrization`` leaves it (its class replaced by one that injects a property

@@ -34,6 +34,12 @@ so it, and every wav2vec2-family model of transformers, did not pickle at all. I
 its original class and ``__dict__``; ``rebuild.parametrized_module`` makes the class and the
 properties again.
 
+A handle of a global hook (``register_module_forward_hook``, ``register_optimizer_step_pre_hook``
+...: ``torch.utils.hooks.RemovableHandle``) pickles its hook dict, which came back as a copy torch
+never looks at. It pickles by the dict's name (``GLOBAL_HOOKS``; ``rebuild.global_hook_handle``):
+the resumed handle removes from torch's own dict, which the ``torch global hooks`` entry of
+``library_state`` fills again.
+
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
 
@@ -49,6 +55,23 @@ from . import rebuild
 
 #: The attribute torch's LR scheduler marks its ``optimizer.step`` wrapper with.
 LR_SCHEDULER_MARK = "_wrapped_by_lr_sched"
+#: torch's module-level hook dicts (torch/nn/modules/module.py ``register_module_*_hook``,
+#: torch/optim/optimizer.py ``register_optimizer_step_*_hook``), by module.
+GLOBAL_HOOKS = {
+    "torch.nn.modules.module": (
+        "_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called",
+        "_global_forward_hooks_with_kwargs", "_global_backward_pre_hooks", "_global_backward_hooks",
+        "_global_module_registration_hooks", "_global_parameter_registration_hooks",
+        "_global_buffer_registration_hooks"),
+    "torch.optim.optimizer": ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"),
+}
+
+
+def global_hook_dicts() -> dict[int, tuple[str, str]]:
+    """id of each of torch's global hook dicts loaded now -> (module, name)."""
+    return {id(vars(sys.modules[module])[name]): (module, name)
+            for module, names in GLOBAL_HOOKS.items() if module in sys.modules
+            for name in names if name in vars(sys.modules[module])}
 
 
 class TorchReductions:
@@ -61,17 +84,30 @@ class TorchReductions:
         optim = sys.modules.get("torch.optim")
         self._optimizer = optim.Optimizer if optim is not None else None
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
+        hooks = sys.modules.get("torch.utils.hooks")
+        self._handle = hooks.RemovableHandle if hooks is not None else None
+        self._global_hooks = global_hook_dicts() if hooks is not None else {}
 
     def reduce(self, obj: object) -> tuple | None:
-        """A reduce tuple for a tensor with a gradient or hooks, an optimizer or a parametrized
-        module (see the module docstring), else None."""
+        """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
+        module or a global hook's handle (see the module docstring), else None."""
         if self._tensor is not None and isinstance(obj, self._tensor):
             return self._tensor_reduce(obj)
         if self._optimizer is not None and isinstance(obj, self._optimizer):
             return self._optimizer_reduce(obj)
         if self._parametrized and _is_parametrized_class(type(obj)):
             return _parametrized_reduce(obj)
+        if self._handle is not None and type(obj) is self._handle:
+            return self._handle_reduce(obj)
         return None
+
+    def _handle_reduce(self, handle: Any) -> tuple | None:
+        where = self._global_hooks.get(id(handle.hooks_dict_ref()))
+        if where is None:  # a module's or tensor's own hooks: its dict travels with it
+            return None
+        extra = tuple(self._global_hooks.get(id(ref()), (None, None))[1]
+                      for ref in handle.extra_dict_ref)
+        return rebuild.global_hook_handle, (*where, handle.id, extra)
 
     def _tensor_reduce(self, tensor: Any) -> tuple | None:
         # Reading .grad of a non-leaf tensor that does not retain it warns: such a tensor has none.

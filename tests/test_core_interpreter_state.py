@@ -324,3 +324,64 @@ def test_torch_config_modules_come_back(start_kernel):
     out = b.run("%resume")
     assert "(exact)" in out.splitlines()[0] and "torch config modules" in out, out
     assert b.run_json(OBSERVE_TORCH_CONFIGS) == before
+
+
+SHELL_AND_GLOBAL_HOOKS = r"""
+import json, multiprocessing, torch
+from IPython.core.magic import register_line_magic
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+@register_line_magic
+def shout(line):
+    return line.upper()
+
+multiprocessing.set_start_method("spawn", force=True)
+calls, ran = [], []
+forward = torch.nn.modules.module.register_module_forward_hook(
+    lambda module, args, out: calls.append(type(module).__name__))
+stepped = register_optimizer_step_post_hook(lambda opt, args, kwargs: calls.append("stepped"))
+get_ipython().events.register("post_run_cell", lambda result: ran.append(result.execution_count))
+
+class Box:
+    pass
+
+get_ipython().display_formatter.formatters["text/plain"].for_type(Box, lambda o, p, cycle: p.text("BOX!"))
+%precision 3
+%xmode Minimal
+"""
+
+OBSERVE_HOOKS = r"""
+calls.clear(); ran.clear()
+net = torch.nn.Linear(1, 1)
+torch.optim.SGD(net.parameters(), lr=0.1).step()
+net(torch.ones(1))
+print(json.dumps([multiprocessing.get_start_method(allow_none=True), calls,
+                  get_ipython().display_formatter.formatters["text/plain"].float_precision,
+                  get_ipython().InteractiveTB.mode, get_ipython().run_line_magic("shout", "hi"),
+                  get_ipython().display_formatter.formatters["text/plain"](Box())]))
+"""
+
+
+def test_shell_hooks_global_hooks_and_the_start_method_come_back(start_kernel):
+    """What a notebook registers beside its variables comes back, and nothing is named: a magic
+    it defined, an event callback, a display printer for its class, ``%precision`` and ``%xmode``
+    (IPython keeps each in the shell, not in the namespace), a global module forward hook and a
+    global optimizer hook (torch/nn/modules/module.py, torch/optim/optimizer.py keep them in
+    module dicts; their handles pickled a copy torch never looked at), and multiprocessing's
+    start method (``spawn``, which CUDA needs in DataLoader workers). All were lost while the
+    resume said exact. The handles still remove their hooks."""
+    a = start_kernel()
+    a.run(SHELL_AND_GLOBAL_HOOKS)
+    before = a.run_json(OBSERVE_HOOKS)
+    assert before == ["spawn", ["stepped", "Linear"], "3", "Minimal", "HI", "BOX!"]
+    assert len(a.run_json("print(json.dumps(ran))")) == 1  # OBSERVE_HOOKS' own run
+    a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out.splitlines()[0] and "not restored" not in out, out
+    assert b.run_json(OBSERVE_HOOKS) == before
+    assert len(b.run_json("print(json.dumps(ran))")) == 1
+    b.run("forward.remove(); stepped.remove()")
+    assert b.run_json(OBSERVE_HOOKS)[1] == []
