@@ -31,6 +31,7 @@ visibly. The rest load.
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import functools
 import gc
 import io
@@ -88,6 +89,7 @@ class _GraphPickler(cloudpickle.Pickler):
         self.accelerate = AccelerateStates()
         self.note = RecordNote()
         self._app_saving: set[int] = set()
+        self._forwarding: dict[type, bool] = {}  # _forwards_attributes, once per class
 
     def reducer_override(self, obj: object) -> Any:
         """Called by pickle for every non-atomic object not yet in the memo: keep it lean."""
@@ -122,6 +124,12 @@ class _GraphPickler(cloudpickle.Pickler):
             return _code_in_its_file(obj)
         if type(obj) is _LRU_CACHED and not _by_reference(obj.__wrapped__):
             return _lru_cached_by_value(obj)
+        kind = type(obj)
+        forwards = self._forwarding.get(kind)
+        if forwards is None:
+            forwards = self._forwarding[kind] = _forwards_attributes(kind)
+        if forwards:
+            return _with_dict_set_directly(obj)
         return super().reducer_override(obj)
 
     def _dynamic_function_reduce(self, func: types.FunctionType) -> Any:
@@ -137,6 +145,27 @@ class _GraphPickler(cloudpickle.Pickler):
 
 _LRU_CACHED = type(functools.lru_cache(lambda: None))
 _by_reference = cloudpickle.cloudpickle._should_pickle_by_reference
+
+
+_OBJECT_GETSTATE = getattr(object, "__getstate__", None)  # Python 3.11+
+
+
+def _forwards_attributes(kind: type) -> bool:
+    """A class with ``__getattr__`` that pickles as ``object`` does (``__dict__`` as its state,
+    no ``__setstate__``): pickle's load looks ``__setstate__`` up on the half-made instance, and
+    a ``__getattr__`` that forwards to an attribute not set yet recurses until it fails
+    (tqdm/utils.py ``ObjectWrapper``, around every bar's stream: no progress bar came back)."""
+    return (getattr(kind, "__getattr__", None) is not None
+            and kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__
+            and getattr(kind, "__getstate__", _OBJECT_GETSTATE) is _OBJECT_GETSTATE
+            and getattr(kind, "__setstate__", None) is None and kind.__new__ is object.__new__
+            and "__slots__" not in vars(kind) and not issubclass(kind, list | dict))
+
+
+def _with_dict_set_directly(obj: object) -> tuple:
+    state = object.__getattribute__(obj, "__dict__")
+    return (copyreg.__newobj__, (type(obj),), dict(state) or None, None, None,
+            rebuild.instance_dict)
 
 
 def _lru_cached_by_value(cached: Any) -> Any:

@@ -10,6 +10,14 @@ noted with ``note.placeholder`` (``graph.RecordNote``: what came back as a place
 names it and the resume's verdict is not ``exact``. asyncio tasks left pending on the kernel's loop
 are named with the other things left behind (``left_behind``).
 
+- ``sys.stdout``, ``sys.stderr`` and the other standard streams (a ``tqdm`` bar writes to
+  stderr through a wrapper; a ``print(file=...)`` helper keeps one) are this process's, and
+  the resumed process has its own: they pickle by name and come back as the resumed kernel's
+  (a placeholder there failed the whole progress bar at resume).
+- A tqdm progress bar (tqdm/std.py) writing to a standard stream: its stream wrapper
+  (``DisableOnWriteError``, closures over the stream's ``write`` and a weak proxy of the bar) and
+  status printer belong to this process; the bar pickles as its counters and settings and is
+  set up again on the resumed kernel's stream (``_progress_bar``), at the count it had.
 - A DataLoader iterator (torch/utils/data/dataloader.py: ``_BaseDataLoaderIter.__getstate__``
   raises ``NotImplementedError``) becomes an ``Uncaptured`` placeholder that names its position
   and, with ``num_workers > 0``, its worker processes' pids (they stay on this pod;
@@ -41,6 +49,28 @@ if TYPE_CHECKING:
     from .graph import RecordNote
 
 
+#: ``sys`` attributes whose stream, wherever the session holds it (a progress bar's output, a
+#: handler's stream), is the resumed process's own: it pickles by that name.
+STANDARD_STREAMS = ("stdout", "stderr", "stdin", "__stdout__", "__stderr__", "__stdin__")
+
+
+def _standard_stream(name: str) -> Any:
+    return getattr(sys, name)
+
+
+def _progress_bar(cls: type, stream: str | None, state: dict[str, Any]) -> Any:
+    """A tqdm bar again (``LiveObjects._bar_reduce``), writing to this process's ``stream`` as
+    tqdm/std.py ``tqdm.__init__`` sets it up; ``tqdm.__new__`` counts it among the live bars."""
+    bar = cls.__new__(cls)
+    bar.__dict__.update(state)
+    if stream is not None:
+        from tqdm.utils import DisableOnWriteError
+
+        bar.fp = DisableOnWriteError(getattr(sys, stream), tqdm_instance=bar)
+        bar.sp = bar.status_printer(bar.fp)
+    return bar
+
+
 class LiveObjects:
     """Reductions for one graph (the types are looked up once, from ``sys.modules``)."""
 
@@ -50,19 +80,39 @@ class LiveObjects:
         self._loader = getattr(data, "DataLoader", None)
         sqlite3 = sys.modules.get("sqlite3")
         self._connection = getattr(sqlite3, "Connection", None)
-        self._any = tuple(t for t in (self._iterator, self._loader, self._connection) if t)
+        self._bar = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
+        self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar)
+                          if t)
+        self._streams = {id(stream): name for name in STANDARD_STREAMS
+                         if (stream := getattr(sys, name, None)) is not None}
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
-        """A reduce tuple for a DataLoader, its iterator or a sqlite3 connection, else None;
-        what does not travel is noted in ``note``."""
+        """A reduce tuple for a standard stream, a DataLoader, its iterator or a sqlite3
+        connection, else None; what does not travel is noted in ``note``."""
+        stream = self._streams.get(id(obj))
+        if stream is not None:
+            return _standard_stream, (stream,)
         if not isinstance(obj, self._any):  # every object of the graph: one check
             return None
         if self._loader is not None and isinstance(obj, self._loader):
             return _loader_reduce(obj, note)
+        if self._bar is not None and isinstance(obj, self._bar):
+            return self._bar_reduce(obj)
         reduced, reason = self._carried(obj)
         if reason is not None:
             return note.placeholder(obj, reason)
         return reduced
+
+    def _bar_reduce(self, bar: Any) -> tuple | None:
+        """A tqdm bar writing to a standard stream: its counters and settings, with the stream's
+        name; ``None`` (pickled as it is, named if it cannot be) for one writing elsewhere."""
+        state = dict(vars(bar))
+        out = state.pop("fp", None)
+        state.pop("sp", None)
+        stream = None if out is None else self._streams.get(id(vars(out).get("_wrapped", out)))
+        if out is not None and stream is None:
+            return None
+        return _progress_bar, (type(bar), stream, state)
 
     def reason(self, obj: object) -> str | None:
         """Why ``obj`` does not travel (a DataLoader iterator, a sqlite3 connection that cannot be

@@ -147,6 +147,13 @@ def tensor_hooks(tensor: Any, state: tuple) -> None:
         setattr(tensor, name, value)
 
 
+def instance_dict(instance: Any, state: dict | None) -> None:
+    """State setter of an instance whose ``__getattr__`` forwards (``graph._forwards_attributes``):
+    its ``__dict__`` is filled without an attribute lookup on it."""
+    if state:
+        object.__getattribute__(instance, "__dict__").update(state)
+
+
 def global_hook_handle(module: str, name: str, hook_id: int, extra: tuple[str | None, ...]) -> Any:
     """The handle of a global hook (``torch_reduce``), on torch's own dicts ``name`` (and
     ``extra``: where ``always_call`` and ``with_kwargs`` marks go) of ``module``."""
