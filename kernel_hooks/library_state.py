@@ -2,9 +2,9 @@
 figures), numpy (print options, ``seterr``), pandas options, torch global settings (default dtype
 and device, grad mode, determinism, cuDNN and matmul precision flags, attention backends, print
 options, ...), what the session set on torch's config modules (``torch._dynamo.config``, ...),
-the hooks it registered for every module or optimizer, the interpreter's own settings
-(recursion limit, ``decimal`` context, collector thresholds, multiprocessing's start method),
-``warnings`` filters and ``logging`` configuration.
+the hooks it registered for every module or optimizer, the Hugging Face libraries' progress-bar
+switches, the interpreter's own settings (recursion limit, ``decimal`` context, collector
+thresholds, multiprocessing's start method), ``warnings`` filters and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -398,6 +398,42 @@ def _restore_torch_global_hooks(state: dict[str, Any]) -> str | None:
     return None
 
 
+# -- Hugging Face progress bars ---------------------------------------------------------------
+
+HUB_BARS = "huggingface_hub.utils.tqdm"
+TRANSFORMERS_LOGGING = "transformers.utils.logging"
+
+
+def _hf_progress_bars() -> Any:
+    """The progress-bar switches of the Hugging Face libraries, where the session flipped them:
+    huggingface_hub's ``progress_bar_states`` (huggingface_hub/utils/tqdm.py, empty in a fresh
+    process: ``disable_progress_bars()`` and ``enable_progress_bars(name)`` fill it) and
+    transformers' ``_tqdm_active`` (transformers/utils/logging.py, ``disable_progress_bar()``;
+    a fresh process takes it from ``HF_HUB_DISABLE_PROGRESS_BARS``)."""
+    state = {}
+    hub = sys.modules.get(HUB_BARS)
+    if hub is not None and getattr(hub, "progress_bar_states", None):
+        state["hub"] = dict(hub.progress_bar_states)
+    transformers = sys.modules.get(TRANSFORMERS_LOGGING)
+    if hub is not None and transformers is not None and hasattr(transformers, "_tqdm_active"):
+        fresh = hub.HF_HUB_DISABLE_PROGRESS_BARS is not True
+        if bool(transformers._tqdm_active) != fresh:
+            state["transformers"] = bool(transformers._tqdm_active)
+    return state or None
+
+
+def _restore_hf_progress_bars(state: dict[str, Any]) -> str | None:
+    import importlib
+
+    if "hub" in state:
+        states = importlib.import_module(HUB_BARS).progress_bar_states
+        states.clear()
+        states.update(state["hub"])
+    if "transformers" in state:
+        importlib.import_module(TRANSFORMERS_LOGGING)._tqdm_active = state["transformers"]
+    return None
+
+
 # -- the interpreter's own settings ----------------------------------------------------------
 
 def _python_settings_now() -> dict[str, Any]:
@@ -576,6 +612,7 @@ ENTRIES = (
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),
+    ("Hugging Face progress bars", _hf_progress_bars, _restore_hf_progress_bars),
     ("python settings", _python_settings, _restore_python_settings),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),

@@ -385,3 +385,36 @@ def test_shell_hooks_global_hooks_and_the_start_method_come_back(start_kernel):
     assert len(b.run_json("print(json.dumps(ran))")) == 1
     b.run("forward.remove(); stepped.remove()")
     assert b.run_json(OBSERVE_HOOKS)[1] == []
+
+
+def test_hugging_face_progress_bar_switches_travel(monkeypatch):
+    """``transformers.logging.disable_progress_bar()`` flips transformers' ``_tqdm_active``
+    (transformers/utils/logging.py) and huggingface_hub's ``progress_bar_states``
+    (huggingface_hub/utils/tqdm.py): both are put back in a process that has them fresh. Nothing
+    travels where the session flipped nothing."""
+    import importlib
+
+    from transformers.utils import logging as hf_logging
+
+    hub_bars = importlib.import_module("huggingface_hub.utils.tqdm")  # the module, not its class
+
+    monkeypatch.setattr(hub_bars, "HF_HUB_DISABLE_PROGRESS_BARS", None)
+    saved = dict(hub_bars.progress_bar_states), hf_logging._tqdm_active
+
+    def fresh():
+        hub_bars.progress_bar_states.clear()
+        hf_logging._tqdm_active = True
+
+    try:
+        fresh()
+        assert library_state._hf_progress_bars() is None
+        hf_logging.disable_progress_bar()
+        state = library_state._hf_progress_bars()
+        assert state == {"hub": {"_global": False}, "transformers": False}
+        fresh()  # the resumed kernel
+        assert library_state._restore_hf_progress_bars(state) is None
+        assert not hf_logging.is_progress_bar_enabled() and hub_bars.are_progress_bars_disabled()
+    finally:
+        fresh()
+        hub_bars.progress_bar_states.update(saved[0])
+        hf_logging._tqdm_active = saved[1]
