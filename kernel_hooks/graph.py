@@ -148,6 +148,8 @@ _by_reference = cloudpickle.cloudpickle._should_pickle_by_reference
 
 
 _OBJECT_GETSTATE = getattr(object, "__getstate__", None)  # Python 3.11+
+#: What makes a class pickle otherwise than by its ``__dict__`` alone.
+_OWN_PICKLING = ("__setstate__", "__getnewargs__", "__getnewargs_ex__")
 
 
 def _forwards_attributes(kind: type) -> bool:
@@ -158,8 +160,10 @@ def _forwards_attributes(kind: type) -> bool:
     return (getattr(kind, "__getattr__", None) is not None
             and kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__
             and getattr(kind, "__getstate__", _OBJECT_GETSTATE) is _OBJECT_GETSTATE
-            and getattr(kind, "__setstate__", None) is None and kind.__new__ is object.__new__
-            and "__slots__" not in vars(kind) and not issubclass(kind, list | dict))
+            and not any(getattr(kind, name, None) for name in _OWN_PICKLING)
+            and kind.__new__ is object.__new__ and kind not in copyreg.dispatch_table
+            and not any(vars(base).get("__slots__") for base in kind.__mro__)
+            and not issubclass(kind, list | dict))
 
 
 def _with_dict_set_directly(obj: object) -> tuple:
