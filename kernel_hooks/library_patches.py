@@ -6,7 +6,8 @@ pandas' classes; a cell may set ``torch.Tensor.__repr__ = mine`` or ``json.dumps
 fresh kernel imports those libraries as they ship, so without this entry the attributes are gone
 after a resume (``AttributeError`` in the next cell) and nothing says so.
 
-What counts (``find_patches``), in every loaded module but ``__main__`` and this product's own:
+What counts (``find_patches``), in every loaded module but ``__main__``, this product's own and
+the session's own modules (``local_modules`` carries all of theirs):
 
 - on each class the module defines at its top level (made by a call, such as pyplot's
   ``backend_mod``, it is made again in a fresh kernel): an attribute whose value is a class or a
@@ -174,11 +175,15 @@ def _library_made(patch: Patch) -> bool:
 def _candidates() -> list[Patch]:
     """Every attribute ``find_patches`` may count, before the distributions are asked whether a
     library's class got a function of another package from its own making (cheap: no metadata)."""
+    from .local_modules import local_modules  # their every attribute travels there
+
     found = []
     notebook = sys.modules.get(NOTEBOOK)
+    session_own = local_modules()
     for name, module in list(sys.modules.items()):
         package = _package(name)
-        if package in OWN or module is notebook or not isinstance(module, types.ModuleType):
+        if (package in OWN or module is notebook or not isinstance(module, types.ModuleType)
+                or name in session_own):
             continue
         for attribute, value in list(vars(module).items()):
             kind = type(value)

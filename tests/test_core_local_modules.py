@@ -88,3 +88,4 @@ def test_what_the_session_set_on_its_own_modules_comes_back(start_kernel, kernel
     assert warning.endswith("not set again: mycfg.guard (_thread.lock (a lock belongs to this "
                             "process))"), out
     assert "_lock" not in out and "pkg.sub" not in out, out
+    assert "attributes set on libraries" not in out, "the module's entry carries them, once"
