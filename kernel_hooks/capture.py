@@ -52,6 +52,7 @@ from .packages import capture_packages
 from .placeholders import type_name, uncapturable_reason
 from .results import CheckpointResult, Progress, Skipped
 from .storages import CollectedStorage, StorageCollector, seems_to_hold_storages
+from .torch_reduce import dynamo_globals
 
 SESSION_RECORD = "__session__"
 HOOKS_RECORD = "__resume_hooks__"
@@ -59,10 +60,13 @@ _IPYTHON_NAMES = re.compile(r"\A(_|__|___|_i+|_i\d+|_\d+|_oh|_ih|_dh|In|Out|exit
 
 
 def user_names(namespace: Mapping[str, Any], hidden: Mapping[str, Any]) -> list[str]:
-    """Names the user made: not dunders, not IPython's history/output names, not hidden ones."""
+    """Names the user made: not dunders, not IPython's history/output names, not the globals
+    torch.compile installed (``torch_reduce.dynamo_globals``), not hidden ones."""
     names = []
+    compiled = dynamo_globals(namespace)
     for name, value in namespace.items():
-        if (name.startswith("__") and name.endswith("__")) or _IPYTHON_NAMES.match(name):
+        if ((name.startswith("__") and name.endswith("__")) or _IPYTHON_NAMES.match(name)
+                or name in compiled):
             continue
         if name in hidden and hidden[name] is value:
             continue

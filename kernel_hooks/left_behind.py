@@ -161,7 +161,25 @@ def _threads() -> list[Found]:
             for t in threading.enumerate()
             if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
             and not type(t).__module__.startswith(KERNEL_MODULES)
-            and f"{type(t).__module__}.{type(t).__qualname__}" not in RESTARTED_BY_LIBRARY]
+            and f"{type(t).__module__}.{type(t).__qualname__}" not in RESTARTED_BY_LIBRARY
+            and not _idle_pool_worker(t)]
+
+
+def _idle_pool_worker(thread: threading.Thread) -> bool:
+    """A worker of a ``ThreadPoolExecutor`` with nothing queued and every worker idle
+    (concurrent/futures/thread.py: ``_worker`` gets the executor by weak reference; each idle
+    worker has released ``_idle_semaphore``): no work of the session stops with it. Inductor's
+    compile pool (a cached executor) is one. A pool at work, or one the session holds (its
+    variable is named), is not."""
+    futures = sys.modules.get("concurrent.futures.thread")
+    if futures is None or getattr(thread, "_target", None) is not futures._worker:
+        return False
+    try:
+        executor = thread._args[0]()
+        return (executor is not None and executor._work_queue.empty()
+                and executor._idle_semaphore._value >= len(executor._threads))
+    except (AttributeError, IndexError, TypeError):  # another Python's private names
+        return False
 
 
 def _tasks() -> list[Found]:

@@ -5,8 +5,9 @@ says so.
 
 What counts (``local_modules``): a module imported in the session (not in ``sys.modules`` when the
 extension loaded, ``remember_baseline``), whose ``__file__`` is Python source outside every
-library root (the interpreter's prefixes, site-packages and the standard library), and not this
-product's own. Editable installs under development count: they are the user's code too.
+library root (the interpreter's prefixes, site-packages and the standard library), in a
+top-level package that counts too, and not this product's own. Editable installs under
+development count: they are the user's code too.
 
 What travels, per module: every attribute but dunders, modules, and the functions and classes
 the module defines under their own name (the import makes them again; an attribute that names
@@ -67,12 +68,18 @@ def _is_local_file(path: str) -> bool:
 
 
 def _is_local(name: str, module: Any) -> bool:
-    """``__main__`` is the namespace's (multiprocessing names it ``__mp_main__`` too)."""
-    if (name in _baseline or module is sys.modules.get("__main__")
-            or name.partition(".")[0] in OWN):
+    """``__main__`` is the namespace's (multiprocessing names it ``__mp_main__`` too). A
+    submodule counts only within a package that counts: code a library generates and loads
+    under its own name from a cache outside its roots (inductor's
+    ``torch._inductor.runtime.compile_tasks.<hash>`` from /tmp/torchinductor_*) is the library's."""
+    top = name.partition(".")[0]
+    if name in _baseline or module is sys.modules.get("__main__") or top in OWN:
         return False
     path = getattr(module, "__dict__", {}).get("__file__")
-    return isinstance(path, str) and path.endswith(".py") and _is_local_file(path)
+    if not (isinstance(path, str) and path.endswith(".py") and _is_local_file(path)):
+        return False
+    package = sys.modules.get(top)
+    return top == name or (package is not None and _is_local(top, package))
 
 
 #: name -> (module, whether it is the session's own), for the modules seen so far: a session

@@ -154,6 +154,12 @@ def instance_dict(instance: Any, state: dict | None) -> None:
         object.__getattribute__(instance, "__dict__").update(state)
 
 
+def compiled_function(context: Any, original: Any) -> Any:
+    """``torch.compile(original, ...)`` again: ``context`` is the compile context it was made
+    with (``torch_reduce``)."""
+    return context(original)
+
+
 def global_hook_handle(module: str, name: str, hook_id: int, extra: tuple[str | None, ...]) -> Any:
     """The handle of a global hook (``torch_reduce``), on torch's own dicts ``name`` (and
     ``extra``: where ``always_call`` and ``with_kwargs`` marks go) of ``module``."""

@@ -34,6 +34,12 @@ so it, and every wav2vec2-family model of transformers, did not pickle at all. I
 its original class and ``__dict__``; ``rebuild.parametrized_module`` makes the class and the
 properties again.
 
+A function made by ``torch.compile`` (torch/_dynamo/eval_frame.py ``_TorchDynamoContext.__call__``:
+a closure over the compile context, which ``functools.wraps`` names as the user's function)
+held dynamo's config module and did not pickle: it pickles as its context and the original
+function, and ``rebuild.compiled_function`` wraps it again (compiled at its first call, as in
+the session), as torch's own ``OptimizedModule.__reduce__`` does for a compiled module.
+
 A handle of a global hook (``register_module_forward_hook``, ``register_optimizer_step_pre_hook``
 ...: ``torch.utils.hooks.RemovableHandle``) pickles its hook dict, which came back as a copy torch
 never looks at. It pickles by the dict's name (``GLOBAL_HOOKS``; ``rebuild.global_hook_handle``):
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -74,6 +81,24 @@ def global_hook_dicts() -> dict[int, tuple[str, str]]:
             for name in names if name in vars(sys.modules[module])}
 
 
+def dynamo_globals(namespace: Any) -> set[str]:
+    """The names torch.compile installed in ``namespace`` for the code it compiled
+    (``__compiled_fn_3_...``, ``__resume_at_20_4``, ``__builtins_dict___2``, ...: each a
+    ``CleanupHook`` of torch/_dynamo/utils.py ``CleanupManager``, removed with that code; and
+    the ``__import_torch_dot_...`` module aliases). They are dynamo's, not the user's: a compile
+    in the resumed kernel installs its own."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return set()
+    aliases = {name for name, value in list(namespace.items())  # symbolic_convert.py IMPORT_NAME
+               if name.startswith("__import_") and isinstance(value, types.ModuleType)}
+    try:
+        hooks = utils.CleanupManager.instance.values.values()
+        return aliases | {hook.name for group in hooks for hook in group if hook.scope is namespace}
+    except AttributeError:  # another torch's private names
+        return aliases
+
+
 class TorchReductions:
     """Reductions for one graph (the types are looked up once, from ``sys.modules``)."""
 
@@ -84,13 +109,16 @@ class TorchReductions:
         optim = sys.modules.get("torch.optim")
         self._optimizer = optim.Optimizer if optim is not None else None
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
+        frames = sys.modules.get("torch._dynamo.eval_frame")
+        self._dynamo_context = getattr(frames, "_TorchDynamoContext", None)
         hooks = sys.modules.get("torch.utils.hooks")
         self._handle = hooks.RemovableHandle if hooks is not None else None
         self._global_hooks = global_hook_dicts() if hooks is not None else {}
 
     def reduce(self, obj: object) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
-        module or a global hook's handle (see the module docstring), else None."""
+        module, a global hook's handle or a compiled function (see the module docstring), else
+        None."""
         if self._tensor is not None and isinstance(obj, self._tensor):
             return self._tensor_reduce(obj)
         if self._optimizer is not None and isinstance(obj, self._optimizer):
@@ -99,7 +127,19 @@ class TorchReductions:
             return _parametrized_reduce(obj)
         if self._handle is not None and type(obj) is self._handle:
             return self._handle_reduce(obj)
+        if self._dynamo_context is not None and type(obj) is types.FunctionType:
+            return self._compiled_function_reduce(obj)
         return None
+
+    def _compiled_function_reduce(self, function: Any) -> tuple | None:
+        original = vars(function).get("_torchdynamo_orig_callable")
+        if original is None or function.__closure__ is None:
+            return None
+        cells = dict(zip(function.__code__.co_freevars, function.__closure__, strict=True))
+        context = cells["self"].cell_contents if "self" in cells else None
+        if not isinstance(context, self._dynamo_context):
+            return None
+        return rebuild.compiled_function, (context, original)
 
     def _handle_reduce(self, handle: Any) -> tuple | None:
         where = self._global_hooks.get(id(handle.hooks_dict_ref()))
