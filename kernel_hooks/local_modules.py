@@ -18,9 +18,10 @@ open connection) is not carried but noted with its type.
 
 At resume (after the variables, so ``settings is mycfg.items`` holds when a variable named it):
 each module is imported (the resume's ``sys.path`` and cwd are already back) and its attributes
-set. A noted value is named only where the fresh import did not make an attribute of that type
-again: a module-level lock comes back with the import and is not named; a lock or connection
-the session made and set there is named, and the resume is not exact.
+set; a class attribute equal to the one the import made is left as the import made it. A noted
+value is named only where the fresh import did not make an attribute of that type again: a
+module-level lock comes back with the import and is not named; a lock or connection the session
+made and set there is named, and the resume is not exact.
 
 Cost at checkpoint: one pass over ``sys.modules``; values are pickled only for the session's
 own modules (twice: the dry run, then the graph).
@@ -161,7 +162,8 @@ def _restore(state: dict[str, Any]) -> str | None:
         for path, value in state["modules"].get(name, {}).items():
             try:
                 owner, attribute = _owner(module, path)
-                if vars(owner).get(attribute, _ABSENT) is not value:
+                current = vars(owner).get(attribute, _ABSENT)
+                if current is not value and not (owner is not module and _equal(current, value)):
                     setattr(owner, attribute, value)
             except Exception as exc:  # the class is gone from the file, or refuses the value
                 missing.append(f"{name}.{path} ({type(exc).__name__}: {exc})")
@@ -177,6 +179,16 @@ def _restore(state: dict[str, Any]) -> str | None:
 
 
 _ABSENT = object()
+
+
+def _equal(current: Any, value: Any) -> bool:
+    """Whether a class attribute the import made is the one the session had: left alone, so a
+    class whose metaclass reacts to assignments (pydantic's, SQLAlchemy's) sees only what the
+    session changed."""
+    try:
+        return bool(current == value)
+    except Exception:  # an array's ==, or one that raises: not known equal
+        return False
 
 
 ENTRIES = (("local module state", _capture, _restore),)

@@ -89,3 +89,45 @@ def test_what_the_session_set_on_its_own_modules_comes_back(start_kernel, kernel
                             "process))"), out
     assert "_lock" not in out and "pkg.sub" not in out, out
     assert "attributes set on libraries" not in out, "the module's entry carries them, once"
+
+
+RECORDING = '''
+class Recording(type):
+    assigned = []
+
+    def __setattr__(cls, name, value):
+        Recording.assigned.append(name)
+        super().__setattr__(name, value)
+
+
+class Model(metaclass=Recording):
+    fields = {"a": 1}
+    changed = 0
+'''
+
+
+def test_a_class_attribute_the_session_did_not_change_is_left_as_the_import_made_it(
+        tmp_path, monkeypatch):
+    """Only what differs from the fresh import is assigned on the session's classes: a metaclass
+    that reacts to assignments (pydantic's, SQLAlchemy's) sees the session's change alone."""
+    import importlib
+    import sys
+
+    from kernel_hooks import local_modules
+
+    local_modules.remember_baseline()  # as the extension does when it loads
+    (tmp_path / "recorded_models.py").write_text(RECORDING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("recorded_models")
+    try:
+        module.Model.changed = 5
+        state = local_modules._capture()
+        assert state["modules"]["recorded_models"]["Model.changed"] == 5
+        del sys.modules["recorded_models"]
+        fresh = importlib.import_module("recorded_models")  # as the resumed kernel imports it
+        assert fresh.Model.changed == 0 and fresh.Recording.assigned == []
+        assert local_modules._restore(state) is None
+        # (``assigned`` itself comes back as the session had it: ["changed"], then this one)
+        assert fresh.Model.changed == 5 and "fields" not in fresh.Recording.assigned
+    finally:
+        sys.modules.pop("recorded_models", None)
