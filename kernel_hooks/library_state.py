@@ -221,22 +221,36 @@ TORCH_PRINT_FIELDS = ("precision", "threshold", "edgeitems", "linewidth", "sci_m
 TORCH_MATMUL_FLAGS = {"allow_fp16_reduced_precision_reduction": True,
                       "allow_bf16_reduced_precision_reduction": True,
                       "allow_fp16_accumulation": False}
+#: torch's per-backend float32 precision (torch >= 2.9: ``torch.backends.cuda.matmul.
+#: fp32_precision = "tf32"``, the API its docs now give for TF32), as a fresh process has it. Once
+#: a session sets one, the legacy getters (``get_float32_matmul_precision``, ``cudnn.allow_tf32``)
+#: raise: these travel instead. Parents before children (a child at "none" follows its parent).
+TORCH_FP32_PRECISION = {"": "none", "cuda": "none", "cuda.matmul": "none", "cudnn": "none",
+                        "cudnn.conv": "tf32", "cudnn.rnn": "tf32", "mkldnn": "none",
+                        "mkldnn.matmul": "none", "mkldnn.conv": "none", "mkldnn.rnn": "none"}
 #: The scaled-dot-product attention backends (``torch.backends.cuda.<kind>_sdp_enabled``).
 TORCH_SDP_KINDS = ("flash", "mem_efficient", "math", "cudnn")
+
+
+def _backend(torch: Any, path: str) -> Any:
+    """``torch.backends`` or the backend at ``path`` below it (``"cuda.matmul"``), or None."""
+    backend = torch.backends
+    for part in filter(None, path.split(".")):
+        backend = getattr(backend, part, None)
+    return backend
 
 
 def _torch_settings_now(torch: Any) -> dict[str, Any]:
     cudnn, cuda = torch.backends.cudnn, torch.backends.cuda
     get_default_device = getattr(torch, "get_default_device", None)  # torch >= 2.3
-    return {
+    now = {
         "default_dtype": torch.get_default_dtype(),
         "default_device": str(get_default_device()) if get_default_device else "cpu",
         "grad_enabled": torch.is_grad_enabled(),
         "deterministic": (torch.are_deterministic_algorithms_enabled(),
                           torch.is_deterministic_algorithms_warn_only_enabled()),
         "cudnn": {"enabled": cudnn.enabled, "benchmark": cudnn.benchmark,
-                  "deterministic": cudnn.deterministic, "allow_tf32": cudnn.allow_tf32},
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                  "deterministic": cudnn.deterministic},
         "cuda_matmul": {flag: getattr(cuda.matmul, flag) for flag in TORCH_MATMUL_FLAGS
                         if hasattr(cuda.matmul, flag)},
         "sdp": {kind: getattr(cuda, f"{kind}_sdp_enabled")() for kind in TORCH_SDP_KINDS
@@ -246,6 +260,15 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
         "anomaly": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
         "num_threads": torch.get_num_threads(),
     }
+    try:  # the float32 precision as the session set it: the legacy API's view, if it has one
+        now["cudnn"]["allow_tf32"] = cudnn.allow_tf32
+        now["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    except RuntimeError:  # "mix of the legacy and new APIs": the per-backend settings are it
+        now["cudnn"].pop("allow_tf32", None)
+        now["fp32_precision"] = {path: _backend(torch, path).fp32_precision
+                                 for path in TORCH_FP32_PRECISION
+                                 if hasattr(_backend(torch, path), "fp32_precision")}
+    return now
 
 
 def _default_thread_counts() -> set[int]:
@@ -271,11 +294,13 @@ def _default_thread_counts() -> set[int]:
 def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
     """What a fresh process has, for the settings this torch has (``now``)."""
     printer = type(torch._tensor_str.PRINT_OPTS)
+    cudnn = {"enabled": True, "benchmark": False, "deterministic": False, "allow_tf32": True}
     return {
         "default_dtype": torch.float32, "default_device": "cpu", "grad_enabled": True,
         "deterministic": (False, False),
-        "cudnn": {"enabled": True, "benchmark": False, "deterministic": False, "allow_tf32": True},
+        "cudnn": {key: cudnn[key] for key in now["cudnn"]},
         "float32_matmul_precision": "highest",
+        "fp32_precision": {path: TORCH_FP32_PRECISION[path] for path in now.get("fp32_precision", ())},
         "cuda_matmul": {flag: TORCH_MATMUL_FLAGS[flag] for flag in now["cuda_matmul"]},
         "sdp": dict.fromkeys(now["sdp"], True),
         "print_options": {field: getattr(printer, field) for field in TORCH_PRINT_FIELDS},
@@ -318,6 +343,8 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "deterministic": lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
         "cudnn": lambda v: [setattr(torch.backends.cudnn, k, flag) for k, flag in v.items()],
         "float32_matmul_precision": torch.set_float32_matmul_precision,
+        "fp32_precision": lambda v: [setattr(_backend(torch, path), "fp32_precision", value)
+                                     for path, value in v.items()],
         "cuda_matmul": lambda v: [setattr(cuda.matmul, k, flag) for k, flag in v.items()],
         "sdp": lambda v: [getattr(cuda, f"enable_{k}_sdp")(flag) for k, flag in v.items()],
         "print_options": lambda v: torch.set_printoptions(**v),

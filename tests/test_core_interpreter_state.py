@@ -418,3 +418,27 @@ def test_hugging_face_progress_bar_switches_travel(monkeypatch):
         fresh()
         hub_bars.progress_bar_states.update(saved[0])
         hf_logging._tqdm_active = saved[1]
+
+
+def test_the_per_backend_float32_precision_travels():
+    """``torch.backends.cuda.matmul.fp32_precision = "tf32"`` (torch >= 2.9, the TF32 API its docs
+    give now) makes the legacy getters raise ("mix of the legacy and new APIs"): the whole torch
+    settings entry failed at checkpoint. The per-backend settings travel instead, and come back."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    if not hasattr(matmul, "fp32_precision"):
+        pytest.skip("this torch has no per-backend fp32_precision")
+    try:
+        matmul.fp32_precision = "tf32"
+        torch.set_grad_enabled(False)
+        state = library_state._torch_settings()
+        assert state["fp32_precision"]["cuda.matmul"] == "tf32" and state["grad_enabled"] is False
+        matmul.fp32_precision = "none"  # as a fresh process has it
+        torch.set_grad_enabled(True)
+        assert library_state._restore_torch_settings(state) is None
+        assert matmul.fp32_precision == "tf32" and not torch.is_grad_enabled()
+    finally:
+        matmul.fp32_precision = "none"
+        torch.set_grad_enabled(True)
+    assert torch.get_float32_matmul_precision() == "highest"
