@@ -259,6 +259,8 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
                           for field in TORCH_PRINT_FIELDS},
         "anomaly": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
         "num_threads": torch.get_num_threads(),
+        "mkldnn": torch.backends.mkldnn.enabled,
+        "opt_einsum": (torch.backends.opt_einsum.enabled, torch.backends.opt_einsum.strategy),
     }
     try:  # the float32 precision as the session set it: the legacy API's view, if it has one
         now["cudnn"]["allow_tf32"] = cudnn.allow_tf32
@@ -306,6 +308,8 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         "print_options": {field: getattr(printer, field) for field in TORCH_PRINT_FIELDS},
         "anomaly": (False, True),
         "num_threads": now["num_threads"] if now["num_threads"] in _default_thread_counts() else None,
+        "mkldnn": True,
+        "opt_einsum": ((True, "auto") if torch.backends.opt_einsum.is_available() else (False, None)),
     }
 
 
@@ -350,6 +354,9 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "print_options": lambda v: torch.set_printoptions(**v),
         "anomaly": lambda v: torch.autograd.set_detect_anomaly(v[0], check_nan=v[1]),
         "num_threads": torch.set_num_threads,
+        "mkldnn": lambda v: setattr(torch.backends.mkldnn, "enabled", v),
+        "opt_einsum": lambda v: [setattr(torch.backends.opt_einsum, "enabled", v[0]),
+                                 setattr(torch.backends.opt_einsum, "strategy", v[1])],
     }
     refused = []
     for key, value in changed.items():

@@ -173,7 +173,7 @@ SESSION = [
     "torch.backends.cudnn.allow_tf32 = False\n"
     "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False\n"
     "torch.backends.cuda.enable_flash_sdp(False); torch.set_default_device('meta')\n"
-    "torch.set_printoptions(precision=2, sci_mode=False)",
+    "torch.set_printoptions(precision=2, sci_mode=False); torch.backends.mkldnn.enabled = False",
     # the interpreter's own settings
     "import decimal, gc, sys\nsys.setrecursionlimit(4321); decimal.getcontext().prec = 50\n"
     "decimal.getcontext().rounding = decimal.ROUND_DOWN; gc.set_threshold(5000, 20, 30)\n"
@@ -247,7 +247,7 @@ print(json.dumps({
               torch.is_anomaly_enabled(), torch.backends.cudnn.allow_tf32,
               torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
               torch.backends.cuda.flash_sdp_enabled(), str(torch.get_default_device()),
-              repr(torch.tensor([1 / 3], device='cpu'))],
+              repr(torch.tensor([1 / 3], device='cpu')), torch.backends.mkldnn.enabled],
     "python": [sys.getrecursionlimit(), str(__import__('decimal').Decimal(2).sqrt()),
                __import__('gc').get_threshold(), sys.get_int_max_str_digits()],
     "autoreload": [sorted(get_ipython().extension_manager.loaded),
