@@ -410,11 +410,9 @@ def _torch_global_hooks() -> Any:
     (``register_module_forward_hook``, ``register_optimizer_step_pre_hook``, ...), by the dict
     they are in (``torch_reduce.GLOBAL_HOOKS``; a fresh torch has them empty), with the
     full-backward switch beside them."""
-    from .torch_reduce import GLOBAL_HOOKS  # torch_reduce imports nothing: cheap
+    from .torch_reduce import loaded_global_hooks  # torch_reduce imports nothing: cheap
 
-    hooks = {(module, name): dict(vars(sys.modules[module])[name])
-             for module, names in GLOBAL_HOOKS.items() if module in sys.modules
-             for name in names if vars(sys.modules[module]).get(name)}
+    hooks = {(module, name): dict(dicts) for module, name, dicts in loaded_global_hooks() if dicts}
     if not hooks:
         return None
     full = getattr(sys.modules.get("torch.nn.modules.module"), "_global_is_full_backward_hook", None)

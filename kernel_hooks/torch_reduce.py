@@ -74,11 +74,14 @@ GLOBAL_HOOKS = {
 }
 
 
-def global_hook_dicts() -> dict[int, tuple[str, str]]:
-    """id of each of torch's global hook dicts loaded now -> (module, name)."""
-    return {id(vars(sys.modules[module])[name]): (module, name)
-            for module, names in GLOBAL_HOOKS.items() if module in sys.modules
-            for name in names if name in vars(sys.modules[module])}
+def loaded_global_hooks() -> Iterator[tuple[str, str, dict]]:
+    """(module, name, dict) of each of torch's global hook dicts loaded now."""
+    for module, names in GLOBAL_HOOKS.items():
+        owner = sys.modules.get(module)
+        for name in names if owner is not None else ():
+            hooks = vars(owner).get(name)
+            if hooks is not None:
+                yield module, name, hooks
 
 
 def dynamo_globals(namespace: Any) -> set[str]:
@@ -113,7 +116,8 @@ class TorchReductions:
         self._dynamo_context = getattr(frames, "_TorchDynamoContext", None)
         hooks = sys.modules.get("torch.utils.hooks")
         self._handle = hooks.RemovableHandle if hooks is not None else None
-        self._global_hooks = global_hook_dicts() if hooks is not None else {}
+        self._global_hooks = {id(dicts): (module, name)
+                              for module, name, dicts in loaded_global_hooks()}
 
     def reduce(self, obj: object) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
