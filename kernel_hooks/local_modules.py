@@ -17,19 +17,21 @@ is tried alone first (``graph.why_not_whole``): one that would not come back who
 open connection) is not carried but noted with its type.
 
 At resume (after the variables, so ``settings is mycfg.items`` holds when a variable named it):
-each module is imported (the resume's ``sys.path`` and cwd are already back) and its attributes
-set; a class attribute equal to the one the import made is left as the import made it. A noted
-value is named only where the fresh import did not make an attribute of that type again: a
-module-level lock comes back with the import and is not named; a lock or connection the session
-made and set there is named, and the resume is not exact.
+each module is imported (the resume's ``sys.path`` and cwd are already back) and, where its file
+is the one the checkpoint saw (by digest), its attributes are set; a file edited during the
+pause wins, and the module is named. A class attribute equal to the one the import made is left
+as the import made it. A noted value is named only where the fresh import did not make an
+attribute of that type again: a module-level lock comes back with the import and is not named;
+a lock or connection the session made and set there is named, and the resume is not exact.
 
 Cost at checkpoint: one pass over ``sys.modules``; values are pickled only for the session's
-own modules (twice: the dry run, then the graph).
+own modules (twice: the dry run, then the graph), and their files are read for the digest.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import os
 import sys
@@ -136,6 +138,7 @@ def _capture() -> Any:
 
     carried: dict[str, dict[str, Any]] = {}
     noted: dict[str, dict[str, tuple[str, str]]] = {}
+    sources: dict[str, str | None] = {}
     for name, module in local_modules().items():
         for path, value in _attributes(name, module):
             why = why_not_whole(value)
@@ -143,7 +146,20 @@ def _capture() -> Any:
                 carried.setdefault(name, {})[path] = value
             else:
                 noted.setdefault(name, {})[path] = (type(value).__qualname__, why)
-    return {"modules": carried, "noted": noted} if carried or noted else None
+        if name in carried or name in noted:
+            sources[name] = _source_digest(module)
+    if not sources:
+        return None
+    return {"modules": carried, "noted": noted, "sources": sources}
+
+
+def _source_digest(module: types.ModuleType) -> str | None:
+    """The digest of the module's file as it is now (None: unreadable)."""
+    try:
+        with open(module.__file__, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def _owner(module: types.ModuleType, path: str) -> tuple[Any, str]:
@@ -158,6 +174,10 @@ def _restore(state: dict[str, Any]) -> str | None:
             module = importlib.import_module(name)
         except Exception as exc:  # the file is gone, or raises now: every value of it is named
             missing.append(f"{name} ({type(exc).__name__}: {exc})")
+            continue
+        if _source_digest(module) != state["sources"][name]:
+            missing.append(f"{name} ({module.__file__} changed since the checkpoint: the file's "
+                           "values stand)")
             continue
         for path, value in state["modules"].get(name, {}).items():
             try:

@@ -131,3 +131,31 @@ def test_a_class_attribute_the_session_did_not_change_is_left_as_the_import_made
         assert fresh.Model.changed == 5 and "fields" not in fresh.Recording.assigned
     finally:
         sys.modules.pop("recorded_models", None)
+
+
+def test_a_module_edited_during_the_pause_keeps_the_files_values_and_is_named(
+        tmp_path, monkeypatch):
+    """The user edits ``settings_edited.py`` while the kernel is paused: the resumed kernel imports
+    the new file, and the session's values (from the old file) do not overwrite the edit; the
+    module is named, so the resume is not exact."""
+    import importlib
+    import sys
+
+    from kernel_hooks import local_modules
+
+    local_modules.remember_baseline()
+    source = tmp_path / "settings_edited.py"
+    source.write_text("lr = 0.5\nsteps = 10\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("settings_edited")
+    try:
+        module.steps = 20
+        state = local_modules._capture()
+        del sys.modules["settings_edited"]
+        source.write_text("lr = 0.01\nsteps = 10\n")  # edited during the pause
+        fresh = importlib.import_module("settings_edited")
+        why = local_modules._restore(state)
+        assert why.startswith("not set again: settings_edited (") and "changed since" in why
+        assert (fresh.lr, fresh.steps) == (0.01, 10)
+    finally:
+        sys.modules.pop("settings_edited", None)
