@@ -157,6 +157,13 @@ def take_checkpoint(
 
     mark = time.monotonic()
     graph, records, collector, failed = write_graph(items, StorageCollector)
+    unpickled = {n: why for n, why in failed.items() if interpreter_state.entry_name(n)}
+    if unpickled:  # each travels as NotCaptured instead, so that the resume names it too
+        items = [(n, interpreter_state.NotCaptured(f"not saved: {unpickled[n]}")
+                  if n in unpickled else value)
+                 for n, value in items if n not in failed or n in unpickled]
+        graph, records, collector, more = write_graph(items, StorageCollector)
+        failed.update(more)
     timings["pickle"] = time.monotonic() - mark
     for var, reason in failed.items():
         entry = interpreter_state.entry_name(var)

@@ -154,9 +154,13 @@ def _shell_hooks() -> Any:
     shell = _shell()
     if shell is None:
         return None
+    magics = [(kind, name, magic) for kind, table in shell.magics_manager.magics.items()
+              for name, magic in table.items() if _notebook_made(magic)]
     hooks = {
-        "magics": [(kind, name, magic) for kind, table in shell.magics_manager.magics.items()
-                   for name, magic in table.items() if _notebook_made(magic)],
+        # a Magics class holds the shell: it is registered again, as a class
+        "magic_classes": list(dict.fromkeys(type(m.__self__) for _, _, m in magics
+                                            if hasattr(m, "__self__"))),
+        "magics": [(kind, name, m) for kind, name, m in magics if not hasattr(m, "__self__")],
         "events": [(event, callback) for event, callbacks in shell.events.callbacks.items()
                    for callback in callbacks if _notebook_made(callback)],
         "printers": [(mime, kind, key, printer)
@@ -172,11 +176,10 @@ def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
     shell = _shell()
     if shell is None:
         return "no IPython shell here"
+    for magics_class in hooks["magic_classes"]:
+        shell.register_magics(magics_class)
     for kind, name, magic in hooks["magics"]:
-        if hasattr(magic, "__self__"):  # a method of a registered Magics instance
-            shell.magics_manager.magics[kind][name] = magic
-        else:
-            shell.magics_manager.register_function(magic, kind, name)
+        shell.magics_manager.register_function(magic, kind, name)
     for event, callback in hooks["events"]:
         if callback not in shell.events.callbacks[event]:
             shell.events.register(event, callback)

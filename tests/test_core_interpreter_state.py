@@ -335,6 +335,16 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 def shout(line):
     return line.upper()
 
+from IPython.core.magic import Magics, line_magic, magics_class
+
+@magics_class
+class Mine(Magics):  # its instance holds the shell
+    @line_magic
+    def twice(self, line):
+        return line * 2
+
+get_ipython().register_magics(Mine)
+
 multiprocessing.set_start_method("spawn", force=True)
 calls, ran = [], []
 forward = torch.nn.modules.module.register_module_forward_hook(
@@ -358,22 +368,24 @@ net(torch.ones(1))
 print(json.dumps([multiprocessing.get_start_method(allow_none=True), calls,
                   get_ipython().display_formatter.formatters["text/plain"].float_precision,
                   get_ipython().InteractiveTB.mode, get_ipython().run_line_magic("shout", "hi"),
+                  get_ipython().run_line_magic("twice", "ab"),
                   get_ipython().display_formatter.formatters["text/plain"](Box())]))
 """
 
 
 def test_shell_hooks_global_hooks_and_the_start_method_come_back(start_kernel):
-    """What a notebook registers beside its variables comes back, and nothing is named: a magic
-    it defined, an event callback, a display printer for its class, ``%precision`` and ``%xmode``
-    (IPython keeps each in the shell, not in the namespace), a global module forward hook and a
-    global optimizer hook (torch/nn/modules/module.py, torch/optim/optimizer.py keep them in
-    module dicts; their handles pickled a copy torch never looked at), and multiprocessing's
-    start method (``spawn``, which CUDA needs in DataLoader workers). All were lost while the
-    resume said exact. The handles still remove their hooks."""
+    """What a notebook registers beside its variables comes back, and nothing is named: magics
+    it defined (a function, and a ``Magics`` class, whose instance holds the shell), an event
+    callback, a display printer for its class, ``%precision`` and ``%xmode`` (IPython keeps each
+    in the shell, not in the namespace), a global module forward hook and a global optimizer hook
+    (torch/nn/modules/module.py, torch/optim/optimizer.py keep them in module dicts; their handles
+    pickled a copy torch never looked at), and multiprocessing's start method (``spawn``, which
+    CUDA needs in DataLoader workers). All were lost while the resume said exact. The handles
+    still remove their hooks."""
     a = start_kernel()
     a.run(SHELL_AND_GLOBAL_HOOKS)
     before = a.run_json(OBSERVE_HOOKS)
-    assert before == ["spawn", ["stepped", "Linear"], "3", "Minimal", "HI", "BOX!"]
+    assert before == ["spawn", ["stepped", "Linear"], "3", "Minimal", "HI", "abab", "BOX!"]
     assert len(a.run_json("print(json.dumps(ran))")) == 1  # OBSERVE_HOOKS' own run
     a.run("%checkpoint")
     a.kill()
@@ -442,3 +454,26 @@ def test_the_per_backend_float32_precision_travels():
         matmul.fp32_precision = "none"
         torch.set_grad_enabled(True)
     assert torch.get_float32_matmul_precision() == "highest"
+
+
+class RefusesPickling:
+    def __reduce__(self):
+        raise TypeError("this state cannot be pickled")
+
+
+def test_a_state_entry_that_does_not_pickle_is_named_at_resume_too(tmp_path):
+    """An entry whose state fails to pickle was named at checkpoint only: the resume said exact.
+    It travels as ``NotCaptured`` and the resume names it."""
+    import kernel_hooks
+
+    interpreter_state.register_state("refusing entry", capture=RefusesPickling,
+                                     restore=lambda state: None)
+    try:
+        root = str(tmp_path / "store")
+        result = kernel_hooks.checkpoint(namespace={"x": 1}, store=root, workspace="ws")
+        assert [s.name for s in result.skipped] == ["refusing entry"]
+        resumed = kernel_hooks.resume(namespace={}, store=root, workspace="ws")
+    finally:
+        del interpreter_state.entries["refusing entry"]
+    assert resumed.verdict["level"] == "partial", resumed.verdict
+    assert any("refusing entry not restored: not saved: TypeError" in w for w in resumed.warnings)
