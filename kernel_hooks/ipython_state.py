@@ -190,14 +190,39 @@ def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
 
 # -- output history --------------------------------------------------------------------------
 
+#: Output values that always pickle whole: no dry run for them.
+_PLAIN_OUTPUTS = (str, bytes, int, float, complex, bool, type(None))
+
+
 def _outputs() -> Any:
-    """``Out`` (the values ``_N`` name) and what ``_``, ``__``, ``___`` hold."""
+    """``Out`` (the values ``_N`` name) and what ``_``, ``__``, ``___`` hold. An output that
+    would not come back whole (its pickling raises, or holds a lock, a file ...) is left out and
+    noted, so that one such value costs itself, named at resume, not the whole history."""
+    from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
+
     shell = _shell()
     if shell is None or not shell.history_manager.output_hist:
         return None
-    out = shell.history_manager.output_hist
+    reasons: dict[int, str | None] = {}  # by id: ``_`` is mostly the last output
+
+    def why_not(value: Any) -> str | None:
+        if isinstance(value, _PLAIN_OUTPUTS):
+            return None
+        if id(value) not in reasons:
+            reasons[id(value)] = why_not_whole(value)
+        return reasons[id(value)]
+
+    out, lost = {}, {}
+    for number, value in shell.history_manager.output_hist.items():
+        why = why_not(value)
+        if why is None:
+            out[number] = value
+        else:
+            lost[number] = why
+    unders = [shell.user_ns.get(name, "") for name in ("_", "__", "___")]
+    unders = [value if why_not(value) is None else "" for value in unders]
     return {"out": dict(zip(out, _scrubbed(list(out.values())), strict=True)),
-            "unders": _scrubbed([shell.user_ns.get(name, "") for name in ("_", "__", "___")])}
+            "unders": _scrubbed(unders), "lost": lost}
 
 
 def _scrubbed(values: list[Any]) -> list[Any]:
@@ -218,7 +243,8 @@ def _restore_outputs(state: dict[str, Any]) -> str | None:
     hook = shell.displayhook
     hook._, hook.__, hook.___ = state["unders"]
     shell.user_ns.update(zip(("_", "__", "___"), state["unders"], strict=True))
-    return None
+    lost = state.get("lost", {})  # an earlier version's snapshot has none
+    return ", ".join(f"Out[{n}] ({why})" for n, why in lost.items()) if lost else None
 
 
 ENTRIES = (

@@ -477,3 +477,21 @@ def test_a_state_entry_that_does_not_pickle_is_named_at_resume_too(tmp_path):
         del interpreter_state.entries["refusing entry"]
     assert resumed.verdict["level"] == "partial", resumed.verdict
     assert any("refusing entry not restored: not saved: TypeError" in w for w in resumed.warnings)
+
+
+def test_one_output_that_cannot_travel_costs_only_itself(start_kernel):
+    """``Out`` holding a value whose pickling raises lost the whole output history (before:
+    silently). Now the other outputs and ``_`` come back, and that one is named."""
+    a = start_kernel()
+    a.run("class Refuses:\n    def __reduce__(self):\n        raise TypeError('refuses pickling')\n")
+    refused = a.run("Refuses()") and a.last_execution_count
+    answer = a.run("6 * 7") and a.last_execution_count
+    a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(partial)" in out.splitlines()[0], out
+    assert (f"  warning: IPython output history not restored: Out[{refused}] (TypeError: "
+            "refuses pickling)") in out.splitlines(), out
+    assert b.run(f"print(Out[{answer}], _{answer}, {refused} in Out)").split() == ["42", "42", "False"]
