@@ -151,12 +151,14 @@ def _shell_hooks() -> Any:
     """What the notebook registered in the shell: its magics (``@register_line_magic``,
     ``register_magics`` of a notebook class), event callbacks (``events.register``) and display
     printers (``formatter.for_type``). A fresh shell has only its own and its libraries'."""
+    from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
+
     shell = _shell()
     if shell is None:
         return None
     magics = [(kind, name, magic) for kind, table in shell.magics_manager.magics.items()
               for name, magic in table.items() if _notebook_made(magic)]
-    hooks = {
+    found = {
         # a Magics class holds the shell: it is registered again, as a class
         "magic_classes": list(dict.fromkeys(type(m.__self__) for _, _, m in magics
                                             if hasattr(m, "__self__"))),
@@ -169,7 +171,22 @@ def _shell_hooks() -> Any:
                      for key, printer in getattr(formatter, kind).items()
                      if _notebook_made(printer)],
     }
+    # each that would not come back whole is named at resume, alone (a callback over the shell)
+    hooks: dict[str, list] = {kind: [] for kind in found}
+    hooks["lost"] = []
+    for kind, items in found.items():
+        for item in items:
+            why = why_not_whole(item)
+            if why is None:
+                hooks[kind].append(item)
+            else:
+                hooks["lost"].append(f"{kind[:-1].replace('_', ' ')} {_hook_name(item)} ({why})")
     return hooks if any(hooks.values()) else None
+
+
+def _hook_name(item: Any) -> str:
+    hook = item[-1] if isinstance(item, tuple) else item
+    return getattr(hook, "__qualname__", type(hook).__name__)
 
 
 def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
@@ -185,7 +202,7 @@ def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
             shell.events.register(event, callback)
     for mime, kind, key, printer in hooks["printers"]:
         getattr(shell.display_formatter.formatters[mime], kind)[key] = printer
-    return None
+    return ", ".join(hooks["lost"]) or None
 
 
 # -- output history --------------------------------------------------------------------------

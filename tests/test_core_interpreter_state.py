@@ -495,3 +495,26 @@ def test_one_output_that_cannot_travel_costs_only_itself(start_kernel):
     assert (f"  warning: IPython output history not restored: Out[{refused}] (TypeError: "
             "refuses pickling)") in out.splitlines(), out
     assert b.run(f"print(Out[{answer}], _{answer}, {refused} in Out)").split() == ["42", "42", "False"]
+
+
+def test_one_shell_hook_that_cannot_travel_costs_only_itself(start_kernel):
+    """An event callback whose pickling raises (its default argument refuses) lost every hook of
+    the notebook: the other callback and the magic come back, and that one is named."""
+    a = start_kernel()
+    a.run("class Refuses:\n    def __reduce__(self):\n        raise TypeError('refuses pickling')\n")
+    a.run("ran = []\nip = get_ipython()\n"
+          "ip.events.register('post_run_cell', lambda result, keep=Refuses(): None)\n"
+          "ip.events.register('post_run_cell', lambda result: ran.append(1))\n"
+          "from IPython.core.magic import register_line_magic\n"
+          "register_line_magic(lambda line: line[::-1])\n")
+    a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(partial)" in out.splitlines()[0], out
+    assert ("  warning: IPython hooks of the notebook not restored: event <lambda> (TypeError: "
+            "refuses pickling)") in out.splitlines(), out
+    b.run("ran.clear()")
+    assert b.run("print(len(ran), get_ipython().run_line_magic('<lambda>', 'abc'))").split() \
+        == ["1", "cba"]
