@@ -122,9 +122,13 @@ class _GraphPickler(cloudpickle.Pickler):
                 self.note.modules.add(module.split(".", 1)[0])
         if type(obj) is types.CodeType:
             return _code_in_its_file(obj)
-        if type(obj) is _LRU_CACHED and not _by_reference(obj.__wrapped__):
-            return _lru_cached_by_value(obj)
         kind = type(obj)
+        if kind is _LRU_CACHED and not _by_reference(obj.__wrapped__):
+            return _lru_cached_by_value(obj)
+        if kind is _CACHED_PROPERTY:
+            return rebuild.cached_property, (obj.func, obj.attrname)
+        if kind is types.FunctionType and "registry" in vars(obj) and not _by_reference(obj):
+            return _single_dispatch_by_value(obj)
         forwards = self._forwarding.get(kind)
         if forwards is None:
             forwards = self._forwarding[kind] = _forwards_attributes(kind)
@@ -144,6 +148,7 @@ class _GraphPickler(cloudpickle.Pickler):
 
 
 _LRU_CACHED = type(functools.lru_cache(lambda: None))
+_CACHED_PROPERTY = functools.cached_property
 _by_reference = cloudpickle.cloudpickle._should_pickle_by_reference
 
 
@@ -170,6 +175,15 @@ def _with_dict_set_directly(obj: object) -> tuple:
     state = object.__getattribute__(obj, "__dict__")
     return (copyreg.__newobj__, (type(obj),), dict(state) or None, None, None,
             rebuild.instance_dict)
+
+
+def _single_dispatch_by_value(function: types.FunctionType) -> Any:
+    """A ``functools.singledispatch`` function of the notebook: its implementations by type. Its
+    closure holds a ``WeakKeyDictionary`` cache, which does not pickle (the name was lost)."""
+    registry = vars(function)["registry"]
+    if not isinstance(registry, types.MappingProxyType) or "dispatch" not in vars(function):
+        return NotImplemented  # another function with a ``registry`` attribute
+    return rebuild.single_dispatch, (dict(registry),)
 
 
 def _lru_cached_by_value(cached: Any) -> Any:

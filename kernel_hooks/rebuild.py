@@ -97,6 +97,25 @@ def notebook_function_state(func: types.FunctionType, state: tuple[dict, dict]) 
         setattr(func, attribute, value)
 
 
+def single_dispatch(registry: dict[type, Any]) -> Any:
+    """A ``functools.singledispatch`` function with the implementations of ``registry``
+    (``graph._single_dispatch_by_value``)."""
+    function = functools.singledispatch(registry[object])
+    for kind, implementation in registry.items():
+        if kind is not object:
+            function.register(kind, implementation)
+    return function
+
+
+def cached_property(function: Any, name: str | None) -> Any:
+    """A ``functools.cached_property`` over ``function``, cached under ``name`` as ``__set_name__``
+    made it (a class pickled by value gets its attributes set, not named: before Python 3.12 the
+    property also held a lock, which became a placeholder)."""
+    prop = functools.cached_property(function)
+    prop.attrname = name
+    return prop
+
+
 def lru_cached(function: Any, maxsize: int | None, typed: bool) -> Any:
     """``function`` under a new ``functools.lru_cache`` (``graph._lru_cached_by_value``)."""
     return functools.lru_cache(maxsize=maxsize, typed=typed)(function)

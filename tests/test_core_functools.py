@@ -1,0 +1,53 @@
+"""functools' decorators on the notebook's own code come back: a ``singledispatch`` function
+(its closure holds a ``WeakKeyDictionary`` dispatch cache, which does not pickle: the name was
+lost) and a class with a ``cached_property`` (before Python 3.12 the property holds an ``RLock``:
+the class came back with a placeholder, and the resume was partial)."""
+
+from __future__ import annotations
+
+SESSION = r'''
+import functools, json
+
+@functools.singledispatch
+def describe(x):
+    return "thing"
+
+@describe.register(int)
+def _(x):
+    return f"int {x}"
+
+class Dataset:
+    def __init__(self, n):
+        self.n = n
+        self.computed = 0
+
+    @functools.cached_property
+    def size(self):
+        self.computed += 1
+        return self.n * 2
+
+data = Dataset(4)
+data.size
+first = functools.partial(describe, 3)
+'''
+
+OBSERVE = r'''
+print(json.dumps([describe(1), describe("a"), first(), data.size, data.computed,
+                  Dataset(5).size, type(Dataset.__dict__["size"]).__name__]))
+'''
+
+
+def test_singledispatch_and_cached_property_come_back(start_kernel):
+    a = start_kernel()
+    a.run(SESSION)
+    before = a.run_json(OBSERVE)
+    assert before == ["int 1", "thing", "int 3", 8, 1, 10, "cached_property"]
+    a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out.splitlines()[0] and "not restored" not in out, out
+    assert b.run_json(OBSERVE) == before  # the cached value is not computed again
+    b.run("@describe.register(float)\ndef _(x):\n    return 'float'")
+    assert b.run_json("print(json.dumps(describe(1.5)))") == "float"
