@@ -18,6 +18,10 @@ are named with the other things left behind (``left_behind``).
   (``DisableOnWriteError``, closures over the stream's ``write`` and a weak proxy of the bar) and
   status printer belong to this process; the bar pickles as its counters and settings and is
   set up again on the resumed kernel's stream (``_progress_bar``), at the count it had.
+- A ``numpy.memmap`` sharing a file (``np.memmap(path, mode="r" | "r+" | "w+")``) on what the
+  next pod has is reopened on that file (``_memmap_reduce``): it pickled as an in-memory copy,
+  so writes after a resume silently no longer reached the file, views no longer shared memory
+  with it, and a large read-only dataset was copied into every snapshot.
 - A DataLoader iterator (torch/utils/data/dataloader.py: ``_BaseDataLoaderIter.__getstate__``
   raises ``NotImplementedError``) becomes an ``Uncaptured`` placeholder that names its position
   and, with ``num_workers > 0``, its worker processes' pids (they stay on this pod;
@@ -58,6 +62,50 @@ def _standard_stream(name: str) -> Any:
     return getattr(sys, name)
 
 
+def _memmap_reduce(array: Any, note: RecordNote) -> tuple | None:
+    """A ``numpy.memmap`` sharing its file (mode ``r``, ``r+``, ``w+``) on what the next pod has:
+    reopened on that file at resume (written ones flushed first), a view as the same view of its
+    reopened memmap, so writes still reach the file and views still share memory. ``None`` (its
+    data travels as an array's) for a private one (``c``), and for one whose file stays behind,
+    which is noted when it was written to: its writes would no longer reach a file."""
+    import mmap
+
+    root = array
+    while isinstance(root, type(array)) and not isinstance(root.base, mmap.mmap):
+        root = root.base
+    if not isinstance(root, type(array)) or root.filename is None or root.mode == "c":
+        return None
+    if not comes_back(root.filename):
+        if root.mode != "r":
+            note.uncaptured.append((
+                "numpy.memmap", f"its file {root.filename[:120]} stays on the old pod: it comes "
+                "back as an array in memory, and its writes no longer reach a file"))
+        return None
+    if root.mode != "r":
+        root.flush()
+    if array is not root:
+        start = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        return _memmap_view, (root, start, array.shape, array.strides, array.dtype)
+    order = "F" if root.flags.f_contiguous and not root.flags.c_contiguous else "C"
+    return _reopen_memmap, (root.filename, root.dtype, "r" if root.mode == "r" else "r+",
+                            root.offset, root.shape, order)
+
+
+def _reopen_memmap(path: str, dtype: Any, mode: str, offset: int, shape: tuple,
+                   order: str) -> Any:
+    import numpy
+
+    return numpy.memmap(path, dtype=dtype, mode=mode, offset=offset, shape=shape, order=order)
+
+
+def _memmap_view(root: Any, start: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+    import numpy
+
+    view = numpy.ndarray(shape, dtype, buffer=root, offset=start, strides=strides).view(type(root))
+    view._mmap, view.filename, view.offset, view.mode = root._mmap, root.filename, root.offset, root.mode
+    return view
+
+
 def _progress_bar(cls: type, stream: str | None, state: dict[str, Any]) -> Any:
     """A tqdm bar again (``LiveObjects._bar_reduce``), writing to this process's ``stream`` as
     tqdm/std.py ``tqdm.__init__`` sets it up; ``tqdm.__new__`` counts it among the live bars."""
@@ -81,8 +129,9 @@ class LiveObjects:
         sqlite3 = sys.modules.get("sqlite3")
         self._connection = getattr(sqlite3, "Connection", None)
         self._bar = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
-        self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar)
-                          if t)
+        self._memmap = getattr(sys.modules.get("numpy"), "memmap", None)
+        self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
+                                      self._memmap) if t)
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
 
@@ -98,6 +147,8 @@ class LiveObjects:
             return _loader_reduce(obj, note)
         if self._bar is not None and isinstance(obj, self._bar):
             return self._bar_reduce(obj)
+        if self._memmap is not None and isinstance(obj, self._memmap):
+            return _memmap_reduce(obj, note)
         reduced, reason = self._carried(obj)
         if reason is not None:
             return note.placeholder(obj, reason)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
+
 LOADERS = r"""
 import json, torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -118,3 +120,48 @@ def test_sqlite_connections_reopen_on_the_home_volume_and_tasks_are_named(tmp_pa
     assert json.loads(fresh.run("print(json.dumps(kept.execute('SELECT count(*) FROM runs')"
                                 ".fetchone()[0]))")) == 3
     assert not (tmp_path / "home" / "scratch.db").exists()
+
+
+MEMMAPS = r"""
+import json, os
+import numpy as np
+home, elsewhere = os.environ["GKERESUME_ROOT_DIR"], os.environ["ELSEWHERE"]
+np.arange(250_000, dtype=np.uint32).tofile(os.path.join(home, "train.bin"))
+train = np.memmap(os.path.join(home, "train.bin"), dtype=np.uint32, mode="r")  # nanoGPT's way
+features = np.memmap(os.path.join(home, "features.bin"), dtype=np.float32, mode="w+",
+                     shape=(100, 8))
+features[:3] = 1.5                                  # filled in chunks, cut half-way
+block = features[1:3, 2:5]
+scratch = np.memmap(os.path.join(elsewhere, "scratch.bin"), dtype=np.float32, mode="w+",
+                    shape=(4,))
+scratch[:] = 2
+"""
+
+
+def test_memmaps_reopen_on_their_files(tmp_path, start_kernel):
+    """A ``numpy.memmap`` on the home volume comes back on its file: a read-only dataset is not
+    copied into the snapshot, writes after the resume reach the file, a view still shares memory
+    with its memmap. One written on a file that stays behind comes back in memory and is named
+    (it came back in memory, silently: its writes no longer reached any file)."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    env = {"GKERESUME_ROOT_DIR": str(home), "ELSEWHERE": str(elsewhere)}
+    kernel = start_kernel(env=env)
+    kernel.run(MEMMAPS)
+    report = kernel.run("%checkpoint")
+    size = re.search(r"objects, ([\d.]+) KiB", report)
+    assert size and float(size.group(1)) < 100, report  # the 1 MB dataset stayed in its file
+    assert "scratch" in report and "stays on the old pod" in report, report
+    kernel.kill()
+
+    fresh = start_kernel(env=env)
+    resumed = fresh.run("%resume")
+    assert "(partial)" in resumed.splitlines()[0] and "scratch" in resumed, resumed
+    assert fresh.run_json("print(json.dumps([int(train[12345]), train.filename == os.path.join("
+                          "home, 'train.bin'), float(features[2, 0]), bool(np.shares_memory("
+                          "block, features)), scratch.tolist()]))") == [12345, True, 1.5, True,
+                                                                       [2.0] * 4]
+    fresh.run("block[0, 0] = 9; features[50] = 4; features.flush()")
+    on_disk = np.fromfile(home / "features.bin", dtype=np.float32).reshape(100, 8)
+    assert on_disk[1, 2] == 9 and on_disk[50, 0] == 4 and on_disk[0, 0] == 1.5
