@@ -118,7 +118,10 @@ class _GraphPickler(cloudpickle.Pickler):
             return reduced
         if isinstance(obj, _BY_REFERENCE):
             module = getattr(obj, "__module__", None)
-            if isinstance(module, str) and module not in ("__main__", "builtins"):
+            if (isinstance(module, str) and module not in ("__main__", "builtins")
+                    and (type(obj) is types.BuiltinFunctionType or _by_reference(obj))):
+                # only what is pickled by reference needs its module where the resume runs: a
+                # namedtuple's __new__ says "namedtuple_Point" and travels by value
                 self.note.modules.add(module.split(".", 1)[0])
         if type(obj) is types.CodeType:
             return _code_in_its_file(obj)

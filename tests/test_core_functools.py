@@ -1,7 +1,10 @@
 """functools' decorators on the notebook's own code come back: a ``singledispatch`` function
 (its closure holds a ``WeakKeyDictionary`` dispatch cache, which does not pickle: the name was
 lost) and a class with a ``cached_property`` (before Python 3.12 the property holds an ``RLock``:
-the class came back with a placeholder, and the resume was partial)."""
+the class came back with a placeholder, and the resume was partial). Namedtuple classes of the
+notebook come back without a false alarm: their ``__new__`` says module ``namedtuple_Point``
+(collections/__init__.py evaluates it in such a namespace), which the resume called not
+importable, so every notebook with one was partial."""
 
 from __future__ import annotations
 
@@ -29,19 +32,29 @@ class Dataset:
 data = Dataset(4)
 data.size
 first = functools.partial(describe, 3)
+
+import collections, typing
+Point = collections.namedtuple("Point", "x y")
+
+class Pair(typing.NamedTuple):
+    left: int
+    right: int = 2
+
+corner = (Point(1, 2), Pair(3))
 '''
 
 OBSERVE = r'''
 print(json.dumps([describe(1), describe("a"), first(), data.size, data.computed,
-                  Dataset(5).size, type(Dataset.__dict__["size"]).__name__]))
+                  Dataset(5).size, type(Dataset.__dict__["size"]).__name__,
+                  corner[0].y + corner[1].right, Point(5, 6).x]))
 '''
 
 
-def test_singledispatch_and_cached_property_come_back(start_kernel):
+def test_singledispatch_cached_property_and_namedtuples_come_back(start_kernel):
     a = start_kernel()
     a.run(SESSION)
     before = a.run_json(OBSERVE)
-    assert before == ["int 1", "thing", "int 3", 8, 1, 10, "cached_property"]
+    assert before == ["int 1", "thing", "int 3", 8, 1, 10, "cached_property", 4, 5]
     a.run("%checkpoint")
     a.kill()
 
