@@ -235,17 +235,16 @@ def _foreign(package: str | None, origin: Any) -> bool:
 
 def _patches() -> Any:
     """The state: the patches whose values pickle, and the labels of those that do not."""
-    import cloudpickle  # at the first checkpoint, not at the extension's load (issue 31)
+    from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
 
     remember_baseline()
     kept, lost = [], {}
     for patch in find_patches():
-        try:
-            cloudpickle.dumps(patch.value)
-        except Exception as exc:  # reported at resume: the attribute will be missing there
-            lost[patch.label] = f"{type(exc).__name__}: {exc}"[:200]
-            continue
-        kept.append(patch)
+        why = why_not_whole(patch.value)
+        if why is None:
+            kept.append(patch)
+        else:  # reported at resume: the attribute will be missing there
+            lost[patch.label] = why
     return {"patches": kept, "lost": lost} if kept or lost else None
 
 

@@ -485,15 +485,17 @@ _PYTHON_AT_START = _python_settings_now()
 def _python_settings() -> Any:
     """What the session changed of ``_python_settings_now``, the thread's ``decimal`` context
     when it is not a fresh one (only if ``decimal`` is loaded), and multiprocessing's start
-    method once set (``set_start_method("spawn")``, which CUDA needs in DataLoader workers and
-    ``torch.multiprocessing``; a fresh process has none set and picks its platform's)."""
+    method when set to another than the platform's default (``set_start_method("spawn")``, which
+    CUDA needs in DataLoader workers; a library asking for the method fixes the default one,
+    which a fresh process picks by itself)."""
     changed = {k: v for k, v in _python_settings_now().items() if v != _PYTHON_AT_START.get(k)}
     decimal = sys.modules.get("decimal")
     if decimal is not None and repr(decimal.getcontext()) != repr(decimal.Context()):
         changed["decimal_context"] = decimal.getcontext().copy()
     multiprocessing = sys.modules.get("multiprocessing")
-    if multiprocessing is not None and multiprocessing.get_start_method(allow_none=True):
-        changed["start_method"] = multiprocessing.get_start_method()
+    method = multiprocessing and multiprocessing.get_start_method(allow_none=True)
+    if method and method != multiprocessing.get_all_start_methods()[0]:  # the first: the default
+        changed["start_method"] = method
     return changed or None
 
 

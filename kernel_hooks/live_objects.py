@@ -10,6 +10,8 @@ noted with ``note.placeholder`` (``graph.RecordNote``: what came back as a place
 names it and the resume's verdict is not ``exact``. asyncio tasks left pending on the kernel's loop
 are named with the other things left behind (``left_behind``).
 
+- A lock nobody holds (``threading.Lock``, ``RLock``; inside a ``queue.Queue``, an ``Event``, a
+  ``Condition``, a thread-safe cache) comes back as a new unlocked lock; a held one is named.
 - ``sys.stdout``, ``sys.stderr`` and the other standard streams (a ``tqdm`` bar writes to
   stderr through a wrapper; a ``print(file=...)`` helper keeps one) are this process's, and
   the resumed process has its own: they pickle by name and come back as the resumed kernel's
@@ -43,8 +45,10 @@ without torch pays one dict lookup per graph, and every object costs one ``isins
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 from .left_behind import comes_back
@@ -53,6 +57,8 @@ if TYPE_CHECKING:
     from .graph import RecordNote
 
 
+#: The lock types (``threading.Lock``, ``threading.RLock`` in C and in Python).
+LOCKS = (_thread.LockType, _thread.RLock, type(threading.RLock()), threading._RLock)
 #: ``sys`` attributes whose stream, wherever the session holds it (a progress bar's output, a
 #: handler's stream), is the resumed process's own: it pickles by that name.
 STANDARD_STREAMS = ("stdout", "stderr", "stdin", "__stdout__", "__stderr__", "__stdin__")
@@ -131,7 +137,7 @@ class LiveObjects:
         self._bar = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
         self._memmap = getattr(sys.modules.get("numpy"), "memmap", None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
-                                      self._memmap) if t)
+                                      self._memmap) if t) + LOCKS
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
 
@@ -171,11 +177,29 @@ class LiveObjects:
         return self._carried(obj)[1]
 
     def _carried(self, obj: object) -> tuple[tuple | None, str | None]:
+        if isinstance(obj, LOCKS):
+            return _lock_reduce(obj)
         if self._iterator is not None and isinstance(obj, self._iterator):
             return None, _iterator_reason(obj)
         if self._connection is not None and isinstance(obj, self._connection):
             return _connection_reduce(obj)
         return None, None
+
+
+def _lock_reduce(lock: Any) -> tuple[tuple | None, str | None]:
+    """A lock nobody holds has no state but that: a new one takes its place at resume (held in
+    a thread-safe cache, a ``queue.Queue``, an ``Event``, these came back as placeholders and
+    broke ``with self._lock:``). A held one is named: its holder does not come back."""
+    if _held(lock):
+        return None, "a lock held at the pause: whoever holds it stays on the old pod"
+    return ((_thread.allocate_lock, ()) if type(lock) is _thread.LockType
+            else (type(lock), ())), None
+
+
+def _held(lock: Any) -> bool:
+    """A plain lock says so; a reentrant one only in its repr before Python 3.14."""
+    locked = getattr(lock, "locked", None)
+    return locked() if locked is not None else not repr(lock).startswith("<unlocked")
 
 
 def _iterator_reason(iterator: Any) -> str:

@@ -1,17 +1,16 @@
 """What stands in for objects that cannot be captured, and how they are recognised.
 
 ``uncapturable_reason(obj)`` names the kinds of object that hold live process resources
-(running frames, file descriptors, sockets, locks, threads, child processes, database
-connections): pickling them is either impossible or would restore something dead. The capture
-replaces them with ``Uncaptured`` and reports them; everything around them is still saved. A
-closed file (what ``with open(...) as f`` leaves in ``f``) holds nothing of the process: it is
-named as what it is. In-memory streams (``io.BytesIO``, ``io.StringIO``) are data and pickle
-with their contents.
+(running frames, file descriptors, sockets, threads, child processes, database cursors; locks
+are ``live_objects``': a free one comes back new, a held one is named): pickling them is either
+impossible or would restore something dead. The capture replaces them with ``Uncaptured`` and
+reports them; everything around them is still saved. A closed file (what ``with open(...) as
+f`` leaves in ``f``) holds nothing of the process: it is named as what it is. In-memory streams
+(``io.BytesIO``, ``io.StringIO``) are data and pickle with their contents.
 """
 
 from __future__ import annotations
 
-import _thread
 import io
 import socket
 import sqlite3
@@ -26,8 +25,6 @@ _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
     ((socket.socket,), "an open network connection cannot move to another process"),
     ((threading.Thread,), "a thread cannot move to another process"),
     ((subprocess.Popen,), "a child process stays on this pod: start it again after resume"),
-    ((_thread.LockType, _thread.RLock, type(threading.RLock())),
-     "a lock belongs to this process"),
     ((sqlite3.Cursor,), "a database cursor cannot move to another process (its connection "
                         "is reopened when its file is on the home volume: live_objects)"),
     ((types.FrameType, types.TracebackType), "a frame or traceback of this process"),

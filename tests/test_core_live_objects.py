@@ -165,3 +165,34 @@ def test_memmaps_reopen_on_their_files(tmp_path, start_kernel):
     fresh.run("block[0, 0] = 9; features[50] = 4; features.flush()")
     on_disk = np.fromfile(home / "features.bin", dtype=np.float32).reshape(100, 8)
     assert on_disk[1, 2] == 9 and on_disk[50, 0] == 4 and on_disk[0, 0] == 1.5
+
+
+def test_free_locks_come_back_new_and_a_held_one_is_named(tmp_path):
+    """A lock nobody holds is no resource of the process: a ``queue.Queue`` with its items, a set
+    ``Event`` and a cache guarded by an ``RLock`` come back working (they came back with
+    placeholders, and ``with cache["lock"]:`` failed). A lock held at the pause is named."""
+    import queue
+    import threading
+
+    import kernel_hooks
+
+    jobs = queue.Queue()
+    jobs.put("first")
+    jobs.put("second")
+    ready = threading.Event()
+    ready.set()
+    cache = {"lock": threading.RLock(), "items": {"a": 1}}
+    held = threading.Lock()
+    held.acquire()
+    root = str(tmp_path / "store")
+    result = kernel_hooks.checkpoint(namespace={"jobs": jobs, "ready": ready, "cache": cache,
+                                                "held": held}, store=root, workspace="ws")
+    assert [(s.name, s.reason) for s in result.skipped] == [
+        ("held", "a lock held at the pause: whoever holds it stays on the old pod")]
+    restored: dict = {}
+    resumed = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert resumed.verdict["reasons"] == ["not restored: held"], resumed.verdict
+    assert restored["jobs"].get_nowait() == "first" and restored["jobs"].qsize() == 1
+    assert restored["ready"].wait(0)
+    with restored["cache"]["lock"]:
+        assert restored["cache"]["items"] == {"a": 1}

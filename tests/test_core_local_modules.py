@@ -42,7 +42,8 @@ mycfg.items.append(3)
 settings = mycfg.items
 mycfg.helper = mycfg.scale            # a function of the module under another name
 mycfg.schedule = lambda epoch: 0.9 ** epoch   # a notebook function set on the module
-mycfg.guard = threading.Lock()        # cannot travel, and the import does not make it
+mycfg.guard = threading.Lock()        # held: cannot travel, and the import does not make it
+mycfg.guard.acquire()
 pkg.sub.counter += 2
 mycfg.Config.batch = 32               # the dataclass field's class default
 mycfg.Config.seen.append("epoch 1")
@@ -85,8 +86,8 @@ def test_what_the_session_set_on_its_own_modules_comes_back(start_kernel, kernel
     [note] = [line for line in out.splitlines() if line.startswith("  note: ")]
     assert note == "  note: left out: local module state", out
     [warning] = [line for line in out.splitlines() if "local module state" in line and line != note]
-    assert warning.endswith("not set again: mycfg.guard (_thread.lock (a lock belongs to this "
-                            "process))"), out
+    assert warning.endswith("not set again: mycfg.guard (_thread.lock (a lock held at the pause: "
+                            "whoever holds it stays on the old pod))"), out
     assert "_lock" not in out and "pkg.sub" not in out, out
     assert "attributes set on libraries" not in out, "the module's entry carries them, once"
 

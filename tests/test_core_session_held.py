@@ -247,6 +247,7 @@ def test_a_patch_that_cannot_travel_is_named_and_one_already_there_is_left_alone
 
     library_patches.remember_baseline()  # as the extension does when it loads
     lock = threading.Lock()
+    lock.acquire()  # held at the pause: it cannot travel
 
     def locked(frame):
         with lock:

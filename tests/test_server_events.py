@@ -37,7 +37,8 @@ async def test_pause_and_resume_are_recorded_for_the_advisor(api):
     orch = orchestrator(api)
     sampler = ActivitySampler(orch.state, orch.events, api.serverapp.web_app.last_activity)
     kid = await api.new_session("events.ipynb")
-    await api.run_cell(kid, "x = 41 + 1\nimport threading\nlock = threading.Lock()")
+    await api.run_cell(kid, "x = 41 + 1\nimport threading\nlock = threading.Lock()\n"
+                            "lock.acquire()")  # held at the pause: not saved
     assert await sampler.sample()  # the cell ran: user activity
     assert not await sampler.sample()  # nothing new since
 
