@@ -23,6 +23,7 @@ import io
 import linecache
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from .session_state import without_credentials
@@ -211,6 +212,14 @@ def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
 _PLAIN_OUTPUTS = (str, bytes, int, float, complex, bool, type(None))
 
 
+@dataclass(frozen=True)
+class _Variable:
+    """An output that is the value of the user's variable ``name`` (``df`` as a cell's last
+    line): it travels as that variable, which is pickled anyway, and comes back as it."""
+
+    name: str
+
+
 def _outputs() -> Any:
     """``Out`` (the values ``_N`` name) and what ``_``, ``__``, ``___`` hold. An output that
     would not come back whole (its pickling raises, or holds a lock, a file ...) is left out and
@@ -220,26 +229,30 @@ def _outputs() -> Any:
     shell = _shell()
     if shell is None or not shell.history_manager.output_hist:
         return None
+    variables = {id(value): name for name, value in shell.user_ns.items()
+                 if not name.startswith("_") and name not in shell.user_ns_hidden}
     reasons: dict[int, str | None] = {}  # by id: ``_`` is mostly the last output
 
-    def why_not(value: Any) -> str | None:
+    def carried(value: Any) -> Any:
         if isinstance(value, _PLAIN_OUTPUTS):
-            return None
+            return value
+        if id(value) in variables:
+            return _Variable(variables[id(value)])
         if id(value) not in reasons:
             reasons[id(value)] = why_not_whole(value)
-        return reasons[id(value)]
+        return value if reasons[id(value)] is None else _Lost(reasons[id(value)])
 
-    out, lost = {}, {}
-    for number, value in shell.history_manager.output_hist.items():
-        why = why_not(value)
-        if why is None:
-            out[number] = value
-        else:
-            lost[number] = why
-    unders = [shell.user_ns.get(name, "") for name in ("_", "__", "___")]
-    unders = [value if why_not(value) is None else "" for value in unders]
+    out = {number: carried(value) for number, value in shell.history_manager.output_hist.items()}
+    unders = [carried(shell.user_ns.get(name, "")) for name in ("_", "__", "___")]
     return {"out": dict(zip(out, _scrubbed(list(out.values())), strict=True)),
-            "unders": _scrubbed(unders), "lost": lost}
+            "unders": _scrubbed(unders)}
+
+
+@dataclass(frozen=True)
+class _Lost:
+    """An output left out at checkpoint, and why."""
+
+    why: str
 
 
 def _scrubbed(values: list[Any]) -> list[Any]:
@@ -255,13 +268,32 @@ def _restore_outputs(state: dict[str, Any]) -> str | None:
     shell = _shell()
     if shell is None:
         return "no IPython shell here"
-    shell.history_manager.output_hist.update(state["out"])
-    shell.user_ns.update({f"_{number}": value for number, value in state["out"].items()})
+    lost: list[str] = []
+
+    def value(number: Any, carried: Any) -> Any:
+        if isinstance(carried, _Variable):
+            if carried.name in shell.user_ns:
+                return shell.user_ns[carried.name]
+            carried = _Lost(f"its variable {carried.name} did not come back")
+        if isinstance(carried, _Lost):
+            if number is not None:
+                lost.append(f"Out[{number}] ({carried.why})")
+            return _ABSENT
+        return carried
+
+    out = {number: value(number, carried) for number, carried in state["out"].items()}
+    out = {number: v for number, v in out.items() if v is not _ABSENT}
+    shell.history_manager.output_hist.update(out)
+    shell.user_ns.update({f"_{number}": v for number, v in out.items()})
+    unders = [value(None, carried) for carried in state["unders"]]
+    unders = ["" if v is _ABSENT else v for v in unders]
     hook = shell.displayhook
-    hook._, hook.__, hook.___ = state["unders"]
-    shell.user_ns.update(zip(("_", "__", "___"), state["unders"], strict=True))
-    lost = state.get("lost", {})  # an earlier version's snapshot has none
-    return ", ".join(f"Out[{n}] ({why})" for n, why in lost.items()) if lost else None
+    hook._, hook.__, hook.___ = unders
+    shell.user_ns.update(zip(("_", "__", "___"), unders, strict=True))
+    return ", ".join(lost) or None
+
+
+_ABSENT = object()
 
 
 ENTRIES = (

@@ -481,11 +481,14 @@ def test_a_state_entry_that_does_not_pickle_is_named_at_resume_too(tmp_path):
 
 def test_one_output_that_cannot_travel_costs_only_itself(start_kernel):
     """``Out`` holding a value whose pickling raises lost the whole output history (before:
-    silently). Now the other outputs and ``_`` come back, and that one is named."""
+    silently). Now the other outputs and ``_`` come back, and that one is named. An output that is
+    a variable's value travels as that variable (no second pickling), and is it again."""
     a = start_kernel()
     a.run("class Refuses:\n    def __reduce__(self):\n        raise TypeError('refuses pickling')\n")
     refused = a.run("Refuses()") and a.last_execution_count
     answer = a.run("6 * 7") and a.last_execution_count
+    shown = a.run("data = list(range(5))\ndata") and a.last_execution_count
+    kept = a.run("keeper = Refuses()\nkeeper") and a.last_execution_count
     a.run("%checkpoint")
     a.kill()
 
@@ -493,8 +496,10 @@ def test_one_output_that_cannot_travel_costs_only_itself(start_kernel):
     out = b.run("%resume")
     assert "(partial)" in out.splitlines()[0], out
     assert (f"  warning: IPython output history not restored: Out[{refused}] (TypeError: "
-            "refuses pickling)") in out.splitlines(), out
-    assert b.run(f"print(Out[{answer}], _{answer}, {refused} in Out)").split() == ["42", "42", "False"]
+            f"refuses pickling), Out[{kept}] (its variable keeper did not come back)"
+            ) in out.splitlines(), out
+    assert b.run(f"print(Out[{answer}], _{answer}, {refused} in Out, Out[{shown}] is data)"
+                 ).split() == ["42", "42", "False", "True"]
 
 
 def test_one_shell_hook_that_cannot_travel_costs_only_itself(start_kernel):
