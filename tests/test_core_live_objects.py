@@ -21,6 +21,7 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 LOADERS = r"""
 import json, torch
@@ -91,11 +92,19 @@ asyncio.ensure_future(fetch_forever())  # nobody holds it
 """
 
 
-def test_sqlite_connections_reopen_on_the_home_volume_and_tasks_are_named(tmp_path, start_kernel):
+@pytest.fixture
+def volumes(tmp_path):
+    """The kernels' environment: ``GKERESUME_ROOT_DIR`` (what the next pod has) and ``ELSEWHERE``
+    (a directory that stays on this pod)."""
     home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
     home.mkdir()
     elsewhere.mkdir()
-    env = {"GKERESUME_ROOT_DIR": str(home), "ELSEWHERE": str(elsewhere)}
+    return {"GKERESUME_ROOT_DIR": str(home), "ELSEWHERE": str(elsewhere)}
+
+
+def test_sqlite_connections_reopen_on_the_home_volume_and_tasks_are_named(tmp_path, volumes,
+                                                                          start_kernel):
+    env = volumes
     kernel = start_kernel(env=env)
     kernel.run(SESSION)
     report = kernel.run("%checkpoint")
@@ -138,15 +147,12 @@ scratch[:] = 2
 """
 
 
-def test_memmaps_reopen_on_their_files(tmp_path, start_kernel):
+def test_memmaps_reopen_on_their_files(tmp_path, volumes, start_kernel):
     """A ``numpy.memmap`` on the home volume comes back on its file: a read-only dataset is not
     copied into the snapshot, writes after the resume reach the file, a view still shares memory
     with its memmap. One written on a file that stays behind comes back in memory and is named
     (it came back in memory, silently: its writes no longer reached any file)."""
-    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
-    home.mkdir()
-    elsewhere.mkdir()
-    env = {"GKERESUME_ROOT_DIR": str(home), "ELSEWHERE": str(elsewhere)}
+    env, home = volumes, tmp_path / "home"
     kernel = start_kernel(env=env)
     kernel.run(MEMMAPS)
     report = kernel.run("%checkpoint")
