@@ -156,14 +156,11 @@ def take_checkpoint(
               *((interpreter_state.record_name(n), state) for n, state in states.items())]
 
     mark = time.monotonic()
-    graph, records, collector, failed = write_graph(items, StorageCollector)
-    unpickled = {n: why for n, why in failed.items() if interpreter_state.entry_name(n)}
-    if unpickled:  # each travels as NotCaptured instead, so that the resume names it too
-        items = [(n, interpreter_state.NotCaptured(f"not saved: {unpickled[n]}")
-                  if n in unpickled else value)
-                 for n, value in items if n not in failed or n in unpickled]
-        graph, records, collector, more = write_graph(items, StorageCollector)
-        failed.update(more)
+    # a state entry that does not pickle travels as NotCaptured, so that the resume names it too
+    graph, records, collector, failed = write_graph(
+        items, StorageCollector,
+        stand_in=lambda name, why: (interpreter_state.NotCaptured(f"not saved: {why}")
+                                    if interpreter_state.entry_name(name) else None))
     timings["pickle"] = time.monotonic() - mark
     for var, reason in failed.items():
         entry = interpreter_state.entry_name(var)

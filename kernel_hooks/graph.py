@@ -220,11 +220,15 @@ class GraphRecord:
 
 
 def write_graph(
-    items: list[tuple[str, object]], collector_factory: Callable[[], StorageCollector]
+    items: list[tuple[str, object]], collector_factory: Callable[[], StorageCollector],
+    stand_in: Callable[[str, str], object | None] | None = None,
 ) -> tuple[bytes, list[GraphRecord], StorageCollector, dict[str, str]]:
     """Pickle ``items`` (name, value) in order; returns the stream, the records written, the
-    collector holding the storages, and the names that failed with their reasons."""
+    collector holding the storages, and the names that failed with their reasons. A failed
+    name is dropped, unless ``stand_in(name, why)`` gives a value to write in its place (which
+    must pickle: one that fails too is dropped)."""
     failed: dict[str, str] = {}
+    stand_ins: dict[str, object] = {}
     for _ in range(MAX_REBUILDS):
         buffer = io.BytesIO()
         collector = collector_factory()
@@ -233,7 +237,9 @@ def write_graph(
         bad = None
         for name, value in items:
             if name in failed:
-                continue
+                if name not in stand_ins:
+                    continue
+                value = stand_ins[name]
             pickler.note = RecordNote()
             collector.owner = name
             try:
@@ -244,14 +250,24 @@ def write_graph(
             records.append(GraphRecord(name, value, pickler.note, buffer.tell()))
         if bad is None:
             return buffer.getvalue(), records, collector, failed
-        failed[bad[0]] = bad[1]
+        name, why = bad
+        if name in failed:
+            del stand_ins[name]
+            continue
+        failed[name] = why
+        standing = stand_in(name, why) if stand_in is not None else None
+        if standing is not None:
+            stand_ins[name] = standing
     # Too many failures to bisect one by one: find every bad name with standalone dry runs.
     for name, value in items:
         if name not in failed and not _pickles_alone(value, collector_factory):
             failed[name] = "cannot be pickled together with the rest"
+            standing = stand_in(name, failed[name]) if stand_in is not None else None
+            if standing is not None:
+                stand_ins[name] = standing
     graph, records, collector, more = write_graph(
-        [(n, v) for n, v in items if n not in failed], collector_factory
-    )
+        [(n, stand_ins.get(n, v)) for n, v in items if n not in failed or n in stand_ins],
+        collector_factory, stand_in)
     return graph, records, collector, {**failed, **more}
 
 
