@@ -93,7 +93,8 @@ class _GraphPickler(cloudpickle.Pickler):
 
     def reducer_override(self, obj: object) -> Any:
         """Called by pickle for every non-atomic object not yet in the memo: keep it lean."""
-        if type(obj) in _PLAIN:
+        kind = type(obj)
+        if kind in _PLAIN:
             return NotImplemented
         reduced = self.collector.reduce(obj)
         if reduced is not None:
@@ -119,19 +120,18 @@ class _GraphPickler(cloudpickle.Pickler):
         if isinstance(obj, _BY_REFERENCE):
             module = getattr(obj, "__module__", None)
             if (isinstance(module, str) and module not in ("__main__", "builtins")
-                    and (type(obj) is types.BuiltinFunctionType or _by_reference(obj))):
+                    and (kind is types.BuiltinFunctionType or _by_reference(obj))):
                 # only what is pickled by reference needs its module where the resume runs: a
                 # namedtuple's __new__ says "namedtuple_Point" and travels by value
                 self.note.modules.add(module.split(".", 1)[0])
-        if type(obj) is types.CodeType:
+        if kind is types.CodeType:
             return _code_in_its_file(obj)
-        kind = type(obj)
         if kind is _LRU_CACHED and not _by_reference(obj.__wrapped__):
             return _lru_cached_by_value(obj)
         if kind is _CACHED_PROPERTY:
             return rebuild.cached_property, (obj.func, obj.attrname)
-        if kind is types.FunctionType and "registry" in vars(obj) and not _by_reference(obj):
-            return _single_dispatch_by_value(obj)
+        if kind is types.FunctionType and _is_single_dispatch(obj) and not _by_reference(obj):
+            return rebuild.single_dispatch, (dict(vars(obj)["registry"]),)
         forwards = self._forwarding.get(kind)
         if forwards is None:
             forwards = self._forwarding[kind] = _forwards_attributes(kind)
@@ -180,13 +180,12 @@ def _with_dict_set_directly(obj: object) -> tuple:
             rebuild.instance_dict)
 
 
-def _single_dispatch_by_value(function: types.FunctionType) -> Any:
-    """A ``functools.singledispatch`` function of the notebook: its implementations by type. Its
-    closure holds a ``WeakKeyDictionary`` cache, which does not pickle (the name was lost)."""
-    registry = vars(function)["registry"]
-    if not isinstance(registry, types.MappingProxyType) or "dispatch" not in vars(function):
-        return NotImplemented  # another function with a ``registry`` attribute
-    return rebuild.single_dispatch, (dict(registry),)
+def _is_single_dispatch(function: types.FunctionType) -> bool:
+    """A ``functools.singledispatch`` function: one of the notebook pickles as its
+    implementations by type (its closure holds a ``WeakKeyDictionary`` cache, which does not
+    pickle: the name was lost)."""
+    attributes = vars(function)
+    return isinstance(attributes.get("registry"), types.MappingProxyType) and "dispatch" in attributes
 
 
 def _lru_cached_by_value(cached: Any) -> Any:

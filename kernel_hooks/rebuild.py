@@ -99,7 +99,7 @@ def notebook_function_state(func: types.FunctionType, state: tuple[dict, dict]) 
 
 def single_dispatch(registry: dict[type, Any]) -> Any:
     """A ``functools.singledispatch`` function with the implementations of ``registry``
-    (``graph._single_dispatch_by_value``)."""
+    (``graph._is_single_dispatch``)."""
     function = functools.singledispatch(registry[object])
     for kind, implementation in registry.items():
         if kind is not object:
