@@ -15,6 +15,7 @@ filters and logging configuration a fresh kernel has, so only the session's chan
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -273,7 +274,7 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
     return now
 
 
-def _default_thread_counts() -> set[int]:
+def _default_thread_counts() -> frozenset[int]:
     """The intra-op thread counts a fresh torch here may start with: ``MKL_NUM_THREADS`` or
     ``OMP_NUM_THREADS`` when set (MKL's wins, as in torch's ``intraop_default_num_threads``), else
     the CPUs this process may run on, or their physical cores (torch's thread pool counts those
@@ -281,7 +282,14 @@ def _default_thread_counts() -> set[int]:
     resumed kernel keeps its own machine's default."""
     for name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         if os.environ.get(name, "").isdigit():
-            return {int(os.environ[name])}
+            return frozenset({int(os.environ[name])})
+    return _cpu_counts()
+
+
+@functools.cache
+def _cpu_counts() -> frozenset[int]:
+    """The CPUs this process may run on, and their physical cores (read once: sysfs, a file
+    per CPU, at the first checkpoint only)."""
     cpus = os.sched_getaffinity(0)
     cores = set()
     for cpu in cpus:
@@ -290,7 +298,7 @@ def _default_thread_counts() -> set[int]:
                 cores.add(f.read().strip())
         except OSError:
             cores.add(str(cpu))
-    return {len(cpus), len(cores)}
+    return frozenset({len(cpus), len(cores)})
 
 
 def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
@@ -379,14 +387,14 @@ def _torch_configs() -> Any:
     unset = getattr(config_module, "_UNSET_SENTINEL", None)
     if unset is None:
         return None
-    changed = {}
+    changed: dict[str, dict[str, Any]] = {}
     for name, module in list(sys.modules.items()):
-        if isinstance(module, config_module.ConfigModule):
-            mine = {key: entry.user_override.get() for key, entry in module._config.items()
-                    if entry.alias is None and entry.user_override.get() is not unset
-                    and entry.user_override.get() != entry.default}
-            if mine:
-                changed[name] = mine
+        if not isinstance(module, config_module.ConfigModule):
+            continue
+        for key, entry in module._config.items():
+            value = entry.user_override.get()
+            if entry.alias is None and value is not unset and value != entry.default:
+                changed.setdefault(name, {})[key] = value
     return changed or None
 
 
