@@ -220,6 +220,13 @@ class _Variable:
     name: str
 
 
+@dataclass(frozen=True)
+class _Lost:
+    """An output left out at checkpoint, and why."""
+
+    why: str
+
+
 def _outputs() -> Any:
     """``Out`` (the values ``_N`` name) and what ``_``, ``__``, ``___`` hold. An output that
     would not come back whole (its pickling raises, or holds a lock, a file ...) is left out and
@@ -246,13 +253,6 @@ def _outputs() -> Any:
     unders = [carried(shell.user_ns.get(name, "")) for name in ("_", "__", "___")]
     return {"out": dict(zip(out, _scrubbed(list(out.values())), strict=True)),
             "unders": _scrubbed(unders)}
-
-
-@dataclass(frozen=True)
-class _Lost:
-    """An output left out at checkpoint, and why."""
-
-    why: str
 
 
 def _scrubbed(values: list[Any]) -> list[Any]:
