@@ -4,7 +4,11 @@ Transport: one silent ``execute_request`` per call (see ``kernel_hooks/server_ap
 kernel side). Progress arrives on IOPub as display data of ``PROGRESS_MIME``; the outcome comes
 back in the execute reply's ``user_expressions`` (shell channel, so it cannot be dropped like an
 IOPub message). The call owns its own client (channels opened and closed here), so it never
-interferes with the browser's websocket connection to the same kernel.
+interferes with the browser's websocket connection to the same kernel. It opens only the shell
+and IOPub channels: jupyter_client's heartbeat channel is a thread whose REQ socket blocks in
+``send`` while no connection is complete (always so under ``ZMQ_IMMEDIATE``), and whose ``stop``
+joins that thread without a timeout, on the server's event loop: a frozen kernel would hang the
+server (``tests/test_server_kernel_call.py``).
 
 ``call_kernel`` raises ``KernelCallError`` when the kernel does not answer within ``timeout``,
 is interrupted or dies; it returns the kernel's ``Outcome`` otherwise (messages:
@@ -49,7 +53,7 @@ async def call_kernel(
     client = own_client(kernel_manager.get_kernel(kernel_id))
     if queue_now:  # its sockets attach only completed connections: see _shell_connected
         client.context.setsockopt(zmq.IMMEDIATE, 1)
-    client.start_channels()
+    client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
     try:
         deadline = time.monotonic() + timeout
         if queue_now:

@@ -150,7 +150,7 @@ class Api:
     async def try_cell(self, kernel_id: str, code: str, timeout: float = 120) -> tuple[str, str]:
         """Send ``code`` as a cell; return (reply status, text of its output or error)."""
         client = own_client(self.serverapp.kernel_manager.get_kernel(kernel_id))
-        client.start_channels()
+        client.start_channels(hb=False)  # see tests/test_server_kernel_call.py
         out: list[str] = []
         try:
             await client.wait_for_ready(timeout=60)

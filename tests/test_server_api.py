@@ -316,7 +316,7 @@ async def test_busy_kernel_is_refused_or_checkpointed_when_its_cell_ends(api, tm
     flag = tmp_path / "end-the-cell"
     kernel = api.serverapp.kernel_manager.get_kernel(kid)
     client = own_client(kernel)
-    client.start_channels()
+    client.start_channels(hb=False)  # see tests/test_server_kernel_call.py
     try:
         await client.wait_for_ready(timeout=60)
         cell = client.execute(f"import os, time\nwhile not os.path.exists({str(flag)!r}): "

@@ -20,7 +20,7 @@ async def cell_number(api, kernel_id: str, code: str) -> tuple[int, str]:
     """Run ``code`` as a counted cell; its number (the execute reply's, what ``In[N]`` shows)
     and its status."""
     client = own_client(api.serverapp.kernel_manager.get_kernel(kernel_id))
-    client.start_channels()
+    client.start_channels(hb=False)  # see tests/test_server_kernel_call.py
     try:
         await client.wait_for_ready(timeout=60)
         reply = await client.execute_interactive(code, timeout=120)

@@ -35,7 +35,7 @@ class LongCell:
 
     async def start(self) -> None:
         self.client = own_client(self.kernel)
-        self.client.start_channels()
+        self.client.start_channels(hb=False)  # see tests/test_server_kernel_call.py
         await self.client.wait_for_ready(timeout=60)
         self.msg_id = self.client.execute(
             f"import os, time\nwhile not os.path.exists({str(self.flag)!r}): time.sleep(0.05)\n"

@@ -34,7 +34,7 @@ async def test_a_kernel_slow_to_exit_is_left_to_jupyter_clients_escalation(tmp_p
     monkeypatch.setattr(kernels, "EXIT_WATCH_SECONDS", 0.3)
     manager = await started(tmp_path)
     client = manager.client()
-    client.start_channels()
+    client.start_channels(hb=False)  # see tests/test_server_kernel_call.py
     try:
         reply = await client.execute("import atexit, time\natexit.register(time.sleep, 60)",
                                      reply=True, timeout=60)

@@ -93,7 +93,7 @@ async def test_idle_policy_skips_busy_kernels(api, tmp_path):
     flag = tmp_path / "release-the-cell"
     kernel = api.serverapp.kernel_manager.get_kernel(kid)
     client = own_client(kernel)
-    client.start_channels()
+    client.start_channels(hb=False)  # see tests/test_server_kernel_call.py
     await client.wait_for_ready(timeout=60)
     cell = client.execute(
         f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.05)")

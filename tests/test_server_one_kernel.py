@@ -185,7 +185,7 @@ async def test_a_cell_sent_to_a_reused_kernel_during_the_resume_waits_for_the_re
     await api.pause()
     _, lab = await api.lab_session("c.ipynb")
     client = own_client(api.serverapp.kernel_manager.get_kernel(lab))
-    client.start_channels()
+    client.start_channels(hb=False)  # see tests/test_server_kernel_call.py
     try:
         await client.wait_for_ready(timeout=60)
         busy = client.execute(f"import os, time\nwhile not os.path.exists({str(flag)!r}): "
