@@ -5,10 +5,11 @@ kernel side). Progress arrives on IOPub as display data of ``PROGRESS_MIME``; th
 back in the execute reply's ``user_expressions`` (shell channel, so it cannot be dropped like an
 IOPub message). The call owns its own client (channels opened and closed here), so it never
 interferes with the browser's websocket connection to the same kernel. It opens only the shell
-and IOPub channels: jupyter_client's heartbeat channel is a thread whose REQ socket blocks in
-``send`` while no connection is complete (always so under ``ZMQ_IMMEDIATE``), and whose ``stop``
-joins that thread without a timeout, on the server's event loop: a frozen kernel would hang the
-server (``tests/test_server_kernel_call.py``).
+and IOPub channels. jupyter_client's heartbeat channel is a thread whose ``stop`` joins it
+without a timeout, on the server's event loop, and the thread may never end: a ``stop`` that comes
+before the thread set ``_running = True`` is overwritten, so it pings on forever (a short call is
+exactly that window), and its REQ socket blocks in ``send`` while no connection to a frozen kernel
+is complete (``ZMQ_IMMEDIATE``). Either hung the whole server (``tests/test_server_kernel_call.py``).
 
 ``call_kernel`` raises ``KernelCallError`` when the kernel does not answer within ``timeout``,
 is interrupted or dies; it returns the kernel's ``Outcome`` otherwise (messages:

@@ -2,11 +2,13 @@
 server (``kernel_client.call_kernel``).
 
 Found by CI (stop 39): the second pause of ``test_server_one_kernel`` hung in
-``client.stop_channels()``. jupyter_client's heartbeat channel is a thread whose REQ socket
-``send`` blocks while no connection to the kernel is complete, and the call sets ``ZMQ_IMMEDIATE``
-on its client's context, so that socket had no queue to fall back on (libzmq zmq_setsockopt(3):
-"messages shall be queued only to completed connections"); ``HBChannel.stop`` then joins that
-thread with no timeout, on the server's event loop (jupyter_client/channels.py ``HBChannel``).
+``client.stop_channels()``. jupyter_client's heartbeat channel (jupyter_client/channels.py
+``HBChannel``) is a thread that ``stop`` joins with no timeout, on the server's event loop. It may
+never end: a ``stop`` before the thread's ``_running = True`` is overwritten and the thread pings
+on (the short hold call of that test is that window), and its REQ socket blocks in ``send`` while
+no connection to the kernel is complete, since the call sets ``ZMQ_IMMEDIATE`` on its client's
+context (libzmq zmq_setsockopt(3): "messages shall be queued only to completed connections").
+The race cannot be forced from outside; the frozen kernel below hangs the same join every time.
 A stopped kernel process (SIGSTOP) completes no handshake: the real shape of a kernel that is
 swapped out, frozen or gone unresponsive.
 
