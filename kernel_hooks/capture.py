@@ -49,7 +49,7 @@ from .graph import write_graph
 from .left_behind import held_key, left_behind, named_under
 from .live_objects import LiveObjects
 from .packages import capture_packages
-from .placeholders import type_name, uncapturable_reason
+from .placeholders import type_name
 from .results import CheckpointResult, Progress, Skipped
 from .storages import CollectedStorage, StorageCollector, seems_to_hold_storages
 from .torch_reduce import dynamo_globals
@@ -129,8 +129,7 @@ def take_checkpoint(
     for var in user_names(namespace, hidden or {}):
         value = namespace[var]
         app = registry.by_name.get(var)
-        reason = (None if registry.for_object(value)
-                  else uncapturable_reason(value) or live.reason(value))
+        reason = None if registry.for_object(value) else live.reason(value)
         if app is not None:  # the user's own save/load wins over every default
             try:
                 value, reason = registry.SavedByApp(app.load, app.save(value)), None

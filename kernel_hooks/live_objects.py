@@ -38,6 +38,14 @@ are named with the other things left behind (``left_behind``).
   file elsewhere, uncommitted changes, attached databases or temporary tables are named. What a
   connection holds that sqlite does not show (functions from ``create_function``, PRAGMAs set on
   it) is not seen: docs/core.md says so.
+- A file ``open()`` returned, still open, on a regular file that comes back (or ``os.devnull``)
+  is opened again on it at resume (``reopen_file``): same mode, encoding and error handling, at
+  the position it had, its buffer flushed at the checkpoint, and never truncated (a training
+  log opened with ``"w"`` goes on where it was). Its path is the file the descriptor has open:
+  a relative name given to ``open()`` no longer names it after an ``os.chdir``. A file
+  elsewhere, a pipe, a socket or a descriptor's ``os.fdopen`` are named. A text file's
+  ``newline`` argument cannot be read back: it comes back with the default, which writes the
+  same bytes on Linux and reads ``\r\n`` as ``\n``.
 
 Invariant: nothing is imported; the library types come from ``sys.modules``, so a session
 without torch pays one dict lookup per graph, and every object costs one ``isinstance`` check.
@@ -46,12 +54,15 @@ without torch pays one dict lookup per graph, and every object costs one ``isins
 from __future__ import annotations
 
 import _thread
+import io
 import os
+import stat
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
 from .left_behind import comes_back
+from .placeholders import SHOWN_CHARS, uncapturable_reason
 
 if TYPE_CHECKING:
     from .graph import RecordNote
@@ -62,6 +73,8 @@ LOCKS = (_thread.LockType, _thread.RLock, type(threading.RLock()), threading._RL
 #: ``sys`` attributes whose stream, wherever the session holds it (a progress bar's output, a
 #: handler's stream), is the resumed process's own: it pickles by that name.
 STANDARD_STREAMS = ("stdout", "stderr", "stdin", "__stdout__", "__stderr__", "__stdin__")
+#: What ``open()`` returns: a text file, a buffered one, or an unbuffered ``FileIO``.
+FILES = (io.TextIOWrapper, io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.FileIO)
 
 
 def _standard_stream(name: str) -> Any:
@@ -137,7 +150,7 @@ class LiveObjects:
         self._bar = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
         self._memmap = getattr(sys.modules.get("numpy"), "memmap", None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
-                                      self._memmap) if t) + LOCKS
+                                      self._memmap) if t) + LOCKS + FILES
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
 
@@ -172,13 +185,17 @@ class LiveObjects:
         return _progress_bar, (type(bar), stream, state)
 
     def reason(self, obj: object) -> str | None:
-        """Why ``obj`` does not travel (a DataLoader iterator, a sqlite3 connection that cannot be
-        reopened), or None: the checkpoint names such a top-level variable as not saved."""
-        return self._carried(obj)[1]
+        """Why ``obj`` does not travel (a DataLoader iterator, a sqlite3 connection or a file
+        that cannot be reopened), else why not by ``placeholders.uncapturable_reason``, or None:
+        the checkpoint names such a top-level variable as not saved."""
+        reduced, reason = self._carried(obj)
+        return reason if reduced is not None or reason is not None else uncapturable_reason(obj)
 
     def _carried(self, obj: object) -> tuple[tuple | None, str | None]:
         if isinstance(obj, LOCKS):
             return _lock_reduce(obj)
+        if isinstance(obj, FILES):
+            return _file_reduce(obj)
         if self._iterator is not None and isinstance(obj, self._iterator):
             return None, _iterator_reason(obj)
         if self._connection is not None and isinstance(obj, self._connection):
@@ -200,6 +217,81 @@ def _held(lock: Any) -> bool:
     """A plain lock says so; a reentrant one only in its repr before Python 3.14."""
     locked = getattr(lock, "locked", None)
     return locked() if locked is not None else not repr(lock).startswith("<unlocked")
+
+
+def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
+    """``(reduce tuple, None)`` to open ``stream``'s file again at resume, ``(None, why not)``,
+    or ``(None, None)`` for a closed one (``placeholders`` names it as closed)."""
+    try:
+        if stream.closed:
+            return None, None
+        raw = stream.buffer.raw if isinstance(stream, io.TextIOWrapper) else (
+            stream if isinstance(stream, io.FileIO) else stream.raw)
+        descriptor = raw.fileno()
+        regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+    except (ValueError, OSError) as exc:  # detached, or its descriptor is gone
+        return None, f"an open file that cannot be read ({type(exc).__name__}: {exc})"
+    path = _path_of(descriptor, raw.name)
+    shown = repr(path)[:SHOWN_CHARS]
+    if path != os.devnull:
+        if path is None or not regular:
+            return None, "an open pipe, socket or descriptor belongs to this process"
+        if not comes_back(path):
+            return None, (f"an open file {shown} outside the home volume: it stays on the old "
+                          "pod (keep it under the home directory)")
+    try:
+        if raw.writable():
+            stream.flush()
+        position = stream.tell() if stream.seekable() else None
+    except OSError as exc:  # a text file read with next(): its position cannot be told
+        return None, f"an open file {shown} whose position cannot be read ({exc})"
+    text = None
+    if isinstance(stream, io.TextIOWrapper):
+        text = {"encoding": stream.encoding, "errors": stream.errors,
+                "line_buffering": stream.line_buffering, "write_through": stream.write_through}
+    # open() gives a text file the mode it was given; one built over a buffer has none
+    mode = getattr(stream, "mode", raw.mode.replace("b", "") if text else raw.mode)
+    return (reopen_file, (path, mode, text, stream is not raw, position)), None
+
+
+def _path_of(descriptor: int, name: object) -> str | None:
+    """The file a descriptor has open: the name given to ``open()`` (made absolute) while it
+    still names that file (a symlinked home keeps its own path), else what ``/proc`` says (the
+    cwd changed since a relative name was given); None for a deleted file."""
+    opened = os.fstat(descriptor)
+    if isinstance(name, str):
+        given = os.path.abspath(name)
+        try:
+            if os.path.samestat(os.stat(given), opened):
+                return given
+        except OSError:
+            pass
+    try:
+        path = os.readlink(f"/proc/self/fd/{descriptor}")
+    except OSError:
+        return None
+    return path if path.startswith("/") and not path.endswith(" (deleted)") else None
+
+
+def reopen_file(path: str, mode: str, text: dict[str, Any] | None, buffered: bool,
+                position: int | None) -> Any:
+    """At resume: the file open again (never created, never truncated), at its position."""
+
+    def existing(file: str, flags: int) -> int:
+        return os.open(file, flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC))
+
+    if path != os.devnull and not os.path.isfile(path):
+        raise FileNotFoundError(f"the open file {path!r} is not here")
+    if text is None:
+        stream = open(path, mode, buffering=-1 if buffered else 0, opener=existing)
+    else:
+        flags = {k: text[k] for k in ("line_buffering", "write_through")}
+        stream = open(path, mode, encoding=text["encoding"], errors=text["errors"],
+                      opener=existing)
+        stream.reconfigure(**flags)
+    if position is not None:
+        stream.seek(position)
+    return stream
 
 
 def _iterator_reason(iterator: Any) -> str:

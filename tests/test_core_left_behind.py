@@ -92,8 +92,7 @@ class Vocab:
 
 vocab = Vocab({str(data / "vocab.txt")!r})
 log = open({str(data / "train.log")!r}, "w")
-log.write("epoch 1\\n")
-log.flush()
+log.write("epoch 1\\n")  # in its buffer: the checkpoint flushes it before storing the directory
 """)
     printed = a.run("%checkpoint")
     assert (f"not saved: {big} [extra path]: not stored: its files hold 4.9 KiB, over the "
@@ -108,11 +107,12 @@ log.flush()
     b = start_kernel(env)
     printed = b.run("%resume")
     assert f"extra path: {data}: 3 files put back (" in printed, printed
-    assert "restored: Vocab, vocab\n" in printed  # ``log``, an open file, is named: not back
-    assert b.run_json(f"import json, os\nprint(json.dumps([vocab.words, "
+    assert "restored: Vocab, vocab, log\n" in printed, printed  # ``log`` goes on writing
+    assert b.run_json(f"import json, os\nlog.write('epoch 2\\n'); log.close()\n"
+                      f"print(json.dumps([vocab.words, "
                       f"oct(os.stat({str(data / 'sub' / 'run.sh')!r}).st_mode & 0o777), "
                       f"open({str(data / 'train.log')!r}).read()]))") == [
-        ["alpha", "beta", "gamma"], "0o750", "epoch 1\n"]
+        ["alpha", "beta", "gamma"], "0o750", "epoch 1\nepoch 2\n"]
     assert not big.exists() and not (data / "link").exists()
 
 

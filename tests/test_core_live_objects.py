@@ -202,3 +202,52 @@ def test_free_locks_come_back_new_and_a_held_one_is_named(tmp_path):
     assert restored["ready"].wait(0)
     with restored["cache"]["lock"]:
         assert restored["cache"]["items"] == {"a": 1}
+
+
+FILES = r"""
+import json, os
+home, elsewhere = os.environ["GKERESUME_ROOT_DIR"], os.environ["ELSEWHERE"]
+with open(os.path.join(home, "data.txt"), "w") as f:
+    f.write("line 1\nline 2\nline 3\n")
+os.chdir(home)
+log = open("train.log", "w")                        # a training log, relative to the cwd
+log.write("epoch 1\n")                              # still in its buffer
+os.chdir(elsewhere)
+data = open(os.path.join(home, "data.txt"))
+first = data.readline()
+raw = open(os.path.join(home, "blob.bin"), "wb+", buffering=0)
+raw.write(b"0123456789")
+raw.seek(4)
+latin = open(os.path.join(home, "latin.txt"), "a", encoding="latin-1", errors="replace")
+latin.write("é")
+files = {"log": log}
+null = open(os.devnull, "w")
+scratch = open(os.path.join(elsewhere, "scratch.txt"), "w")
+"""
+
+
+def test_open_files_reopen_on_their_files(tmp_path, volumes, start_kernel):
+    """An open file on the home volume comes back open on that file, at its position, in its
+    mode, never truncated: a training log opened with ``"w"`` goes on where it was, a file
+    being read gives its next line. It was named ("an open file or stream belongs to this
+    process") and the name was gone after the resume. One whose file stays behind is named."""
+    env, home = volumes, tmp_path / "home"
+    kernel = start_kernel(env=env)
+    kernel.run(FILES)
+    report = kernel.run("%checkpoint")
+    assert "not saved: scratch" in report and "stays on the old pod" in report, report
+    assert "not saved: log" not in report and "not saved: null" not in report, report
+    kernel.kill()
+
+    fresh = start_kernel(env=env)
+    resumed = fresh.run("%resume")
+    assert "(partial)" in resumed.splitlines()[0] and "not restored: scratch" in resumed, resumed
+    got = fresh.run_json(
+        "log.write('epoch 2\\n'); log.close(); latin.write('è'); latin.close(); null.write('x')\n"
+        "print(json.dumps([data.readline(), raw.tell(), raw.read(2).decode(), raw.mode,"
+        " type(raw).__name__, files['log'] is log, log.mode, latin.encoding, latin.errors,"
+        " null.name]))")
+    assert got == ["line 2\n", 4, "45", "rb+", "FileIO", True, "w", "latin-1", "replace",
+                   "/dev/null"]
+    assert (home / "train.log").read_text() == "epoch 1\nepoch 2\n"
+    assert (home / "latin.txt").read_bytes() == "éè".encode("latin-1")

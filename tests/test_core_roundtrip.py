@@ -78,7 +78,7 @@ class Table:
     def row(self, i): return [i * SCALE]
 table = Table(); table.row(2)
 gen = (i for i in range(3))
-handle = open(__import__("os").devnull)
+handle = __import__("os").fdopen(__import__("os").pipe()[0])  # a pipe: named
 '''
 
 
