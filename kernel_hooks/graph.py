@@ -48,7 +48,7 @@ import cloudpickle
 from . import rebuild, registry
 from .left_behind import held_key
 from .live_objects import LiveObjects
-from .placeholders import Uncaptured, type_name, uncapturable_reason
+from .placeholders import SHOWN_CHARS, Uncaptured, type_name, uncapturable_reason
 from .singletons import AccelerateStates
 from .storages import StorageCollector
 from .torch_reduce import TorchReductions
@@ -127,7 +127,7 @@ class _GraphPickler(cloudpickle.Pickler):
         if kind is types.CodeType:
             return _code_in_its_file(obj)
         if kind is _LRU_CACHED and not _by_reference(obj.__wrapped__):
-            return _lru_cached_by_value(obj)
+            return _lru_cached_by_value(obj, self.note)
         if kind is _CACHED_PROPERTY:
             return rebuild.cached_property, (obj.func, obj.attrname)
         if kind is types.FunctionType and _is_single_dispatch(obj) and not _by_reference(obj):
@@ -188,11 +188,18 @@ def _is_single_dispatch(function: types.FunctionType) -> bool:
     return isinstance(attributes.get("registry"), types.MappingProxyType) and "dispatch" in attributes
 
 
-def _lru_cached_by_value(cached: Any) -> Any:
+def _lru_cached_by_value(cached: Any, note: RecordNote) -> Any:
     """A ``functools.lru_cache`` (or ``cache``) over a function pickled by value (the notebook's):
-    its function and cache parameters; it comes back with an empty cache. Pickle's own reduction
-    names it by reference (``__main__.f``), which no resume can import: the record would fail
-    and the name be lost."""
+    its function and cache parameters; it comes back with an empty cache, which is noted when it
+    held results (the C cache has no API to read them: a ``@cache def get_model()`` builds a new
+    model at its next call, no longer the one the session trained). Pickle's own reduction names
+    it by reference (``__main__.f``), which no resume can import: the record would fail and the
+    name be lost."""
+    held = cached.cache_info().currsize
+    if held:
+        note.uncaptured.append((
+            "functools.lru_cache", f"{cached.__qualname__[:SHOWN_CHARS]}: its cache of {held} "
+            f"result{'s' * (held != 1)} comes back empty: each is computed again at its next call"))
     parameters = cached.cache_parameters()
     return (rebuild.lru_cached, (cached.__wrapped__, parameters["maxsize"], parameters["typed"]))
 
