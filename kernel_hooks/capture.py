@@ -188,7 +188,7 @@ def take_checkpoint(
                 skipped.append(Skipped(rec.name, kind, why, inside=True))
         objects[rec.name] = ObjectRecord(
             rec.name, type_name(namespace[rec.name]), "saved",
-            f"restored with placeholders for: {inside}" if inside else None,
+            f"restored without: {inside}" if inside else None,
             owned.get(rec.name, 0), modules=sorted(note.modules),
             **describe(namespace[rec.name]),
         )

@@ -69,11 +69,16 @@ class RecordNote:
     held: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
     modules: set[str] = field(default_factory=set)
 
-    def placeholder(self, obj: object, reason: str) -> tuple:
-        """The reduce tuple of an ``Uncaptured`` stand-in for ``obj``, noted once."""
-        part = (type_name(obj), reason)
+    def without(self, kind: str, reason: str) -> tuple[str, str]:
+        """Note once that the record comes back without ``kind`` (it travels otherwise, or not)."""
+        part = (kind, reason)
         if part not in self.uncaptured:
             self.uncaptured.append(part)
+        return part
+
+    def placeholder(self, obj: object, reason: str) -> tuple:
+        """The reduce tuple of an ``Uncaptured`` stand-in for ``obj``, noted once."""
+        part = self.without(type_name(obj), reason)
         key = held_key(obj)
         if key is not None:
             self.held[key] = part
@@ -197,9 +202,9 @@ def _lru_cached_by_value(cached: Any, note: RecordNote) -> Any:
     name be lost."""
     held = cached.cache_info().currsize
     if held:
-        note.uncaptured.append((
+        note.without(
             "functools.lru_cache", f"{cached.__qualname__[:SHOWN_CHARS]}: its cache of {held} "
-            f"result{'s' * (held != 1)} comes back empty: each is computed again at its next call"))
+            f"result{'s' * (held != 1)} comes back empty: each is computed again at its next call")
     parameters = cached.cache_parameters()
     return (rebuild.lru_cached, (cached.__wrapped__, parameters["maxsize"], parameters["typed"]))
 

@@ -96,9 +96,9 @@ def _memmap_reduce(array: Any, note: RecordNote) -> tuple | None:
         return None
     if not comes_back(root.filename):
         if root.mode != "r":
-            note.uncaptured.append((
-                "numpy.memmap", f"its file {root.filename[:120]} stays on the old pod: it comes "
-                "back as an array in memory, and its writes no longer reach a file"))
+            note.without(
+                "numpy.memmap", f"its file {root.filename[:SHOWN_CHARS]} stays on the old pod: it "
+                "comes back as an array in memory, and its writes no longer reach a file")
         return None
     if root.mode != "r":
         root.flush()

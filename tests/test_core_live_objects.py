@@ -61,7 +61,7 @@ def test_a_dataloader_comes_back_and_its_iterator_and_workers_are_named(start_ke
     resumed = fresh.run("%resume")
     assert "(partial)" in resumed and "not restored: loader" not in resumed
     assert re.search(r"not restored: it \[.*\]: a DataLoader iterator at batch 1 of 5", resumed)
-    assert "warning: persistent: restored with placeholders for: " in resumed
+    assert "warning: persistent: restored without: " in resumed
     assert fresh.run_json(AGAIN.replace(", str(it)", "")) == expected
 
 
