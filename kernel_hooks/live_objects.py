@@ -45,7 +45,8 @@ are named with the other things left behind (``left_behind``).
   a relative name given to ``open()`` no longer names it after an ``os.chdir``. A file
   elsewhere, a pipe, a socket or a descriptor's ``os.fdopen`` are named. A text file's
   ``newline`` argument cannot be read back: it comes back with the default, which writes the
-  same bytes on Linux and reads ``\r\n`` as ``\n``.
+  same bytes on Linux and reads ``\r\n`` as ``\n``. A closed one (what ``with open(...) as f``
+  leaves in ``f``) comes back closed, with its name and mode: that is all it shows.
 
 Invariant: nothing is imported; the library types come from ``sys.modules``, so a session
 without torch pays one dict lookup per graph, and every object costs one ``isinstance`` check.
@@ -220,16 +221,27 @@ def _held(lock: Any) -> bool:
 
 
 def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
-    """``(reduce tuple, None)`` to open ``stream``'s file again at resume, ``(None, why not)``,
-    or ``(None, None)`` for a closed one (``placeholders`` names it as closed)."""
+    """``(reduce tuple, None)`` to open ``stream``'s file again at resume (a closed one comes back
+    closed, with its name and mode), or ``(None, why not)``."""
     try:
-        if stream.closed:
-            return None, None
         raw = stream.buffer.raw if isinstance(stream, io.TextIOWrapper) else (
             stream if isinstance(stream, io.FileIO) else stream.raw)
+        closed = stream.closed
+    except ValueError as exc:  # a wrapper whose buffer was detached
+        return None, f"a file detached from its buffer ({exc})"
+    text = None
+    if isinstance(stream, io.TextIOWrapper):
+        text = {"encoding": stream.encoding, "errors": stream.errors,
+                "line_buffering": stream.line_buffering, "write_through": stream.write_through}
+    # open() gives a text file the mode it was given; one built over a buffer has none
+    mode = getattr(stream, "mode", raw.mode.replace("b", "") if text else raw.mode)
+    opened = (mode, text, stream is not raw)
+    if closed:
+        return (closed_file, (raw.name, *opened)), None
+    try:
         descriptor = raw.fileno()
         regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
-    except (ValueError, OSError) as exc:  # detached, or its descriptor is gone
+    except OSError as exc:  # its descriptor is gone
         return None, f"an open file that cannot be read ({type(exc).__name__}: {exc})"
     path = _path_of(descriptor, raw.name)
     shown = repr(path)[:SHOWN_CHARS]
@@ -245,13 +257,7 @@ def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
         position = stream.tell() if stream.seekable() else None
     except OSError as exc:  # a text file read with next(): its position cannot be told
         return None, f"an open file {shown} whose position cannot be read ({exc})"
-    text = None
-    if isinstance(stream, io.TextIOWrapper):
-        text = {"encoding": stream.encoding, "errors": stream.errors,
-                "line_buffering": stream.line_buffering, "write_through": stream.write_through}
-    # open() gives a text file the mode it was given; one built over a buffer has none
-    mode = getattr(stream, "mode", raw.mode.replace("b", "") if text else raw.mode)
-    return (reopen_file, (path, mode, text, stream is not raw, position)), None
+    return (reopen_file, (path, *opened, position)), None
 
 
 def _path_of(descriptor: int, name: object) -> str | None:
@@ -276,21 +282,34 @@ def _path_of(descriptor: int, name: object) -> str | None:
 def reopen_file(path: str, mode: str, text: dict[str, Any] | None, buffered: bool,
                 position: int | None) -> Any:
     """At resume: the file open again (never created, never truncated), at its position."""
+    if path != os.devnull and not os.path.isfile(path):
+        raise FileNotFoundError(f"the open file {path!r} is not here")
+    stream = _open_existing(path, mode, text, buffered)
+    if position is not None:
+        stream.seek(position)
+    return stream
+
+
+def closed_file(name: object, mode: str, text: dict[str, Any] | None, buffered: bool) -> Any:
+    """At resume: a closed file of that name and mode (what ``with open(...) as f`` leaves in
+    ``f``), which is all a closed file shows; its file is not touched."""
+    stream = _open_existing(os.devnull, mode, text, buffered)
+    raw = stream.buffer.raw if text is not None else (stream.raw if buffered else stream)
+    raw.name = name
+    stream.close()
+    return stream
+
+
+def _open_existing(path: str, mode: str, text: dict[str, Any] | None, buffered: bool) -> Any:
+    """``open()`` with the file's settings, on a file that exists, which is never truncated."""
 
     def existing(file: str, flags: int) -> int:
         return os.open(file, flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC))
 
-    if path != os.devnull and not os.path.isfile(path):
-        raise FileNotFoundError(f"the open file {path!r} is not here")
     if text is None:
-        stream = open(path, mode, buffering=-1 if buffered else 0, opener=existing)
-    else:
-        flags = {k: text[k] for k in ("line_buffering", "write_through")}
-        stream = open(path, mode, encoding=text["encoding"], errors=text["errors"],
-                      opener=existing)
-        stream.reconfigure(**flags)
-    if position is not None:
-        stream.seek(position)
+        return open(path, mode, buffering=-1 if buffered else 0, opener=existing)
+    stream = open(path, mode, encoding=text["encoding"], errors=text["errors"], opener=existing)
+    stream.reconfigure(line_buffering=text["line_buffering"], write_through=text["write_through"])
     return stream
 
 

@@ -4,8 +4,9 @@
 (running frames, file descriptors, sockets, threads, child processes, database cursors; locks
 are ``live_objects``': a free one comes back new, a held one is named): pickling them is either
 impossible or would restore something dead. The capture replaces them with ``Uncaptured`` and
-reports them; everything around them is still saved. A closed file (what ``with open(...) as
-f`` leaves in ``f``) holds nothing of the process: it is named as what it is. In-memory streams
+reports them; everything around them is still saved. Files ``open()`` returns are
+``live_objects``' (reopened, or back closed); any other closed stream holds nothing of the
+process: it is named as what it is. In-memory streams
 (``io.BytesIO``, ``io.StringIO``) are data and pickle with their contents.
 """
 
