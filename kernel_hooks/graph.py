@@ -119,7 +119,7 @@ class _GraphPickler(cloudpickle.Pickler):
         reason = uncapturable_reason(obj)
         if reason is not None:
             return self.note.placeholder(obj, reason)
-        reduced = self.torch.reduce(obj) or self.accelerate.reduce(obj)
+        reduced = self.torch.reduce(obj, self.note) or self.accelerate.reduce(obj)
         if reduced is not None:
             return reduced
         if isinstance(obj, _BY_REFERENCE):

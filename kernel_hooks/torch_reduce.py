@@ -46,6 +46,11 @@ never looks at. It pickles by the dict's name (``GLOBAL_HOOKS``; ``rebuild.globa
 the resumed handle removes from torch's own dict, which the ``torch global hooks`` entry of
 ``library_state`` fills again.
 
+A tensor computed from others holds its autograd graph (``grad_fn``), which no pickling carries:
+it comes back as a leaf. Where that graph could still be used (a ``loss`` cut before its
+``backward()``, which then reached no parameter while the verdict said ``exact``), it is noted;
+a graph ``backward()`` already freed is not (``_graph_used``).
+
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
 
@@ -56,9 +61,12 @@ import sys
 import types
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import rebuild
+
+if TYPE_CHECKING:
+    from .graph import RecordNote
 
 #: The attribute torch's LR scheduler marks its ``optimizer.step`` wrapper with.
 LR_SCHEDULER_MARK = "_wrapped_by_lr_sched"
@@ -119,11 +127,16 @@ class TorchReductions:
         self._global_hooks = {id(dicts): (module, name)
                               for module, name, dicts in loaded_global_hooks()}
 
-    def reduce(self, obj: object) -> tuple | None:
+    def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
         module, a global hook's handle or a compiled function (see the module docstring), else
-        None."""
+        None. A tensor's autograd graph that could still be used is noted in ``note``."""
         if self._tensor is not None and isinstance(obj, self._tensor):
+            if obj.grad_fn is not None and not _graph_used(obj.grad_fn, self._tensor):
+                note.without(f"autograd graph ({type(obj.grad_fn).__name__})", (
+                    "no pickling carries it: the tensor is a leaf after the resume, and "
+                    "backward() through it no longer reaches what it was computed from (compute "
+                    "it again after the resume)"))
             return self._tensor_reduce(obj)
         if self._optimizer is not None and isinstance(obj, self._optimizer):
             return self._optimizer_reduce(obj)
@@ -186,6 +199,31 @@ class TorchReductions:
         called = bool(vars(optimizer).get("_opt_called", False))
         return (make, args, ({**state, **extra}, called, wrapped), None, None,
                 rebuild.optimizer_state)
+
+
+def _graph_used(root: Any, tensor_type: type, limit: int = 256) -> bool:
+    """Whether ``backward()`` already went through the graph from ``root`` and freed it (the
+    ``loss`` a training loop leaves behind): the first node met that saved tensors says, since
+    reading a freed one raises (torch/csrc/autograd/saved_variable.cpp, "Trying to backward
+    through the graph a second time"). A graph that saves no tensors can always be used."""
+    seen: set[Any] = set()
+    todo = [root]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for name in dir(node):
+            if name.startswith("_saved_") or name == "saved_tensors":  # a custom Function's
+                try:
+                    value = getattr(node, name)
+                except RuntimeError:
+                    return True
+                values = value if isinstance(value, (tuple, list)) else (value,)
+                if any(isinstance(v, tensor_type) for v in values):
+                    return False
+        todo.extend(parent for parent, _ in node.next_functions)
+    return False
 
 
 #: The module whose ``_inject_new_class`` makes a parametrized module's class.

@@ -45,3 +45,33 @@ def test_backward_and_post_accumulate_hooks_come_back(tmp_path):
     restored["handle"].remove()  # the handle the session kept still removes the hook
     assert _step(restored["weight"], restored["param"])[:3] == [3.0, 3.0, 3.0]
     assert not restored["plain"]._backward_hooks  # torch rebuilds it with an empty dict
+
+
+def test_an_autograd_graph_still_to_use_is_named_and_a_used_one_is_not(tmp_path):
+    """A tensor computed from others keeps its autograd graph (``grad_fn``) in the session, and
+    no pickling carries it: it comes back as a leaf. A notebook cut between its forward cell
+    (``loss = model(x)...``) and ``loss.backward()`` then ran backward into nothing: the model's
+    parameters got no gradient and ``optimizer.step()`` did nothing, while the verdict said
+    ``exact``. Such a tensor is named. One whose graph ``backward()`` already used (freed: the
+    ``loss`` a training loop leaves behind, and its ``outputs``) loses nothing it could still do,
+    and is not: training notebooks stay ``exact``."""
+    model = torch.nn.Linear(3, 1)
+    x = torch.ones(4, 3)
+    pending = model(x).pow(2).mean()
+    outputs = model(x)
+    used = outputs.pow(2).mean()
+    used.backward()
+    namespace = {"model": model, "pending": pending, "outputs": outputs, "used": used,
+                 "sums": {"total": (model.weight * 2).sum()}}
+    root = str(tmp_path / "store")
+    result = kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
+    named = sorted((s.name, s.type, s.reason) for s in result.skipped)
+    assert [(name, kind) for name, kind, _ in named] == [
+        ("pending", "autograd graph (MeanBackward0)"), ("sums", "autograd graph (SumBackward0)")]
+    assert "backward() through it no longer reaches" in named[0][2], named
+    restored: dict = {}
+    resumed = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert resumed.verdict["level"] == "partial", resumed.verdict
+    assert "pending" in str(resumed.verdict["reasons"]) and "used" not in str(
+        resumed.verdict["reasons"]), resumed.verdict
+    assert restored["pending"].requires_grad and restored["pending"].grad_fn is None
