@@ -271,7 +271,13 @@ class ServerProcess:
         return body["kernel"]["id"]
 
     def run_cell(self, kernel_id: str, code: str, by_stream: bool = False) -> str:
-        return run_cell_in(self.workdir / "runtime" / f"kernel-{kernel_id}.json", code, by_stream)
+        """``run_cell_in``, returning once the server, too, sees the kernel no longer busy: its
+        IOPub listener gets the kernel's idle status some time after this client got the reply,
+        and a SIGTERM in between found "every kernel busy" (CI stop 39 + 1)."""
+        out = run_cell_in(self.workdir / "runtime" / f"kernel-{kernel_id}.json", code, by_stream)
+        self.wait_for(lambda s: {k["kernel_id"]: k["execution_state"]
+                                 for k in s["kernels"]}.get(kernel_id) != "busy", "idle")
+        return out
 
     def start_busy(self, kernel_id: str, code: str) -> None:
         """Send ``code`` as a cell and leave it running (another client, like a second tab);
