@@ -189,6 +189,8 @@ class LiveObjects:
         """Why ``obj`` does not travel (a DataLoader iterator, a sqlite3 connection or a file
         that cannot be reopened), else why not by ``placeholders.uncapturable_reason``, or None:
         the checkpoint names such a top-level variable as not saved."""
+        if id(obj) in self._streams:  # pickled by its name
+            return None
         reduced, reason = self._carried(obj)
         return reason if reduced is not None or reason is not None else uncapturable_reason(obj)
 

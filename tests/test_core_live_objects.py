@@ -223,6 +223,8 @@ latin.write("é")
 files = {"log": log}
 null = open(os.devnull, "w")
 scratch = open(os.path.join(elsewhere, "scratch.txt"), "w")
+import sys
+console = sys.__stdout__                            # a standard stream: the resumed process's own
 """
 
 
@@ -246,8 +248,8 @@ def test_open_files_reopen_on_their_files(tmp_path, volumes, start_kernel):
         "log.write('epoch 2\\n'); log.close(); latin.write('è'); latin.close(); null.write('x')\n"
         "print(json.dumps([data.readline(), raw.tell(), raw.read(2).decode(), raw.mode,"
         " type(raw).__name__, files['log'] is log, log.mode, latin.encoding, latin.errors,"
-        " null.name]))")
+        " null.name, console is sys.__stdout__]))")
     assert got == ["line 2\n", 4, "45", "rb+", "FileIO", True, "w", "latin-1", "replace",
-                   "/dev/null"]
+                   "/dev/null", True]
     assert (home / "train.log").read_text() == "epoch 1\nepoch 2\n"
     assert (home / "latin.txt").read_bytes() == "éè".encode("latin-1")
