@@ -192,7 +192,7 @@ class LiveObjects:
         if id(obj) in self._streams:  # pickled by its name
             return None
         reduced, reason = self._carried(obj)
-        return reason if reduced is not None or reason is not None else uncapturable_reason(obj)
+        return None if reduced is not None else reason or uncapturable_reason(obj)
 
     def _carried(self, obj: object) -> tuple[tuple | None, str | None]:
         if isinstance(obj, LOCKS):
@@ -226,8 +226,7 @@ def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
     """``(reduce tuple, None)`` to open ``stream``'s file again at resume (a closed one comes back
     closed, with its name and mode), or ``(None, why not)``."""
     try:
-        raw = stream.buffer.raw if isinstance(stream, io.TextIOWrapper) else (
-            stream if isinstance(stream, io.FileIO) else stream.raw)
+        raw = _raw_of(stream)
         closed = stream.closed
     except ValueError as exc:  # a wrapper whose buffer was detached
         return None, f"a file detached from its buffer ({exc})"
@@ -242,13 +241,13 @@ def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
         return (closed_file, (raw.name, *opened)), None
     try:
         descriptor = raw.fileno()
-        regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+        opened_file = os.fstat(descriptor)
     except OSError as exc:  # its descriptor is gone
         return None, f"an open file that cannot be read ({type(exc).__name__}: {exc})"
-    path = _path_of(descriptor, raw.name)
+    path = _path_of(descriptor, opened_file, raw.name)
     shown = repr(path)[:SHOWN_CHARS]
     if path != os.devnull:
-        if path is None or not regular:
+        if path is None or not stat.S_ISREG(opened_file.st_mode):
             return None, "an open pipe, socket or descriptor belongs to this process"
         if not comes_back(path):
             return None, (f"an open file {shown} outside the home volume: it stays on the old "
@@ -262,11 +261,18 @@ def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
     return (reopen_file, (path, *opened, position)), None
 
 
-def _path_of(descriptor: int, name: object) -> str | None:
-    """The file a descriptor has open: the name given to ``open()`` (made absolute) while it
-    still names that file (a symlinked home keeps its own path), else what ``/proc`` says (the
-    cwd changed since a relative name was given); None for a deleted file."""
-    opened = os.fstat(descriptor)
+def _raw_of(stream: Any) -> Any:
+    """The ``FileIO`` under a file ``open()`` returned (text, buffered or unbuffered)."""
+    if isinstance(stream, io.TextIOWrapper):
+        return stream.buffer.raw
+    return stream if isinstance(stream, io.FileIO) else stream.raw
+
+
+def _path_of(descriptor: int, opened: os.stat_result, name: object) -> str | None:
+    """The file a descriptor has open (``opened``: its ``fstat``): the name given to ``open()``
+    (made absolute) while it still names that file (a symlinked home keeps its own path), else
+    what ``/proc`` says (the cwd changed since a relative name was given); None for a deleted
+    file."""
     if isinstance(name, str):
         given = os.path.abspath(name)
         try:
@@ -296,8 +302,7 @@ def closed_file(name: object, mode: str, text: dict[str, Any] | None, buffered: 
     """At resume: a closed file of that name and mode (what ``with open(...) as f`` leaves in
     ``f``), which is all a closed file shows; its file is not touched."""
     stream = _open_existing(os.devnull, mode, text, buffered)
-    raw = stream.buffer.raw if text is not None else (stream.raw if buffered else stream)
-    raw.name = name
+    _raw_of(stream).name = name
     stream.close()
     return stream
 

@@ -132,8 +132,9 @@ class TorchReductions:
         module, a global hook's handle or a compiled function (see the module docstring), else
         None. A tensor's autograd graph that could still be used is noted in ``note``."""
         if self._tensor is not None and isinstance(obj, self._tensor):
-            if obj.grad_fn is not None and not _graph_used(obj.grad_fn, self._tensor):
-                note.without(f"autograd graph ({type(obj.grad_fn).__name__})", (
+            node = obj.grad_fn
+            if node is not None and not _graph_used(node, self._tensor):
+                note.without(f"autograd graph ({type(node).__name__})", (
                     "no pickling carries it: the tensor is a leaf after the resume, and "
                     "backward() through it no longer reaches what it was computed from (compute "
                     "it again after the resume)"))
