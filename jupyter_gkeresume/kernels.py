@@ -58,7 +58,13 @@ EXIT_WATCH_SECONDS = 1.0
 async def exited(manager: Any) -> None:
     """Ask the kernel of ``manager`` (a jupyter_client ``KernelManager``) to shut down, then
     return once its process is gone, or after ``EXIT_WATCH_SECONDS`` (the caller's
-    ``shutdown_kernel`` then waits, escalates to a signal, and cleans up as always)."""
+    ``shutdown_kernel`` then waits, escalates to a signal, and cleans up as always).
+
+    As jupyter_client's own shutdown does, the manager is marked ``shutting_down`` and its
+    restarter stopped before the request: a restarter that saw the exited kernel would start it
+    again under the caller's shutdown (an idle pause hung in ``releasing`` that way)."""
+    manager.shutting_down = True
+    manager.stop_restarter()
     await ensure_async(manager.request_shutdown())
     deadline = time.monotonic() + min(EXIT_WATCH_SECONDS, manager.shutdown_wait_time / 2)
     while await ensure_async(manager.is_alive()) and time.monotonic() < deadline:

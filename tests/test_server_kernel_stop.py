@@ -9,9 +9,12 @@ the shutdown, ``_async_finish_shutdown`` polls, then SIGTERM and SIGKILL after
 
 from __future__ import annotations
 
+import asyncio
 import os
 
+from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from jupyter_client.manager import AsyncKernelManager, _ShutdownStatus
+from traitlets.config import Config
 
 from jupyter_gkeresume import kernels
 
@@ -48,3 +51,25 @@ async def test_a_kernel_slow_to_exit_is_left_to_jupyter_clients_escalation(tmp_p
     assert not await manager.is_alive()
     assert manager._shutdown_status in (_ShutdownStatus.SigtermRequest,
                                         _ShutdownStatus.SigkillRequest)
+
+
+async def test_the_restarter_does_not_bring_back_a_kernel_asked_to_exit(tmp_path):
+    """CI (stop 40): an idle pause hung in ``releasing``. The kernel exited on ``exited``'s
+    request while jupyter_client's restarter still watched it; the restarter saw a dead kernel
+    and restarted it ("restarting kernel (1/5)") under the shutdown that followed. jupyter_client's
+    own shutdown marks ``shutting_down`` and stops the restarter before it asks
+    (jupyter_client/manager.py ``_async_shutdown_kernel``; restarter.py ``poll`` returns while
+    ``shutting_down``). The restarter here polls every 20 ms, so it always looks in that window."""
+    manager = AsyncIOLoopKernelManager(
+        kernel_name="python3", config=Config({"KernelRestarter": {"time_to_dead": 0.02}}))
+    await manager.start_kernel(cwd=str(tmp_path), env=dict(os.environ))
+    restarts = []
+    manager.start_restarter()
+    manager.add_restart_callback(lambda: restarts.append("restart"))
+    try:
+        await kernels.exited(manager)
+        await asyncio.sleep(0.5)  # many restarter polls
+        assert restarts == [], "the restarter restarted a kernel asked to exit"
+        assert not await manager.is_alive()
+    finally:
+        await manager.shutdown_kernel(now=True)
