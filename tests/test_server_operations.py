@@ -745,6 +745,9 @@ def test_the_gateway_stops_kernels_at_once_and_skips_the_gone():
         def __init__(self, kid: str, requested: list[str]):
             self.kid, self.requested = kid, requested
 
+        def stop_restarter(self):
+            assert self.kid not in self.requested, "the restarter stops before the request"
+
         async def request_shutdown(self):
             self.requested.append(self.kid)
 
