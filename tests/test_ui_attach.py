@@ -33,6 +33,12 @@ BIG_MB = int(os.environ.get("GKERESUME_UI_BIG_MB", "16"))
 def test_after_reload_and_resume_each_tab_runs_in_its_restored_kernel(
         tmp_path, ui_env, lab_extension_dir, chromium, mode):  # noqa: F811
     lab = Lab(tmp_path, ui_env, lab_extension_dir)
+    if mode == "held":
+        # The tab connects while a.ipynb's restore is held, and jupyter_server's websocket
+        # waits for a kernel_info reply, queued behind that restore, until kernel_info_timeout
+        # (jupyter_server/services/kernels/connection/channels.py: then it connects anyway).
+        # The restore goes on only after the cell is typed, so every run waited the default 60 s.
+        lab.command.append("--MappingKernelManager.kernel_info_timeout=5")
     for name in ("a.ipynb", "b.ipynb"):
         (lab.root / name).write_text(json.dumps(NOTEBOOK))
     lab.start()
