@@ -19,7 +19,8 @@ are named with the other things left behind (``left_behind``).
 - A tqdm progress bar (tqdm/std.py) writing to a standard stream: its stream wrapper
   (``DisableOnWriteError``, closures over the stream's ``write`` and a weak proxy of the bar) and
   status printer belong to this process; the bar pickles as its counters and settings and is
-  set up again on the resumed kernel's stream (``_progress_bar``), at the count it had.
+  set up again on the resumed kernel's stream (``_progress_bar``), at the count it had. A
+  notebook bar (tqdm/notebook.py) gets a new widget, shown where it next moves.
 - A ``numpy.memmap`` sharing a file (``np.memmap(path, mode="r" | "r+" | "w+")``) on what the
   next pod has is reopened on that file (``_memmap_reduce``): it pickled as an in-memory copy,
   so writes after a resume silently no longer reached the file, views no longer shared memory
@@ -55,6 +56,7 @@ without torch pays one dict lookup per graph, and every object costs one ``isins
 from __future__ import annotations
 
 import _thread
+import functools
 import io
 import os
 import stat
@@ -126,17 +128,58 @@ def _memmap_view(root: Any, start: int, shape: tuple, strides: tuple, dtype: Any
     return view
 
 
-def _progress_bar(cls: type, stream: str | None, state: dict[str, Any]) -> Any:
+def _progress_bar(cls: type, stream: str | None, state: dict[str, Any],
+                  widget: dict[str, Any] | None = None) -> Any:
     """A tqdm bar again (``LiveObjects._bar_reduce``), writing to this process's ``stream`` as
-    tqdm/std.py ``tqdm.__init__`` sets it up; ``tqdm.__new__`` counts it among the live bars."""
+    tqdm/std.py ``tqdm.__init__`` sets it up; ``tqdm.__new__`` counts it among the live bars.
+    ``widget``: a notebook bar's (``_notebook_widget``)."""
     bar = cls.__new__(cls)
     bar.__dict__.update(state)
     if stream is not None:
         from tqdm.utils import DisableOnWriteError
 
         bar.fp = DisableOnWriteError(getattr(sys, stream), tqdm_instance=bar)
-        bar.sp = bar.status_printer(bar.fp)
+        if widget is None:
+            bar.sp = bar.status_printer(bar.fp)
+    if widget is not None:
+        _notebook_widget(bar, **widget)
     return bar
+
+
+def _notebook_widget(bar: Any, drawn: bool, colour: str | None, bar_style: str) -> None:
+    """A notebook bar's widget again, as tqdm/notebook.py ``tqdm_notebook.__init__`` makes it
+    (a disabled bar has none), drawn at the bar's count and style but not displayed: the one in
+    the old output died with its kernel, and the new one is shown in the cell where the bar
+    next moves (``_show_where_it_moves``)."""
+    if not drawn:
+        bar.disp = _no_display
+        return
+    from weakref import proxy
+
+    unit_scale = 1 if bar.unit_scale is True else bar.unit_scale or 1
+    total = bar.total * unit_scale if bar.total else bar.total
+    bar.container = bar.status_printer(bar.fp, total, bar.desc, bar.ncols)
+    bar.container.pbar = proxy(bar)
+    bar.colour = colour
+    type(bar).display(bar, check_delay=False, bar_style=bar_style or None)
+    bar.displayed = False
+    bar.display = bar.disp = functools.partial(_show_where_it_moves, bar)
+
+
+def _show_where_it_moves(bar: Any, *args: Any, **kwargs: Any) -> Any:
+    """A resumed notebook bar's first display: its widget is shown in the running cell, then
+    tqdm's own display takes over (the instance's ``display`` goes)."""
+    from IPython.display import display
+
+    del bar.display
+    bar.disp = bar.display
+    display(bar.container)
+    bar.displayed = True
+    return bar.display(*args, **kwargs)
+
+
+def _no_display(*_: Any, **__: Any) -> None:
+    """A disabled notebook bar's ``disp`` (tqdm/notebook.py sets a lambda: it does not pickle)."""
 
 
 class LiveObjects:
@@ -149,6 +192,7 @@ class LiveObjects:
         sqlite3 = sys.modules.get("sqlite3")
         self._connection = getattr(sqlite3, "Connection", None)
         self._bar = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
+        self._notebook_bar = getattr(sys.modules.get("tqdm.notebook"), "tqdm_notebook", None)
         self._memmap = getattr(sys.modules.get("numpy"), "memmap", None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
                                       self._memmap) if t) + LOCKS + FILES
@@ -176,14 +220,24 @@ class LiveObjects:
 
     def _bar_reduce(self, bar: Any) -> tuple | None:
         """A tqdm bar writing to a standard stream: its counters and settings, with the stream's
-        name; ``None`` (pickled as it is, named if it cannot be) for one writing elsewhere."""
+        name; ``None`` (pickled as it is, named if it cannot be) for one writing elsewhere.
+        A notebook bar's widget (tqdm/notebook.py: an ipywidgets box whose comm is this
+        kernel's) travels as what it shows: whether there is one, its colour and bar style."""
         state = dict(vars(bar))
         out = state.pop("fp", None)
         state.pop("sp", None)
         stream = None if out is None else self._streams.get(id(vars(out).get("_wrapped", out)))
         if out is not None and stream is None:
             return None
-        return _progress_bar, (type(bar), stream, state)
+        widget = None
+        if self._notebook_bar is not None and isinstance(bar, self._notebook_bar):
+            container = state.pop("container", None)
+            for drawn_by_it in ("disp", "display", "displayed"):
+                state.pop(drawn_by_it, None)
+            progress = container.children[-2] if container is not None else None
+            widget = {"drawn": container is not None, "colour": bar.colour,
+                      "bar_style": getattr(progress, "bar_style", "")}
+        return _progress_bar, (type(bar), stream, state, widget)
 
     def reason(self, obj: object) -> str | None:
         """Why ``obj`` does not travel (a DataLoader iterator, a sqlite3 connection or a file

@@ -61,3 +61,46 @@ def test_a_progress_bar_comes_back_and_goes_on(start_kernel):
     assert "3/8" in b.run("steps.update(1); steps.refresh()")
     assert b.run_json("print(json.dumps([quiet.disable, quiet.n, list(steps.iterable)[-1]]))") \
         == [True, 0, 7]
+
+
+NOTEBOOK_BARS = r"""
+import json
+from tqdm.auto import tqdm
+bar = tqdm(total=10, desc="epochs", colour="green")
+bar.update(3)
+done = tqdm(total=2, leave=True)
+done.update(2)
+done.close()
+quiet = tqdm(total=5, disable=True)
+"""
+
+
+def test_a_notebook_progress_bar_comes_back_and_shows_again_when_it_moves(start_kernel):
+    """With ipywidgets installed (the Jupyter images GPU users run), ``tqdm.auto`` gives notebook
+    bars (tqdm/notebook.py ``tqdm_notebook``): the bar's ``container`` is an ipywidgets HBox
+    whose comm belongs to the kernel, so the bar was not restored and the next cell's
+    ``bar.update`` raised NameError (found by cut_check). It comes back at its count with a new
+    widget of its colour, shown in the cell where it next moves (the one in the old output died
+    with its kernel), also through a second pause before it moved; a closed bar comes back
+    closed, a disabled one disabled."""
+    a = start_kernel()
+    a.run(NOTEBOOK_BARS)
+    assert a.run("import tqdm.notebook\nprint(isinstance(bar, tqdm.notebook.tqdm_notebook))") == "True\n"
+    a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out.splitlines()[0] and "not restored" not in out, out
+    assert b.run_json("print(json.dumps([bar.n, bar.total, bar.desc, bar.colour, done.n, "
+                      "done.disable, quiet.disable]))") == [3, 10, "epochs", "green", 2, True, True]
+    b.run("%checkpoint")  # again, before the bar moved: its widget not yet shown
+    b.kill()
+
+    c = start_kernel()
+    assert "(exact)" in c.run("%resume").splitlines()[0]
+    shown = c.run("bar.update(2)")
+    assert "5/10" in shown, shown  # the new widget displayed (its text form) in this cell
+    assert c.run("bar.update(1)\nbar.refresh();") == "", "shown once, then updated in place"
+    assert c.run_json("print(json.dumps(bar.container.children[1].value))") == 6
+    assert c.run("done.update(1)") == "", "a closed bar stays closed"
