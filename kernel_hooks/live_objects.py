@@ -21,6 +21,8 @@ are named with the other things left behind (``left_behind``).
   status printer belong to this process; the bar pickles as its counters and settings and is
   set up again on the resumed kernel's stream (``_progress_bar``), at the count it had. A
   notebook bar (tqdm/notebook.py) gets a new widget, shown where it next moves.
+- A TensorBoard ``SummaryWriter`` (torch's) is flushed at the checkpoint and comes back as
+  after its ``close()``: its next event opens a new event file in its ``log_dir``.
 - A ``numpy.memmap`` sharing a file (``np.memmap(path, mode="r" | "r+" | "w+")``) on what the
   next pod has is reopened on that file (``_memmap_reduce``): it pickled as an in-memory copy,
   so writes after a resume silently no longer reached the file, views no longer shared memory
@@ -182,6 +184,29 @@ def _no_display(*_: Any, **__: Any) -> None:
     """A disabled notebook bar's ``disp`` (tqdm/notebook.py sets a lambda: it does not pickle)."""
 
 
+#: torch's TensorBoard writer (torch/utils/tensorboard/writer.py).
+TENSORBOARD_WRITER = "torch.utils.tensorboard.writer"
+
+
+def _summary_writer_reduce(writer: Any) -> tuple:
+    """A ``SummaryWriter``: its events so far are flushed to its event files, and it travels as
+    its settings, as after its ``close()``: its next ``add_*`` opens a new event file in the same
+    ``log_dir`` (``_get_file_writer``), which TensorBoard reads as the same run. Its writers hold
+    a thread and an open file of this process: a placeholder for them broke the next
+    ``add_scalar`` of a training loop, and events still queued were lost with the pod."""
+    state = dict(vars(writer))
+    for file_writer in (state.pop("all_writers", None) or {}).values():
+        file_writer.flush()
+    state.pop("file_writer", None)
+    return _summary_writer, (type(writer), state)
+
+
+def _summary_writer(cls: type, state: dict[str, Any]) -> Any:
+    writer = cls.__new__(cls)
+    writer.__dict__.update(state, file_writer=None, all_writers=None)
+    return writer
+
+
 class LiveObjects:
     """Reductions for one graph (the types are looked up once, from ``sys.modules``)."""
 
@@ -194,8 +219,9 @@ class LiveObjects:
         self._bar = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
         self._notebook_bar = getattr(sys.modules.get("tqdm.notebook"), "tqdm_notebook", None)
         self._memmap = getattr(sys.modules.get("numpy"), "memmap", None)
+        self._summary_writer = getattr(sys.modules.get(TENSORBOARD_WRITER), "SummaryWriter", None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
-                                      self._memmap) if t) + LOCKS + FILES
+                                      self._memmap, self._summary_writer) if t) + LOCKS + FILES
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
 
@@ -213,6 +239,8 @@ class LiveObjects:
             return self._bar_reduce(obj)
         if self._memmap is not None and isinstance(obj, self._memmap):
             return _memmap_reduce(obj, note)
+        if self._summary_writer is not None and isinstance(obj, self._summary_writer):
+            return _summary_writer_reduce(obj)
         reduced, reason = self._carried(obj)
         if reason is not None:
             return note.placeholder(obj, reason)

@@ -10,7 +10,8 @@ fresh kernel (issue 28 item 8, ``kernel_hooks.live_objects``), with the real lib
   in memory, one to a file outside it, one with uncommitted changes are named
   (``PRAGMA database_list`` gives the file, sqlite.org/pragma.html#pragma_database_list);
 - asyncio: tasks left pending on the kernel's event loop (ipykernel runs cells on it) are named,
-  a task held in a variable and one nobody holds.
+  a task held in a variable and one nobody holds;
+- TensorBoard: torch's ``SummaryWriter`` goes on logging into its run.
 
 Every such resume's verdict is ``partial`` and names what was left out.
 """
@@ -253,3 +254,39 @@ def test_open_files_reopen_on_their_files(tmp_path, volumes, start_kernel):
                    "/dev/null", True]
     assert (home / "train.log").read_text() == "epoch 1\nepoch 2\n"
     assert (home / "latin.txt").read_bytes() == "éè".encode("latin-1")
+
+
+TENSORBOARD = r"""
+import json
+from torch.utils.tensorboard import SummaryWriter
+writer = SummaryWriter(LOG_DIR, max_queue=1000, flush_secs=3600)  # nothing written before close
+for step in range(3):
+    writer.add_scalar("loss", 1.0 / (step + 1), step)
+"""
+
+
+def test_a_tensorboard_writer_keeps_logging_into_its_run(tmp_path, start_kernel):
+    """A training loop's ``SummaryWriter`` (torch/utils/tensorboard/writer.py): its event writer
+    holds a thread and an open file, so it came back with a placeholder and the next cell's
+    ``add_scalar`` raised AttributeError (found by cut_check); events still queued would have
+    been lost with the pod. Its queue is flushed at the checkpoint; it comes back as after
+    ``close()`` and its next event opens a new event file in the same directory, which
+    TensorBoard reads as one run with every step. Its writer thread, which it starts again, is
+    not named."""
+    log_dir = tmp_path / "runs" / "exp1"
+    a = start_kernel()
+    a.run(f"LOG_DIR = {str(log_dir)!r}\n" + TENSORBOARD)
+    a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out.splitlines()[0] and "left out" not in out, out
+    b.run("for step in range(3, 5):\n    writer.add_scalar('loss', 1.0 / (step + 1), step)\n"
+          "writer.flush()")
+    scalars = b.run_json(
+        "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
+        "acc = EventAccumulator(LOG_DIR); acc.Reload()\n"
+        "print(json.dumps([[e.step, e.value] for e in acc.Scalars('loss')]))")
+    assert scalars == [[step, pytest.approx(1.0 / (step + 1))] for step in range(5)]
+    assert len(list(log_dir.glob("events.out.tfevents.*"))) == 2
