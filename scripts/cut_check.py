@@ -65,7 +65,16 @@ def start_server(work: Path, store: Path, home: Path | None = None) -> ServerPro
 
 
 def run_cells(server: ServerProcess, kernel_id: str, cells: list[str]) -> list[str]:
-    return [VOLATILE.sub("?", server.run_cell(kernel_id, cell, by_stream=True)) for cell in cells]
+    """Each cell's output; a cell that raised gives its error's name and value, and the next
+    cells still run (what a resume broke shows in every cell it breaks)."""
+    outputs = []
+    for cell in cells:
+        try:
+            outputs.append(VOLATILE.sub("?", server.run_cell(kernel_id, cell, by_stream=True)))
+        except AssertionError as failed:  # run_cell's check of the reply: its content
+            error = re.search(r"'ename': '([^']*)', 'evalue': (['\"])(.*?)\2, ", str(failed))
+            outputs.append(f"ERROR {error.group(1)}: {error.group(3)}" if error else str(failed))
+    return outputs
 
 
 def settle(server: ServerProcess, method: str, path: str) -> dict:
