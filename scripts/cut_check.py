@@ -71,9 +71,10 @@ def run_cells(server: ServerProcess, kernel_id: str, cells: list[str]) -> list[s
     for cell in cells:
         try:
             outputs.append(VOLATILE.sub("?", server.run_cell(kernel_id, cell, by_stream=True)))
-        except AssertionError as failed:  # run_cell's check of the reply: its content
-            error = re.search(r"'ename': '([^']*)', 'evalue': (['\"])(.*?)\2, ", str(failed))
-            outputs.append(f"ERROR {error.group(1)}: {error.group(3)}" if error else str(failed))
+        except AssertionError as failed:  # run_cell_in's check: the reply's content, a dict
+            content = failed.args[0] if failed.args else None
+            outputs.append(f"ERROR {content['ename']}: {content['evalue']}"
+                           if isinstance(content, dict) else str(failed))
     return outputs
 
 
