@@ -5,9 +5,11 @@
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects; tensors keep their gradients and
 optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``); DataLoaders, their
-iterators and sqlite3 connections go through ``live_objects``, accelerate's process states
-through ``singletons``. A name whose pickling raises is
-dropped and the stream is rebuilt without it, so one bad object never sinks the snapshot.
+iterators and sqlite3 connections go through ``live_objects``, weak references and weak
+containers through ``weak_references``, accelerate's process states and the kernel's own objects
+(the shell, the event loop) through ``singletons``.
+A name whose pickling raises is dropped and the stream is rebuilt without it, so one bad
+object never sinks the snapshot.
 
 Functions defined in the notebook (globals of module ``__main__``: cells, lambdas, closures,
 methods of notebook classes) pickle by value as cloudpickle does, except that their globals are
@@ -45,11 +47,11 @@ from typing import Any
 
 import cloudpickle
 
-from . import rebuild, registry
+from . import rebuild, registry, weak_references
 from .left_behind import held_key
 from .live_objects import LiveObjects
 from .placeholders import SHOWN_CHARS, Uncaptured, type_name, uncapturable_reason
-from .singletons import AccelerateStates
+from .singletons import AccelerateStates, KernelSingletons
 from .storages import StorageCollector
 from .torch_reduce import TorchReductions
 
@@ -92,6 +94,7 @@ class _GraphPickler(cloudpickle.Pickler):
         self.torch = TorchReductions(PROTOCOL)
         self.live = LiveObjects()
         self.accelerate = AccelerateStates()
+        self.kernel = KernelSingletons()
         self.note = RecordNote()
         self._app_saving: set[int] = set()
         self._forwarding: dict[type, bool] = {}  # _forwards_attributes, once per class
@@ -113,13 +116,14 @@ class _GraphPickler(cloudpickle.Pickler):
                 return (app.load, (app.save(obj),))
             finally:
                 self._app_saving.discard(id(obj))
-        reduced = self.live.reduce(obj, self.note)
+        reduced = self.live.reduce(obj, self.note) or weak_references.reduce(obj)
         if reduced is not None:
             return reduced
         reason = uncapturable_reason(obj)
         if reason is not None:
             return self.note.placeholder(obj, reason)
-        reduced = self.torch.reduce(obj, self.note) or self.accelerate.reduce(obj)
+        reduced = (self.torch.reduce(obj, self.note) or self.accelerate.reduce(obj)
+                   or self.kernel.reduce(obj))
         if reduced is not None:
             return reduced
         if isinstance(obj, _BY_REFERENCE):

@@ -4,7 +4,8 @@ The capture reduces each torch storage to ``storage(key, dtype)`` (``untyped(key
 UntypedStorage), each large numpy array to ``array(key, ...)`` and each ``__cuda_array_interface__``
 object to ``cuda_array(key, record)``, and each notebook function to ``notebook_function`` +
 ``notebook_function_state``; ``tensor_grad``, ``tensor_hooks``, ``optimizer_state`` and
-``parametrized_module`` put back what torch's own pickling drops (``torch_reduce``). While a graph
+``parametrized_module`` put back what torch's own pickling drops, ``script_module`` and
+``script_function`` what it refuses (``torch_reduce``). While a graph
 is read, the restore code installs its loader and target namespace with ``loading(Loading(loader,
 namespace))``; storages ask the loader for their bytes, notebook functions are bound to the
 namespace. Pickle's memo makes each reduced object come back once, so aliases stay aliases.
@@ -34,11 +35,13 @@ class Loading:
     bound to. A notebook function may run while the graph loads (a registered ``load``, a
     ``__setstate__``), so the globals it referenced are put in the namespace at once, where it
     lacks them (a name it has keeps its value); ``added`` lists those names, and ``take_back()``
-    removes them again when the restore fails."""
+    removes them again when the restore fails. ``weak``: each weak reference or container
+    rebuilt, with references to its referents and their type names (``weak_references``)."""
 
     loader: Loader
     namespace: dict[str, Any]
     added: list[str] = field(default_factory=list)
+    weak: list[tuple[object, list[tuple[Any, str]]]] = field(default_factory=list)
 
     def take_back(self) -> None:
         for name in self.added:
@@ -58,6 +61,11 @@ def loading(state: Loading) -> Iterator[Loading]:
         yield state
     finally:
         _loading = previous
+
+
+def current_loading() -> Loading | None:
+    """The graph being read, if one is."""
+    return _loading
 
 
 def _current_loading() -> Loading:
@@ -237,3 +245,43 @@ def optimizer_state(optimizer: Any, state: tuple) -> None:
 
     setattr(wrapper, LR_SCHEDULER_MARK, True)
     optimizer.step = wrapper
+
+
+def script_module(archive: bytes, tensors: dict[str, Any]) -> Any:
+    """A TorchScript module loaded from its ``torch.jit.save`` archive, its parameter and buffer
+    slots given ``tensors`` (``torch_reduce._script_module_reduce``). Loaded onto the device
+    those tensors came back on, when they share one (what else the archive holds, constants of a
+    traced graph, must sit with them)."""
+    import io
+
+    import torch
+
+    devices = {tensor.device for tensor in tensors.values()}
+    if len(devices) == 1:
+        location = devices.pop()
+    else:
+        location = None if torch.cuda.is_available() else "cpu"
+    module = torch.jit.load(io.BytesIO(archive), map_location=location)
+    for name, tensor in tensors.items():
+        owner, leaf = script_slot(module, name)
+        setattr(owner, leaf, tensor)
+    return module
+
+
+def script_slot(module: Any, name: str) -> tuple[Any, str]:
+    """The submodule of ``module`` that holds the slot ``name`` ("encoder.layer.weight"), and
+    the slot's own name (ScriptModules have no ``get_submodule``)."""
+    *path, leaf = name.split(".")
+    for part in path:
+        module = getattr(module, part)
+    return module, leaf
+
+
+def script_function(archive: bytes) -> Any:
+    """A scripted function again: the ``forward`` of the module ``torch.jit.save`` wrapped it in."""
+    import io
+
+    import torch
+
+    return torch.jit.load(io.BytesIO(archive)).forward
+

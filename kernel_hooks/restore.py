@@ -39,7 +39,7 @@ from jupyter_gkeresume.snapshot import (
 from jupyter_gkeresume.snapshot.compat import Verdict
 from jupyter_gkeresume.snapshot.lease import RestoreLease
 
-from . import interpreter_state, rebuild, session_state, singletons
+from . import interpreter_state, rebuild, session_state, singletons, weak_references
 from .capture import HOOKS_RECORD, SESSION_RECORD
 from .cuda_engine import DeviceAllocation, get_engine
 from .errors import OtherNotebookError
@@ -199,6 +199,12 @@ def _restore(
                 )
     wanted = only or manifest.saved_names
     restored = {n: loaded[n] for n in wanted if n not in reasons}
+    lost_weak = weak_references.lost_referents(reading.weak)
+    for name, value in restored.items() if lost_weak else ():
+        if _reaches(value, set(), set(lost_weak)):
+            why = "; ".join(sorted({w for i, w in lost_weak.items() if _reaches(value, set(), {i})}))
+            result.warnings.append(f"{name}: {why}")
+            left_out.append(f"{name} ({why})")
     for obj in manifest.objects:
         if obj.status == "skipped":
             result.not_restored.append(Skipped(obj.name, obj.type, obj.reason or "not captured"))

@@ -18,9 +18,16 @@ accelerate's own constructors set while the graph loads is replaced), weak refer
 again; one that was not (the resumed kernel built its own ``Accelerator`` first) is kept as it
 is: every instance stays the one state of the process.
 
-Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)`` for every object,
-after ``torch_reduce``; the restore reads the graph inside ``restoring()``. Nothing is imported
-(the classes come from ``sys.modules``).
+The kernel's own singletons (``KernelSingletons``): the IPython shell (``ip = get_ipython()``, or a
+helper object that keeps it), ipykernel's kernel (``shell.kernel``) and the asyncio loop the
+kernel runs cells on (``asyncio.get_event_loop()``). None of them pickled: the names holding them
+were not restored. Each reduces to ``kernel_singleton(role)``: the resumed kernel's own. (The
+namespace's own dict, ``g = globals()``, still pickles as a copy: pickle does not ask
+``reducer_override`` about a dict.)
+
+Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)`` and then
+``KernelSingletons.reduce(obj)`` for every object, after ``torch_reduce``; the restore reads the
+graph inside ``restoring()``. Nothing is imported (the classes come from ``sys.modules``).
 """
 
 from __future__ import annotations
@@ -105,3 +112,40 @@ def shared_state(instance: Any, states: dict[str, dict[str, Any]]) -> None:
         if cls._shared_state != state:
             cls._shared_state.clear()
             cls._shared_state.update(state)
+
+
+class KernelSingletons:
+    """The kernel's singletons by ``id`` for one graph, found once (none outside IPython)."""
+
+    def __init__(self) -> None:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        self._roles: dict[int, str] = {}
+        if shell is None:
+            return
+        kernel = getattr(shell, "kernel", None)
+        for role, obj in (("shell", shell), ("kernel", kernel), ("loop", _kernel_loop(kernel))):
+            if obj is not None:
+                self._roles[id(obj)] = role
+
+    def reduce(self, obj: object) -> tuple | None:
+        role = self._roles.get(id(obj))
+        return None if role is None else (kernel_singleton, (role,))
+
+
+def _kernel_loop(kernel: Any) -> Any:
+    """The asyncio loop under ipykernel's tornado ``io_loop`` (it runs the cells)."""
+    return getattr(getattr(kernel, "io_loop", None), "asyncio_loop", None)
+
+
+def kernel_singleton(role: str) -> Any:
+    """This kernel's object of ``role`` (``KernelSingletons``)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if role == "shell":
+        return shell
+    if role == "kernel":
+        return shell.kernel
+    return _kernel_loop(shell.kernel)
+

@@ -46,6 +46,19 @@ never looks at. It pickles by the dict's name (``GLOBAL_HOOKS``; ``rebuild.globa
 the resumed handle removes from torch's own dict, which the ``torch global hooks`` entry of
 ``library_state`` fills again.
 
+A TorchScript module (``torch.jit.script``, ``torch.jit.trace``) refuses pickle (torch/jit/
+_script.py: "Tried to serialize object ... which does not have a __getstate__"), and so does a
+scripted function: the name was not restored. A module pickles as its ``torch.jit.save`` archive,
+written with each parameter and buffer slot emptied for the while (``_emptied``), plus those
+tensors, which pickle as any tensor (blobs, gradients, shared with the eager module the script
+was made from: ``torch.jit.script(net)`` holds ``net``'s very parameters); ``rebuild.
+script_module`` loads the archive and puts them back in their slots. It comes back as a
+``RecursiveScriptModule`` (a traced one too: torch.jit.load makes no other), with its code,
+training flags and other attributes; Python attributes set on the wrapper are not carried. A
+scripted function comes back as the ``forward`` of its loaded archive: a ``ScriptMethod``, called
+as before. A module whose code calls Python (``@torch.jit.ignore``) cannot be saved: it is named
+with torch.jit.save's error.
+
 A tensor computed from others holds its autograd graph (``grad_fn``), which no pickling carries:
 it comes back as a leaf. Where that graph could still be used (a ``loss`` cut before its
 ``backward()``, which then reached no parameter while the verdict said ``exact``), it is noted;
@@ -126,6 +139,9 @@ class TorchReductions:
         self._handle = hooks.RemovableHandle if hooks is not None else None
         self._global_hooks = {id(dicts): (module, name)
                               for module, name, dicts in loaded_global_hooks()}
+        script = sys.modules.get("torch.jit._script")
+        self._script_module = getattr(script, "ScriptModule", None)
+        self._script_function = torch._C.ScriptFunction if torch is not None else None
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
@@ -147,6 +163,10 @@ class TorchReductions:
             return self._handle_reduce(obj)
         if self._dynamo_context is not None and type(obj) is types.FunctionType:
             return self._compiled_function_reduce(obj)
+        if self._script_module is not None and isinstance(obj, self._script_module):
+            return _script_module_reduce(obj)
+        if self._script_function is not None and type(obj) is self._script_function:
+            return rebuild.script_function, (_archive(obj),)
         return None
 
     def _compiled_function_reduce(self, function: Any) -> tuple | None:
@@ -228,6 +248,42 @@ def _graph_used(root: Any, tensor_type: type, limit: int = 256) -> bool:
 
 
 #: The module whose ``_inject_new_class`` makes a parametrized module's class.
+def _script_module_reduce(module: Any) -> tuple:
+    tensors = dict(module.named_parameters(remove_duplicate=False))
+    tensors.update(module.named_buffers(remove_duplicate=False))
+    with _emptied(module, tensors):
+        archive = _archive(module)
+    return rebuild.script_module, (archive, tensors)
+
+
+def _archive(scripted: Any) -> bytes:
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def _emptied(module: Any, tensors: dict[str, Any]) -> Iterator[None]:
+    """Each slot of ``tensors`` (qualified names in ``module``) holds an empty tensor of its
+    dtype and device meanwhile; the tensors are back in their slots after, whatever happens."""
+    import torch
+
+    emptied: list[tuple[Any, str, Any]] = []
+    try:
+        for name, tensor in tensors.items():
+            owner, leaf = rebuild.script_slot(module, name)
+            emptied.append((owner, leaf, tensor))
+            setattr(owner, leaf, torch.empty(0, dtype=tensor.dtype, device=tensor.device))
+        yield
+    finally:
+        for owner, leaf, tensor in reversed(emptied):
+            setattr(owner, leaf, tensor)
+
+
 PARAMETRIZE = "torch.nn.utils.parametrize"
 
 

@@ -11,9 +11,11 @@ fresh kernel (issue 28 item 8, ``kernel_hooks.live_objects``), with the real lib
   (``PRAGMA database_list`` gives the file, sqlite.org/pragma.html#pragma_database_list);
 - asyncio: tasks left pending on the kernel's event loop (ipykernel runs cells on it) are named,
   a task held in a variable and one nobody holds;
-- TensorBoard: torch's ``SummaryWriter`` goes on logging into its run.
+- TensorBoard: torch's ``SummaryWriter`` goes on logging into its run;
+- the kernel's own objects (the shell, the kernel, its event loop) come back as the resumed
+  kernel's.
 
-Every such resume's verdict is ``partial`` and names what was left out.
+A resume that left something out says ``partial`` and names it; one that carried all says ``exact``.
 """
 
 from __future__ import annotations
@@ -290,3 +292,27 @@ def test_a_tensorboard_writer_keeps_logging_into_its_run(tmp_path, start_kernel)
         "print(json.dumps([[e.step, e.value] for e in acc.Scalars('loss')]))")
     assert scalars == [[step, pytest.approx(1.0 / (step + 1))] for step in range(5)]
     assert len(list(log_dir.glob("events.out.tfevents.*"))) == 2
+
+
+def test_the_shell_kernel_and_event_loop_come_back_as_the_resumed_kernels(start_kernel):
+    """``ip = get_ipython()`` (and a helper that keeps the shell), ipykernel's kernel and the
+    event loop it runs cells on did not pickle ("Can't pickle <built-in function input>",
+    "cannot pickle '_contextvars.Context' object"): the names were not restored. Each is the
+    process's own, so each comes back as the resumed kernel's (``singletons.KernelSingletons``)."""
+    a = start_kernel()
+    a.run("import asyncio\n"
+          "ip = get_ipython()\n"
+          "kernel = ip.kernel\n"
+          "loop = asyncio.get_event_loop()\n"
+          "class Magics:\n"
+          "    def __init__(self, shell):\n"
+          "        self.shell = shell\n"
+          "helper = Magics(ip)")
+    assert "not saved" not in a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run("print(ip is get_ipython(), kernel is ip.kernel, helper.shell is ip,"
+                 " loop is asyncio.get_running_loop())").strip() == "True True True True"

@@ -1,0 +1,94 @@
+"""TorchScript across a cut (``torch_reduce``, ``rebuild.script_module``): a session that scripted
+and traced its model is checkpointed, killed and resumed in a fresh kernel.
+
+A ``ScriptModule`` refuses pickle (torch/jit/_script.py ``RecursiveScriptModule``: "Tried to
+serialize object __torch__.Net which does not have a __getstate__ method defined!"), and so does
+a ``ScriptFunction``: both names were not restored. ``torch.jit.script(net)`` holds ``net``'s very
+parameter objects (torch/jit/_recursive.py ``create_script_module`` adds the module's parameters
+to the C++ module as they are), so training the eager model trains the scripted one: that sharing
+must survive too, and the weights must not travel twice (once in the ``torch.jit.save`` archive,
+once as the eager model's blobs).
+"""
+
+from __future__ import annotations
+
+import re
+
+SESSION = r"""
+import json, torch
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(256, 256)
+        self.head = torch.nn.Linear(256, 2)
+        self.register_buffer("shift", torch.full((2,), 0.5))
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x))) + self.shift
+net = Net().eval()
+x = torch.linspace(-1, 1, 512).reshape(2, 256)
+scripted = torch.jit.script(net)
+traced = torch.jit.trace(net, x)
+@torch.jit.script
+def doubled(t: torch.Tensor) -> torch.Tensor:
+    return t * 2
+net(x).sum().backward()
+"""
+
+OUTPUTS = ("print(json.dumps([scripted(x).tolist(), traced(x).tolist(), doubled(x[0, :3]).tolist(),"
+           " scripted.head.weight.grad.sum().item()]))")
+
+SHARED = ("print(json.dumps([scripted.body.weight is net.body.weight, traced.head.bias is "
+          "net.head.bias, scripted.shift is net.shift, type(scripted).__name__, scripted.training]))")
+
+
+def test_scripted_and_traced_models_come_back_sharing_the_eager_parameters(start_kernel):
+    a = start_kernel()
+    a.run(SESSION)
+    expected = a.run_json(OUTPUTS)
+    report = a.run("%checkpoint")
+    assert "not saved" not in report, report
+    size = re.search(r"objects, ([\d.]+) (KiB|MiB)", report)
+    kib = float(size[1]) * (1024 if size[2] == "MiB" else 1)
+    weights_kib = (256 * 256 + 256 + 2 * 256 + 2 + 2) * 4 / 1024
+    # the weights and their gradients once each; the archive's copy would make it 3x
+    assert 2 * weights_kib <= kib < 2.5 * weights_kib, report
+    assert a.run_json(OUTPUTS) == expected  # the checkpoint put every slot back
+    assert a.run_json(SHARED) == [True, True, True, "RecursiveScriptModule", False]
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run_json(OUTPUTS) == expected
+    assert b.run_json(SHARED) == [True, True, True, "RecursiveScriptModule", False]
+    # training the eager model still trains the scripted and traced ones
+    after = b.run_json("with torch.no_grad():\n    net.head.bias.add_(1.0)\n"
+                       "print(json.dumps([(scripted(x) - net(x)).abs().max().item(),"
+                       " (traced(x) - net(x)).abs().max().item()]))")
+    assert after == [0.0, 0.0]
+
+
+def test_a_script_module_that_calls_python_is_named_and_left_working(start_kernel):
+    """``torch.jit.save`` refuses a module whose code calls a ``@torch.jit.ignore`` method
+    ("Could not export Python function call"): it is named with that reason, and the checkpoint,
+    which emptied its parameter slots to save it, leaves it as it was."""
+    kernel = start_kernel()
+    kernel.run("import torch\n"
+               "class Calls(torch.nn.Module):\n"
+               "    def __init__(self):\n"
+               "        super().__init__()\n"
+               "        self.lin = torch.nn.Linear(3, 2)\n"
+               "    @torch.jit.ignore\n"
+               "    def helper(self, x):\n"
+               "        return x + 1\n"
+               "    def forward(self, x):\n"
+               "        return self.helper(self.lin(x))\n"
+               "calls = torch.jit.script(Calls())\n"
+               "before = calls(torch.ones(1, 3)).tolist()")
+    report = kernel.run("%checkpoint")
+    assert re.search(r"not saved: calls \[torch\.jit\._script\.RecursiveScriptModule\]: .*"
+                     r"Could not export Python function call 'helper'", report), report
+    assert kernel.run("print(calls(torch.ones(1, 3)).tolist() == before, "
+                      "tuple(calls.lin.weight.shape))").strip() == "True (2, 3)"
+    kernel.kill()
