@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,15 @@ def start_kernel(kernel_env):
             kernel.manager.shutdown_kernel(now=True)
         except Exception:  # already killed by the test
             pass
+
+
+def resumed_elsewhere(kernel: Kernel, start_kernel: Callable[..., Kernel]) -> tuple[Kernel, str]:
+    """``%checkpoint`` in ``kernel``, kill -9 it (the pod is gone), ``%resume`` in a fresh
+    kernel: that kernel and its resume report."""
+    kernel.run("%checkpoint")
+    kernel.kill()
+    resumed = start_kernel()
+    return resumed, resumed.run("%resume")
 
 
 def throwaway_environment(where: Path, kernels: Path) -> Path:

@@ -12,6 +12,7 @@ import os
 import warnings
 
 import pytest
+from fixtures_kernels import resumed_elsewhere
 
 from jupyter_gkeresume.errors import InvalidInputError
 from kernel_hooks import interpreter_state, library_state
@@ -512,11 +513,7 @@ def test_one_shell_hook_that_cannot_travel_costs_only_itself(start_kernel):
           "ip.events.register('post_run_cell', lambda result: ran.append(1))\n"
           "from IPython.core.magic import register_line_magic\n"
           "register_line_magic(lambda line: line[::-1])\n")
-    a.run("%checkpoint")
-    a.kill()
-
-    b = start_kernel()
-    out = b.run("%resume")
+    b, out = resumed_elsewhere(a, start_kernel)
     assert "(partial)" in out.splitlines()[0], out
     assert ("  warning: IPython hooks of the notebook not restored: event <lambda> (TypeError: "
             "refuses pickling)") in out.splitlines(), out

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from fixtures_kernels import resumed_elsewhere
+
 SESSION = r"""
 import gc, json, weakref
 
@@ -84,11 +86,7 @@ def test_a_referent_nothing_else_brings_back_is_named(start_kernel):
           "json._kept = Model()\n"
           "latest = weakref.ref(json._kept)\n"
           "cache = weakref.WeakValueDictionary({'model': json._kept})")
-    a.run("%checkpoint")
-    a.kill()
-
-    b = start_kernel()
-    out = b.run("%resume")
+    b, out = resumed_elsewhere(a, start_kernel)
     assert "(partial)" in out.splitlines()[0], out
     assert re.search(r"latest: its weakref\.ReferenceType to a __main__\.Model came back dead: "
                      r"nothing else held the __main__\.Model after the resume", out), out
