@@ -51,6 +51,7 @@ from .live_objects import LiveObjects
 from .packages import capture_packages
 from .placeholders import type_name
 from .results import CheckpointResult, Progress, Skipped
+from .singletons import TheNamespace
 from .storages import CollectedStorage, StorageCollector, seems_to_hold_storages
 from .torch_reduce import dynamo_globals
 
@@ -139,6 +140,8 @@ def take_checkpoint(
             objects[var] = ObjectRecord(var, type_name(namespace[var]), "skipped", reason)
             skipped.append(Skipped(var, type_name(namespace[var]), reason))
             continue
+        if value is namespace:  # ``g = globals()``: pickle asks no reducer about a dict
+            value = TheNamespace()
         items.append((var, value))
     items.sort(key=lambda item: seems_to_hold_storages(item[1]))  # stable: see the docstring
     session, secret_env = session_state.capture(execution_count)

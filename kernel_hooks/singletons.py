@@ -21,9 +21,10 @@ is: every instance stays the one state of the process.
 The kernel's own singletons (``KernelSingletons``): the IPython shell (``ip = get_ipython()``, or a
 helper object that keeps it), ipykernel's kernel (``shell.kernel``) and the asyncio loop the
 kernel runs cells on (``asyncio.get_event_loop()``). None of them pickled: the names holding them
-were not restored. Each reduces to ``kernel_singleton(role)``: the resumed kernel's own. (The
-namespace's own dict, ``g = globals()``, still pickles as a copy: pickle does not ask
-``reducer_override`` about a dict.)
+were not restored. Each reduces to ``kernel_singleton(role)``: the resumed kernel's own. So does
+the namespace's own dict held in a variable (``g = globals()``: ``capture`` puts ``TheNamespace``
+in its place), which pickled as a copy that no longer saw the namespace; held inside another
+object it still does (pickle asks ``reducer_override`` about no dict).
 
 Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)`` and then
 ``KernelSingletons.reduce(obj)`` for every object, after ``torch_reduce``; the restore reads the
@@ -138,13 +139,26 @@ def _kernel_loop(kernel: Any) -> Any:
     return getattr(getattr(kernel, "io_loop", None), "asyncio_loop", None)
 
 
+class TheNamespace:
+    """Stands for the user namespace in a variable of its own (``g = globals()``)."""
+
+    def __reduce__(self) -> tuple:
+        return (kernel_singleton, ("namespace",))
+
+
 def kernel_singleton(role: str) -> Any:
-    """This kernel's object of ``role`` (``KernelSingletons``)."""
+    """This kernel's object of ``role`` (``KernelSingletons``, ``TheNamespace``): the namespace is
+    the one being restored into."""
     from IPython import get_ipython
+
+    from . import rebuild
 
     shell = get_ipython()
     if role == "shell":
         return shell
+    if role == "namespace":
+        loading = rebuild.current_loading()
+        return loading.namespace if loading is not None else shell.user_ns
     if role == "kernel":
         return shell.kernel
     return _kernel_loop(shell.kernel)

@@ -297,8 +297,9 @@ def test_a_tensorboard_writer_keeps_logging_into_its_run(tmp_path, start_kernel)
 def test_the_shell_kernel_and_event_loop_come_back_as_the_resumed_kernels(start_kernel):
     """``ip = get_ipython()`` (and a helper that keeps the shell), ipykernel's kernel and the
     event loop it runs cells on did not pickle ("Can't pickle <built-in function input>",
-    "cannot pickle '_contextvars.Context' object"): the names were not restored. Each is the
-    process's own, so each comes back as the resumed kernel's (``singletons.KernelSingletons``)."""
+    "cannot pickle '_contextvars.Context' object"): the names were not restored; ``namespace =
+    globals()`` came back as a copy. Each is the process's own, so each comes back as the
+    resumed kernel's (``singletons.KernelSingletons``, ``TheNamespace``)."""
     a = start_kernel()
     a.run("import asyncio\n"
           "ip = get_ipython()\n"
@@ -307,7 +308,8 @@ def test_the_shell_kernel_and_event_loop_come_back_as_the_resumed_kernels(start_
           "class Magics:\n"
           "    def __init__(self, shell):\n"
           "        self.shell = shell\n"
-          "helper = Magics(ip)")
+          "helper = Magics(ip)\n"
+          "namespace = globals()")
     assert "not saved" not in a.run("%checkpoint")
     a.kill()
 
@@ -315,4 +317,5 @@ def test_the_shell_kernel_and_event_loop_come_back_as_the_resumed_kernels(start_
     out = b.run("%resume")
     assert "(exact)" in out.splitlines()[0], out
     assert b.run("print(ip is get_ipython(), kernel is ip.kernel, helper.shell is ip,"
-                 " loop is asyncio.get_running_loop())").strip() == "True True True True"
+                 " loop is asyncio.get_running_loop(), namespace is globals())").strip() \
+        == "True True True True True"
