@@ -4,7 +4,8 @@
 (``WeakValueDictionary``, ``WeakKeyDictionary``, ``WeakSet``) do not pickle (``TypeError: cannot
 pickle 'weakref.ReferenceType' object``): the name holding one was not restored. A proxy did
 pickle, silently, as a copy of its referent (it forwards ``__reduce_ex__``): no longer the same
-object as the one it stood for.
+object as the one it stood for; and a ``weakref.finalize`` as a dead one, whose function never
+ran. Each comes back alive, on the same referent.
 
 Call order: the graph pickler asks ``reduce(obj)`` for every object (``graph``). A reference
 pickles as its referent (pickle's memo makes it the very object the rest of the graph holds) and
@@ -49,6 +50,9 @@ def reduce(obj: object) -> tuple | None:
     if kind in _PROXIES:
         target, callback = _proxy_fields(obj)
         return (dead_reference, ()) if target is None else (proxy, (target, callback))
+    if kind is weakref.finalize:
+        info = obj.peek()  # (referent, func, args, kwargs) while alive
+        return (dead_finalizer, ()) if info is None else (finalizer, (*info, obj.atexit))
     if isinstance(obj, _CONTAINERS):
         items = list(obj) if isinstance(obj, weakref.WeakSet) else list(obj.items())
         own = {k: v for k, v in vars(obj).items() if k not in _INTERNALS}
@@ -102,6 +106,21 @@ def proxy(target: Any, callback: Any) -> Any:
     made = weakref.proxy(target, callback)
     _register(made, [target])
     return made
+
+
+def finalizer(target: Any, func: Any, args: tuple, kwargs: dict | None,
+              atexit: bool) -> weakref.finalize:
+    """A ``weakref.finalize`` again: it pickled as an empty one, dead (its registration lives in
+    the class's ``_registry``), so its function never ran."""
+    made = weakref.finalize(target, func, *args, **(kwargs or {}))
+    made.atexit = atexit
+    _register(made, [target])
+    return made
+
+
+def dead_finalizer() -> weakref.finalize:
+    """A finalizer that already ran or was detached, as it was at the checkpoint."""
+    return weakref.finalize.__new__(weakref.finalize)
 
 
 def container(kind: type, items: list) -> Any:

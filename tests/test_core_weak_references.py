@@ -6,7 +6,8 @@ registry of live objects is checkpointed, killed and resumed in a fresh kernel.
 'weakref.ReferenceType' object``), so every name holding one was not restored. A
 ``weakref.proxy`` forwards ``__reduce_ex__`` to its referent, so it pickled silently as a copy:
 a change made through the original no longer showed through the proxy, and the verdict said
-``exact``. Each comes back referring to the very object the rest of the namespace holds, with
+``exact``; a ``weakref.finalize`` came back dead (its registration is class state), so its
+function never ran. Each comes back referring to the very object the rest of the namespace holds, with
 its callback. A referent that nothing else brought back dies at the resume: that is named, never
 silent.
 """
@@ -44,12 +45,13 @@ watch = weakref.ref(decoder, forget)
 view = weakref.proxy(encoder)
 describe = weakref.WeakMethod(decoder.describe)
 already_gone = weakref.ref(Layer("temporary"))
+cleanup = weakref.finalize(decoder, fired.append, "finalized")
 """
 
 STATE = r"""
 print(json.dumps([sorted(registry), registry["encoder"] is encoder, registry.owner,
                   type(registry).__name__, sizes[decoder], list(active) == [encoder],
-                  watch() is decoder, describe()(), already_gone() is None]))
+                  watch() is decoder, describe()(), already_gone() is None, cleanup.alive]))
 """
 
 
@@ -58,7 +60,7 @@ def test_weak_references_come_back_to_the_objects_the_namespace_holds(start_kern
     a.run(SESSION)
     expected = a.run_json(STATE)
     assert expected == [["decoder", "encoder"], True, "trainer", "Registry", 5, True, True,
-                        "layer decoder", True]
+                        "layer decoder", True, True]
     report = a.run("%checkpoint")
     assert "not saved" not in report, report
     a.kill()
@@ -71,9 +73,9 @@ def test_weak_references_come_back_to_the_objects_the_namespace_holds(start_kern
     assert b.run("encoder.name = 'renamed'\nprint(view.name)").strip() == "renamed"
     # the callback came back, and the references are weak still
     after = b.run_json("del decoder\ngc.collect()\n"
-                       "print(json.dumps([fired, sorted(registry), len(sizes), watch() is None,"
-                       " describe() is None]))")
-    assert after == [["forgot"], ["encoder"], 1, True, True]
+                       "print(json.dumps([sorted(fired), sorted(registry), len(sizes),"
+                       " watch() is None, describe() is None, cleanup.alive]))")
+    assert after == [["finalized", "forgot"], ["encoder"], 1, True, True, False]
 
 
 def test_a_referent_nothing_else_brings_back_is_named(start_kernel):
