@@ -247,10 +247,12 @@ def optimizer_state(optimizer: Any, state: tuple) -> None:
     optimizer.step = wrapper
 
 
-def script_module(archive: bytes, tensors: dict[str, Any]) -> Any:
+def script_module(archive: bytes, tensors: dict[str, Any],
+                  own: dict[str, dict[str, Any]] | None = None) -> Any:
     """A TorchScript module loaded from its ``torch.jit.save`` archive, its parameter and buffer
-    slots given ``tensors`` (``torch_reduce._script_module_reduce``). Loaded onto the device
-    those tensors came back on, when they share one (what else the archive holds, constants of a
+    slots given ``tensors`` and its wrappers (by submodule path, "" the root) the Python
+    attributes ``own`` (``torch_reduce._script_module_reduce``). Loaded onto the device those
+    tensors came back on, when they share one (what else the archive holds, constants of a
     traced graph, must sit with them)."""
     import io
 
@@ -265,16 +267,26 @@ def script_module(archive: bytes, tensors: dict[str, Any]) -> Any:
     for name, tensor in tensors.items():
         owner, leaf = script_slot(module, name)
         setattr(owner, leaf, tensor)
+    for path, attributes in (own or {}).items():
+        wrapper = script_submodule(module, path)
+        for name, value in attributes.items():
+            setattr(wrapper, name, value)
     return module
 
 
 def script_slot(module: Any, name: str) -> tuple[Any, str]:
     """The submodule of ``module`` that holds the slot ``name`` ("encoder.layer.weight"), and
-    the slot's own name (ScriptModules have no ``get_submodule``)."""
-    *path, leaf = name.split(".")
-    for part in path:
+    the slot's own name."""
+    path, _, leaf = name.rpartition(".")
+    return script_submodule(module, path), leaf
+
+
+def script_submodule(module: Any, path: str) -> Any:
+    """The submodule of ``module`` at ``path`` ("encoder.layer"; "" is ``module``):
+    ScriptModules have no ``get_submodule``."""
+    for part in path.split(".") if path else ():
         module = getattr(module, part)
-    return module, leaf
+    return module
 
 
 def script_function(archive: bytes) -> Any:

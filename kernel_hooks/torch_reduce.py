@@ -54,7 +54,7 @@ tensors, which pickle as any tensor (blobs, gradients, shared with the eager mod
 was made from: ``torch.jit.script(net)`` holds ``net``'s very parameters); ``rebuild.
 script_module`` loads the archive and puts them back in their slots. It comes back as a
 ``RecursiveScriptModule`` (a traced one too: torch.jit.load makes no other), with its code,
-training flags and other attributes; Python attributes set on the wrapper are not carried. A
+training flags and other attributes, and the Python attributes the session set on its wrappers. A
 scripted function comes back as the ``forward`` of its loaded archive: a ``ScriptMethod``, called
 as before. A module whose code calls Python (``@torch.jit.ignore``) cannot be saved: it is named
 with torch.jit.save's error.
@@ -70,6 +70,7 @@ Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None``
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import types
 import warnings
@@ -253,7 +254,36 @@ def _script_module_reduce(module: Any) -> tuple:
     tensors.update(module.named_buffers(remove_duplicate=False))
     with _emptied(module, tensors):
         archive = _archive(module)
-    return rebuild.script_module, (archive, tensors)
+    own = {path: attributes for path, sub in module.named_modules()
+           if (attributes := _own_attributes(sub))}
+    return rebuild.script_module, (archive, tensors, own)
+
+
+#: What a ScriptModule wrapper's ``__dict__`` holds beside ``nn.Module``'s and its methods
+#: (torch/jit/_script.py ``RecursiveScriptModule``, torch/jit/_trace.py ``TracedModule``).
+_SCRIPT_WRAPPER = frozenset({"_initializing", "_c", "_concrete_type", "_name",
+                             "_actual_script_module"})
+
+
+def _own_attributes(wrapper: Any) -> dict[str, Any]:
+    """The Python attributes a session set on a ScriptModule wrapper (``scripted.labels =
+    [...]``; a traced wrapper keeps them on its ``_actual_script_module``): the archive does not
+    hold them."""
+    import torch
+
+    standard = _module_attributes()
+    inner = vars(wrapper).get("_actual_script_module")
+    found = {**(vars(inner) if inner is not None else {}), **vars(wrapper)}
+    return {k: v for k, v in found.items()
+            if k not in standard and k not in _SCRIPT_WRAPPER
+            and not isinstance(v, torch._C.ScriptMethod)}
+
+
+@functools.cache
+def _module_attributes() -> frozenset[str]:
+    import torch
+
+    return frozenset(vars(torch.nn.Module()))
 
 
 def _archive(scripted: Any) -> bytes:

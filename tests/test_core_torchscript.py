@@ -7,7 +7,8 @@ a ``ScriptFunction``: both names were not restored. ``torch.jit.script(net)`` ho
 parameter objects (torch/jit/_recursive.py ``create_script_module`` adds the module's parameters
 to the C++ module as they are), so training the eager model trains the scripted one: that sharing
 must survive too, and the weights must not travel twice (once in the ``torch.jit.save`` archive,
-once as the eager model's blobs).
+once as the eager model's blobs). Python attributes set on the wrappers are not in the archive:
+they travel beside it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ net = Net().eval()
 x = torch.linspace(-1, 1, 512).reshape(2, 256)
 scripted = torch.jit.script(net)
 traced = torch.jit.trace(net, x)
+scripted.labels = ["cat", "dog"]  # Python attributes on the wrappers: not in the archive
+scripted.head.note = "fine-tuned"
+traced.source = "traced on x"
 @torch.jit.script
 def doubled(t: torch.Tensor) -> torch.Tensor:
     return t * 2
@@ -39,7 +43,8 @@ OUTPUTS = ("print(json.dumps([scripted(x).tolist(), traced(x).tolist(), doubled(
            " scripted.head.weight.grad.sum().item()]))")
 
 SHARED = ("print(json.dumps([scripted.body.weight is net.body.weight, traced.head.bias is "
-          "net.head.bias, scripted.shift is net.shift, type(scripted).__name__, scripted.training]))")
+          "net.head.bias, scripted.shift is net.shift, type(scripted).__name__, scripted.training,"
+          " scripted.labels, scripted.head.note, traced.source]))")
 
 
 def test_scripted_and_traced_models_come_back_sharing_the_eager_parameters(start_kernel):
@@ -54,14 +59,16 @@ def test_scripted_and_traced_models_come_back_sharing_the_eager_parameters(start
     # the weights and their gradients once each; the archive's copy would make it 3x
     assert 2 * weights_kib <= kib < 2.5 * weights_kib, report
     assert a.run_json(OUTPUTS) == expected  # the checkpoint put every slot back
-    assert a.run_json(SHARED) == [True, True, True, "RecursiveScriptModule", False]
+    assert a.run_json(SHARED) == [True, True, True, "RecursiveScriptModule", False, ["cat", "dog"],
+                                 "fine-tuned", "traced on x"]
     a.kill()
 
     b = start_kernel()
     out = b.run("%resume")
     assert "(exact)" in out.splitlines()[0], out
     assert b.run_json(OUTPUTS) == expected
-    assert b.run_json(SHARED) == [True, True, True, "RecursiveScriptModule", False]
+    assert b.run_json(SHARED) == [True, True, True, "RecursiveScriptModule", False, ["cat", "dog"],
+                                 "fine-tuned", "traced on x"]
     # training the eager model still trains the scripted and traced ones
     after = b.run_json("with torch.no_grad():\n    net.head.bias.add_(1.0)\n"
                        "print(json.dumps([(scripted(x) - net(x)).abs().max().item(),"
