@@ -44,10 +44,12 @@ OWN_THREADS = ("gkeresume", "fsspecIO")
 KERNEL_MODULES = ("ipykernel.", "IPython.")
 #: Thread classes their library starts again whenever it needs one, as in a resumed kernel:
 #: tqdm's monitor (tqdm/std.py ``tqdm.__new__`` starts a ``TMonitor`` when ``tqdm.monitor`` is
-#: None or dead); a TensorBoard event writer's (tensorboard/summary/writer/event_file_writer.py),
-#: which a ``SummaryWriter`` starts again at its next event (``live_objects``).
+#: None or dead); a TensorBoard event writer's (tensorboard/summary/writer/event_file_writer.py,
+#: tensorboardX/event_file_writer.py), which a ``SummaryWriter`` starts again at its next event
+#: (``live_objects``).
 RESTARTED_BY_LIBRARY = ("tqdm._monitor.TMonitor",
-                        "tensorboard.summary.writer.event_file_writer._AsyncWriterThread")
+                        "tensorboard.summary.writer.event_file_writer._AsyncWriterThread",
+                        "tensorboardX.event_file_writer._EventLoggerThread")
 SHOWN_CHARS = 120
 
 #: The ``Skipped.type`` of each kind of thing named here.

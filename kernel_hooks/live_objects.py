@@ -21,8 +21,8 @@ are named with the other things left behind (``left_behind``).
   status printer belong to this process; the bar pickles as its counters and settings and is
   set up again on the resumed kernel's stream (``_progress_bar``), at the count it had. A
   notebook bar (tqdm/notebook.py) gets a new widget, shown where it next moves.
-- A TensorBoard ``SummaryWriter`` (torch's) is flushed at the checkpoint and comes back as
-  after its ``close()``: its next event opens a new event file in its ``log_dir``.
+- A TensorBoard ``SummaryWriter`` (torch's or tensorboardX's) is flushed at the checkpoint and
+  comes back as after its ``close()``: its next event opens a new event file in its ``log_dir``.
 - A ``numpy.memmap`` sharing a file (``np.memmap(path, mode="r" | "r+" | "w+")``) on what the
   next pod has is reopened on that file (``_memmap_reduce``): it pickled as an in-memory copy,
   so writes after a resume silently no longer reached the file, views no longer shared memory
@@ -184,8 +184,10 @@ def _no_display(*_: Any, **__: Any) -> None:
     """A disabled notebook bar's ``disp`` (tqdm/notebook.py sets a lambda: it does not pickle)."""
 
 
-#: torch's TensorBoard writer (torch/utils/tensorboard/writer.py).
-TENSORBOARD_WRITER = "torch.utils.tensorboard.writer"
+#: The modules of TensorBoard writers: torch's (torch/utils/tensorboard/writer.py) and
+#: tensorboardX's (tensorboardX/writer.py, which torch's was made from: the same ``file_writer``,
+#: ``all_writers`` and lazy ``_get_file_writer``).
+TENSORBOARD_WRITERS = ("torch.utils.tensorboard.writer", "tensorboardX.writer")
 
 
 def _summary_writer_reduce(writer: Any) -> tuple:
@@ -219,9 +221,11 @@ class LiveObjects:
         self._bar = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
         self._notebook_bar = getattr(sys.modules.get("tqdm.notebook"), "tqdm_notebook", None)
         self._memmap = getattr(sys.modules.get("numpy"), "memmap", None)
-        self._summary_writer = getattr(sys.modules.get(TENSORBOARD_WRITER), "SummaryWriter", None)
+        self._summary_writers = tuple(
+            writer for module in TENSORBOARD_WRITERS
+            if (writer := getattr(sys.modules.get(module), "SummaryWriter", None)) is not None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
-                                      self._memmap, self._summary_writer) if t) + LOCKS + FILES
+                                      self._memmap) if t) + self._summary_writers + LOCKS + FILES
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
 
@@ -239,7 +243,7 @@ class LiveObjects:
             return self._bar_reduce(obj)
         if self._memmap is not None and isinstance(obj, self._memmap):
             return _memmap_reduce(obj, note)
-        if self._summary_writer is not None and isinstance(obj, self._summary_writer):
+        if isinstance(obj, self._summary_writers):
             return _summary_writer_reduce(obj)
         reduced, reason = self._carried(obj)
         if reason is not None:

@@ -260,15 +260,17 @@ def test_open_files_reopen_on_their_files(tmp_path, volumes, start_kernel):
 
 TENSORBOARD = r"""
 import json
-from torch.utils.tensorboard import SummaryWriter
+from {module} import SummaryWriter
 writer = SummaryWriter(LOG_DIR, max_queue=1000, flush_secs=3600)  # nothing written before close
 for step in range(3):
     writer.add_scalar("loss", 1.0 / (step + 1), step)
 """
 
 
-def test_a_tensorboard_writer_keeps_logging_into_its_run(tmp_path, start_kernel):
-    """A training loop's ``SummaryWriter`` (torch/utils/tensorboard/writer.py): its event writer
+@pytest.mark.parametrize("module", ["torch.utils.tensorboard", "tensorboardX"])
+def test_a_tensorboard_writer_keeps_logging_into_its_run(tmp_path, start_kernel, module):
+    """A training loop's ``SummaryWriter`` (torch/utils/tensorboard/writer.py, and tensorboardX/
+    writer.py, which it was made from): its event writer
     holds a thread and an open file, so it came back with a placeholder and the next cell's
     ``add_scalar`` raised AttributeError (found by cut_check); events still queued would have
     been lost with the pod. Its queue is flushed at the checkpoint; it comes back as after
@@ -277,15 +279,23 @@ def test_a_tensorboard_writer_keeps_logging_into_its_run(tmp_path, start_kernel)
     not named."""
     log_dir = tmp_path / "runs" / "exp1"
     a = start_kernel()
-    a.run(f"LOG_DIR = {str(log_dir)!r}\n" + TENSORBOARD)
+    a.run(f"LOG_DIR = {str(log_dir)!r}\n" + TENSORBOARD.format(module=module))
     a.run("%checkpoint")
     a.kill()
 
     b = start_kernel()
     out = b.run("%resume")
-    assert "(exact)" in out.splitlines()[0] and "left out" not in out, out
+    if module == "tensorboardX":
+        # Its writer keeps its event file open after a flush and feeds a multiprocessing.Queue
+        # through a thread: both are named as left behind, though the events were flushed and
+        # the writer starts both again (over-reported, never lost: docs/core.md).
+        assert "(partial)" in out.splitlines()[0], out
+        assert re.search(r"left out: thread QueueFeederThread .* stayed on the old pod; file "
+                         r".*events\.out\.tfevents.* \(open file\) stayed on the old pod", out), out
+    else:
+        assert "(exact)" in out.splitlines()[0] and "left out" not in out, out
     b.run("for step in range(3, 5):\n    writer.add_scalar('loss', 1.0 / (step + 1), step)\n"
-          "writer.flush()")
+          "writer.close()")
     scalars = b.run_json(
         "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
         "acc = EventAccumulator(LOG_DIR); acc.Reload()\n"
