@@ -40,7 +40,7 @@ from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 from jupyter_gkeresume.units import human_bytes
 
-from . import interpreter_state, registry, session_state
+from . import interpreter_state, registry, session_state, weak_references
 from .blobwriter import BlobWriter, plan_blobs
 from .cuda_engine import get_engine
 from .cuda_plan import cuda_index
@@ -91,6 +91,8 @@ def synchronize_devices() -> None:
 def describe(value: object) -> dict[str, Any]:
     """dtype/shape/device of tensors and arrays, for the manifest and the report."""
     out: dict[str, Any] = {}
+    if type(value) in weak_references.PROXIES:  # a dead one raises at any lookup
+        return out
     shape = getattr(value, "shape", None)
     if shape is not None and getattr(value, "dtype", None) is not None:
         try:
@@ -130,7 +132,8 @@ def take_checkpoint(
     for var in user_names(namespace, hidden or {}):
         value = namespace[var]
         app = registry.by_name.get(var)
-        reason = None if registry.for_object(value) else live.reason(value)
+        reason = (None if weak_references.reduce(value) or registry.for_object(value)
+                  else live.reason(value))  # a dead weakref.proxy raises on isinstance
         if app is not None:  # the user's own save/load wins over every default
             try:
                 value, reason = registry.SavedByApp(app.load, app.save(value)), None
@@ -258,7 +261,7 @@ def take_checkpoint(
     return CheckpointResult(
         manifest.snapshot_id, name, manifest.total_bytes, new_bytes, reused_bytes, seconds,
         saved, skipped, timings, _gpu_warnings(collector.items), manifest.hash_seed,
-        [n for n in saved if isinstance(namespace.get(n), types.ModuleType)],
+        [n for n in saved if weak_references.is_a(namespace.get(n), types.ModuleType)],
     )
 
 

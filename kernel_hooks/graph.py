@@ -104,6 +104,9 @@ class _GraphPickler(cloudpickle.Pickler):
         kind = type(obj)
         if kind in _PLAIN:
             return NotImplemented
+        reduced = weak_references.reduce(obj)  # first: a dead proxy raises on isinstance
+        if reduced is not None:
+            return reduced
         reduced = self.collector.reduce(obj)
         if reduced is not None:
             if reduced[0] is Uncaptured:
@@ -116,7 +119,7 @@ class _GraphPickler(cloudpickle.Pickler):
                 return (app.load, (app.save(obj),))
             finally:
                 self._app_saving.discard(id(obj))
-        reduced = self.live.reduce(obj, self.note) or weak_references.reduce(obj)
+        reduced = self.live.reduce(obj, self.note)
         if reduced is not None:
             return reduced
         reason = uncapturable_reason(obj)

@@ -216,10 +216,10 @@ def _restore(
 
     namespace.update(restored)
     for name in reading.added:  # globals notebook functions needed: not those that failed
-        if name not in restored and (name in reasons or isinstance(namespace[name], Uncaptured)):
+        if name not in restored and (name in reasons or weak_references.is_a(namespace[name], Uncaptured)):
             del namespace[name]
     result.restored = list(restored)
-    result.modules = [n for n, v in restored.items() if isinstance(v, types.ModuleType)]
+    result.modules = [n for n, v in restored.items() if weak_references.is_a(v, types.ModuleType)]
     if only is None:
         state = loaded.get(SESSION_RECORD)
         if isinstance(state, dict):

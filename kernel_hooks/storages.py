@@ -32,6 +32,7 @@ from .cuda_arrays import describe_cuda_array
 from .cuda_engine import get_engine
 from .memory import host_view
 from .placeholders import Uncaptured, type_name
+from .weak_references import PROXIES
 
 NUMPY_MIN_BYTES = 64 << 10
 #: Libraries whose CUDA arrays pickle themselves (host copy) when there is no CUDA engine.
@@ -163,6 +164,8 @@ def seems_to_hold_storages(value: object, numpy_min_bytes: int = NUMPY_MIN_BYTES
     while queue and looked < LOOK_AT_MOST:
         obj = queue.popleft()
         looked += 1
+        if type(obj) in PROXIES:  # its referent is looked at where it is held; a dead one raises
+            continue
         if leaves and isinstance(obj, leaves):
             return True
         if numpy is not None and isinstance(obj, numpy.ndarray):

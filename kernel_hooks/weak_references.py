@@ -34,8 +34,15 @@ from .placeholders import type_name
 #: The attributes a weak container's ``__init__`` makes; every other one is the user's.
 _INTERNALS = frozenset({"data", "_remove", "_pending_removals", "_iterating", "_dirty_len"})
 _CONTAINERS = (weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)
-_PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
+#: A proxy forwards every lookup, ``isinstance`` too, to its referent: a dead one raises
+#: ReferenceError wherever it is looked at.
+PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
 _POINTER = ctypes.sizeof(ctypes.c_void_p)
+
+
+def is_a(obj: object, kinds: type | tuple[type, ...]) -> bool:
+    """``isinstance`` for a value that may be a dead proxy (which raises there): never one."""
+    return type(obj) not in PROXIES and isinstance(obj, kinds)
 
 
 def reduce(obj: object) -> tuple | None:
@@ -43,13 +50,13 @@ def reduce(obj: object) -> tuple | None:
     kind = type(obj)
     if kind is weakref.ref:
         target = obj()
-        return (dead_reference, ()) if target is None else (reference, (target, obj.__callback__))
+        return (dead, ("ref",)) if target is None else (reference, (target, obj.__callback__))
     if kind is weakref.WeakMethod:
         method = obj()
-        return (dead_reference, ()) if method is None else (weak_method, (method, _user_callback(obj)))
-    if kind in _PROXIES:
+        return (dead, ("method",)) if method is None else (weak_method, (method, _user_callback(obj)))
+    if kind in PROXIES:
         target, callback = _proxy_fields(obj)
-        return (dead_reference, ()) if target is None else (proxy, (target, callback))
+        return (dead, ("proxy",)) if target is None else (proxy, (target, callback))
     if kind is weakref.finalize:
         info = obj.peek()  # (referent, func, args, kwargs) while alive
         return (dead_finalizer, ()) if info is None else (finalizer, (*info, obj.atexit))
@@ -81,13 +88,20 @@ def _proxy_fields(weak_proxy: Any) -> tuple[Any, Any]:
     return referent, None if callback is None else ctypes.cast(callback, ctypes.py_object).value
 
 
-def dead_reference() -> weakref.ref:
-    """A reference whose referent is gone, as it was at the checkpoint."""
-    return weakref.ref(_Gone())
+def dead(kind: str) -> Any:
+    """A reference of ``kind`` ("ref", "method", "proxy") whose referent is gone, as it was at
+    the checkpoint: made on an object that dies when this returns."""
+    gone = _Gone()
+    if kind == "method":
+        return weakref.WeakMethod(gone.method)
+    return weakref.proxy(gone) if kind == "proxy" else weakref.ref(gone)
 
 
 class _Gone:
-    """The referent of a dead reference: collected as soon as the reference to it is made."""
+    """The referent of a dead reference."""
+
+    def method(self) -> None:
+        """What a dead ``WeakMethod`` referred to."""
 
 
 def reference(target: Any, callback: Any) -> weakref.ref:

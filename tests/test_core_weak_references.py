@@ -45,13 +45,15 @@ watch = weakref.ref(decoder, forget)
 view = weakref.proxy(encoder)
 describe = weakref.WeakMethod(decoder.describe)
 already_gone = weakref.ref(Layer("temporary"))
+dead_proxy, dead_method = weakref.proxy(Layer("gone")), weakref.WeakMethod(Layer("gone").describe)
 cleanup = weakref.finalize(decoder, fired.append, "finalized")
 """
 
 STATE = r"""
 print(json.dumps([sorted(registry), registry["encoder"] is encoder, registry.owner,
                   type(registry).__name__, sizes[decoder], list(active) == [encoder],
-                  watch() is decoder, describe()(), already_gone() is None, cleanup.alive]))
+                  watch() is decoder, describe()(), already_gone() is None, cleanup.alive,
+                  type(dead_proxy).__name__, type(dead_method).__name__, dead_method() is None]))
 """
 
 
@@ -60,7 +62,7 @@ def test_weak_references_come_back_to_the_objects_the_namespace_holds(start_kern
     a.run(SESSION)
     expected = a.run_json(STATE)
     assert expected == [["decoder", "encoder"], True, "trainer", "Registry", 5, True, True,
-                        "layer decoder", True, True]
+                        "layer decoder", True, True, "ProxyType", "WeakMethod", True]
     report = a.run("%checkpoint")
     assert "not saved" not in report, report
     a.kill()
