@@ -132,7 +132,7 @@ def take_checkpoint(
     for var in user_names(namespace, hidden or {}):
         value = namespace[var]
         app = registry.by_name.get(var)
-        reason = (None if weak_references.reduce(value) or registry.for_object(value)
+        reason = (None if weak_references.is_weak(value) or registry.for_object(value)
                   else live.reason(value))  # a dead weakref.proxy raises on isinstance
         if app is not None:  # the user's own save/load wins over every default
             try:

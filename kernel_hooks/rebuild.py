@@ -296,4 +296,3 @@ def script_function(archive: bytes) -> Any:
     import torch
 
     return torch.jit.load(io.BytesIO(archive)).forward
-

@@ -34,10 +34,17 @@ from .placeholders import type_name
 #: The attributes a weak container's ``__init__`` makes; every other one is the user's.
 _INTERNALS = frozenset({"data", "_remove", "_pending_removals", "_iterating", "_dirty_len"})
 _CONTAINERS = (weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)
+_REFERENCES = (weakref.ref, weakref.WeakMethod, weakref.finalize)
 #: A proxy forwards every lookup, ``isinstance`` too, to its referent: a dead one raises
 #: ReferenceError wherever it is looked at.
 PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
 _POINTER = ctypes.sizeof(ctypes.c_void_p)
+
+
+def is_weak(obj: object) -> bool:
+    """Whether ``reduce`` carries ``obj``: a type check only, safe on a dead proxy."""
+    kind = type(obj)
+    return kind in _REFERENCES or kind in PROXIES or isinstance(obj, _CONTAINERS)
 
 
 def is_a(obj: object, kinds: type | tuple[type, ...]) -> bool:
