@@ -14,6 +14,7 @@ Screenshots go to test-artifacts/ui/; the two progress states are copied to docs
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -142,17 +143,16 @@ def chromium() -> str:
 PHASE_WORDS = ("writing", "reading", "verifying", "releasing", "pausing", "resuming", "hashing")
 
 
-def _increasing(values: list[float]) -> list[float]:
-    """The values that each exceed every one before them (the bar moving forwards)."""
-    rising: list[float] = []
-    for value in values:
-        if not rising or value > rising[-1]:
-            rising.append(value)
-    return rising
+def _forwards(values: list[float]) -> list[float]:
+    """The bar's values in flight: at least one, and never one below the one before (the bar
+    only moves forwards)."""
+    assert values, "the bar showed no value while the operation ran"
+    assert all(later >= earlier for earlier, later in itertools.pairwise(values)), values
+    return values
 
 
 def _check_operation(notes: list[dict], states: set[str], toast_word: str) -> list[float]:
-    """What issue 15 asks of one operation as the page saw it; returns the bar's rising values."""
+    """What issue 15 asks of one operation as the page saw it; returns the bar's values."""
     during = [n for n in notes if n["state"] in states]
     assert during, f"the operation was never seen in flight: {notes[:5]}"
     assert all(n["barShown"] for n in during), [n["label"] for n in during if not n["barShown"]]
@@ -170,7 +170,7 @@ def _check_operation(notes: list[dict], states: set[str], toast_word: str) -> li
     over = [n for n in notes if n["dialog"] or n["state"] not in states]
     assert not any(n["cancelShown"] for n in over), [n["label"] for n in over if n["cancelShown"]]
     assert not any(n["cancelShown"] for n in notes if n["state"] == "releasing")
-    return _increasing([n["value"] for n in during if n["value"] is not None])
+    return _forwards([n["value"] for n in during if n["value"] is not None])
 
 
 def _luminance(css: str) -> float:
@@ -205,17 +205,17 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert "Saved 1 object (" in seen["checkpointMessage"]
     assert "The kernels keep running." in seen["checkpointMessage"]
 
-    # Pause: the bar moved forwards, one sentence a label, one notification
-    # that closed before the message; the status and the notebook say "Paused".
-    # The page polls every 0.4 s and the kernel reports every 0.25 s: how many byte counts a
-    # page sees depends on how fast this machine writes 512 MiB (on a quiet one the writing may
-    # be over between two polls). What every run shows: the bar moved forwards from the hold to
-    # the kernel stop (phases that take the kernel's own time); labels with bytes or a rate are
-    # well formed. The bar and labels over many byte counts, with a fake clock and recorded
+    # Pause: the bar showed how far it was and never moved back, one sentence a label, one
+    # notification that closed before the message; the status and the notebook say "Paused".
+    # The page polls every 0.4 s and the kernel reports every 0.25 s: how many values a page
+    # sees depends on how fast this machine pauses 512 MiB. A quiet one writes it and stops the
+    # kernel between two polls (CI of 4a482e7: one value, 0.66, while writing; the first pause
+    # of a workspace has no estimate, so the hold before it is an indeterminate bar). So each
+    # run shows at least one value and none going back; labels with bytes or a rate are well
+    # formed. The bar and labels over many byte counts, with a fake clock and recorded
     # statuses: labextension/test/describe.test.ts ("the bar only moves forwards ..."), run by
     # test_ui_unit.py.
-    rising = _check_operation(seen["pauseNotes"], {"pausing", "releasing"}, "Pausing")
-    assert len(rising) >= 2, f"pause progress {rising}; labels {[n['label'] for n in seen['pauseNotes']]}"
+    _check_operation(seen["pauseNotes"], {"pausing", "releasing"}, "Pausing")
     labels = [n["label"] for n in seen["pauseNotes"]]
     assert all(re.search(r"writing [\d.]+ (B|[KMG]iB) of [\d.]+ MiB( at [\d.]+ [KMG]?i?B/s)?(,|$)", label)
                for label in labels if " of " in label), labels
@@ -244,8 +244,7 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     assert seen["resumeButtons"] == ["Later", "Start fresh", "Resume"]
 
     # Resume: the same of the bar, the labels and the notification; then "Running (resumed)".
-    rising = _check_operation(seen["resumeNotes"], {"waiting_for_resources", "restoring"}, "Resuming")
-    assert len(rising) >= 2, f"resume progress {rising}; labels {[n['label'] for n in seen['resumeNotes']]}"
+    _check_operation(seen["resumeNotes"], {"waiting_for_resources", "restoring"}, "Resuming")
     assert seen["readyLabel"] == "Running (resumed)" and seen["cancelAfterResume"] is False
     assert seen["badgeAfterResume"] is False
     assert seen["resumeMessage"].startswith("Restored 3 objects into 1 kernel: x, big, parts")
