@@ -12,9 +12,10 @@ for writing outside the home volume: ``left_behind``) is reported with the skipp
 kernel side captures; the writer commits. What stays behind is also carried in the session record
 (``left_out``), so the resume's verdict is not ``exact`` for it. Any exception leaves no visible
 snapshot and the namespace untouched (capture only reads it). The user's names
-that seem to hold no storages are pickled first (``storages.seems_to_hold_storages``): a resume
-then unpickles them while the blobs are still being read, not after the last one; the namespace
-keeps its order (``Manifest.objects``).
+are pickled in ``record_order.pickling_order``: a name after the names its notebook code uses
+(what those come back without is named under them), and names that seem to hold no storages
+first (a resume then unpickles them while the blobs are still being read, not after the last
+one); the namespace keeps its order (``Manifest.objects``).
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ from .left_behind import held_key, left_behind, named_under
 from .live_objects import LiveObjects
 from .packages import capture_packages
 from .placeholders import type_name
+from .record_order import pickling_order
 from .results import CheckpointResult, Progress, Skipped
 from .singletons import TheNamespace
-from .storages import CollectedStorage, StorageCollector, seems_to_hold_storages
+from .storages import CollectedStorage, StorageCollector
 from .torch_reduce import dynamo_globals
 
 SESSION_RECORD = "__session__"
@@ -146,7 +148,7 @@ def take_checkpoint(
         if value is namespace:  # ``g = globals()``: pickle asks no reducer about a dict
             value = TheNamespace()
         items.append((var, value))
-    items.sort(key=lambda item: seems_to_hold_storages(item[1]))  # stable: see the docstring
+    items = pickling_order(items)  # see the docstring
     session, secret_env = session_state.capture(execution_count)
     secrets = [Skipped(f"${n}", "environment variable", "looks like a credential")
                for n in secret_env]
