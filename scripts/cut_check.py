@@ -11,11 +11,11 @@ each cut point k: a server (the extension, release backend ``none``, a local sto
 a fresh server process on the same store and workspace, with a copy of the first one's root
 directory (a fresh pod, the same home volume), resumes through
 ``POST gkeresume/api/resume`` and runs cells [k, n) in the resumed kernel. Each cell's output
-(its stdout, then its stderr: how the two interleave depends on when ipykernel flushes each) is
-compared after masking object addresses, ipykernel's per-process cell directory and tqdm's and a
-Trainer's timings (``VOLATILE``). Each cut's line gives the resume's verdict and what it did not
-restore. ``SCRIPT.py:3,7`` cuts before cells 3 and 7 only (0-based). Exit status: the number of
-cuts that differed.
+(its stdout, then its stderr: how the two interleave depends on when ipykernel flushes each,
+then the text of its result, ``Out[n]``) is compared after masking object addresses,
+ipykernel's per-process cell directory and tqdm's and a Trainer's timings (``VOLATILE``). Each
+cut's line gives the resume's verdict and what it did not restore. ``SCRIPT.py:3,7`` cuts
+before cells 3 and 7 only (0-based). Exit status: the number of cuts that differed.
 
 Not part of the test suite: public scripts stay out of this repository, and a run takes
 minutes (two server starts and a pause and a resume per cut).

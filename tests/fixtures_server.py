@@ -308,26 +308,32 @@ class ServerProcess:
 
 def run_cell_in(connection_file: Path, code: str, by_stream: bool = False) -> str:
     """Run a cell through a kernel's connection file (a second client, like a console);
-    return its stdout; fail on an error. ``by_stream``: stdout, then stderr (how the two
-    interleave depends on when ipykernel flushes each)."""
+    return its stdout; fail on an error. ``by_stream``: all a cell shows, stream by stream:
+    stdout, then stderr (how the two interleave depends on when ipykernel flushes each), then the
+    text of its result (``Out[n]``)."""
     from jupyter_client import BlockingKernelClient
 
     client = BlockingKernelClient(connection_file=str(connection_file))
     client.load_connection_file()
     client.start_channels(hb=False)  # liveness: the server owns the kernel process
     out: list[tuple[str, str]] = []
+
+    def shown(message: dict) -> None:
+        content = message["content"]
+        if message["msg_type"] == "stream":
+            out.append((content["name"], content["text"]))
+        elif message["msg_type"] == "execute_result" and by_stream:
+            out.append(("result", content["data"].get("text/plain", "") + "\n"))
+
     try:
         client.wait_for_ready(timeout=60)
-        reply = client.execute_interactive(
-            code, timeout=120,
-            output_hook=lambda m: out.append((m["content"].get("name", ""),
-                                              m["content"].get("text", "")))
-            if m["msg_type"] == "stream" else None)
+        reply = client.execute_interactive(code, timeout=120, output_hook=shown)
     finally:
         client.stop_channels()
     assert reply["content"]["status"] == "ok", reply["content"]
     if by_stream:
-        out.sort(key=lambda part: part[0] != "stdout")  # stable: each stream in its order
+        order = {"stdout": 0, "stderr": 1, "result": 2}
+        out.sort(key=lambda part: order[part[0]])  # stable: each stream in its order
     return "".join(text for _, text in out)
 
 
