@@ -189,7 +189,7 @@ def take_checkpoint(
     alive = {key for key, _ in found} & held.keys()
     for rec in users:
         note = rec.note
-        inside = "; ".join(f"{kind} ({why})" for kind, why in note.uncaptured)
+        inside = _without(note.uncaptured)
         named = {note.held[key] for key in alive & note.held.keys()}  # said by named_under
         for kind, why in note.uncaptured:
             if (kind, why) not in named:
@@ -265,6 +265,14 @@ def take_checkpoint(
         saved, skipped, timings, _gpu_warnings(collector.items), manifest.hash_seed,
         [n for n in saved if weak_references.is_a(namespace.get(n), types.ModuleType)],
     )
+
+
+def _without(parts: list[tuple[str, str]]) -> str:
+    """What a record comes back without, one reason once: ``a, b (why); c (why)``."""
+    kinds: dict[str, list[str]] = {}
+    for kind, why in parts:
+        kinds.setdefault(why, []).append(kind)
+    return "; ".join(f"{', '.join(names)} ({why})" for why, names in kinds.items())
 
 
 def _gpu_warnings(items: list[CollectedStorage]) -> list[str]:

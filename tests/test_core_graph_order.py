@@ -83,7 +83,8 @@ class Trainer:
 trainer = Trainer()
 records = [1, 2, 3]
 model = torch.nn.Linear(3, 1)
-model.last = model(torch.ones(2, 3))  # an autograd graph still to use: named
+model.last = model(torch.ones(2, 3))  # autograd graphs still to use: named
+model.act = torch.relu(model.last)
 '''
 
 
@@ -94,20 +95,25 @@ def test_a_notebook_function_is_pickled_after_the_names_it_uses(tmp_path, monkey
     autograd graph that ``model`` holds, and the model's bytes were counted as the function's
     (seen cutting karpathy/nn-zero-to-hero makemore_part5_cnn1.ipynb @73c3fcc after its
     ``split_loss`` cell). The names a function, a wrapped function or a notebook class's methods
-    use are pickled before it; names without storages still come first."""
+    use are pickled before it; names without storages still come first. The model's seven layer
+    outputs each repeated the same long reason: a reason is said once for all it applies to."""
     monkeypatch.setenv("GKERESUME_SIGNING_KEY", "graph-order-test-key-" + "4" * 32)
     namespace: dict = {"__name__": "__main__", "torch": torch}
     exec(NOTEBOOK, namespace)
     root = str(tmp_path / "store")
     result = kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
     assert [(s.name, s.type) for s in result.skipped] == [
-        ("model", "autograd graph (AddmmBackward0)")], result.skipped
+        ("model", "autograd graph (AddmmBackward0)"), ("model", "autograd graph (ReluBackward0)")]
     store = SnapshotStore(root, "ws")
     manifest = load_manifest(store, result.snapshot_id, load_signing_key(workspace="ws"))
     user_records = [r for r in manifest.records if r in namespace and r not in ("torch", "functools")]
     assert user_records == ["decorated", "records", "total", "model", "evaluate", "Trainer", "trainer"]
     sizes = {o.name: o.bytes for o in manifest.objects}
     assert sizes["evaluate"] == sizes["trainer"] == 0 and sizes["model"] > 0, sizes
+    why = {o.name: o.reason for o in manifest.objects}["model"]  # one reason, said once
+    assert why.startswith("restored without: autograd graph (AddmmBackward0), autograd graph "
+                          "(ReluBackward0) (no pickling carries it"), why
+    assert why.count("no pickling carries it") == 1, why
 
     restored: dict = {"__name__": "__main__"}
     resumed = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
