@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 from .left_behind import comes_back
 from .placeholders import SHOWN_CHARS, uncapturable_reason
+from .rebuild import current_loading
 
 if TYPE_CHECKING:
     from .graph import RecordNote
@@ -420,15 +421,49 @@ def _iterator_reason(iterator: Any) -> str:
 
 
 def _loader_reduce(loader: Any, note: RecordNote) -> tuple | None:
-    """The loader as pickle reduces it, without its persistent workers' iterator."""
+    """The loader as pickle reduces it, without its persistent workers' iterator; the resume
+    starts the workers again (``_start_workers``)."""
     if vars(loader).get("_iterator") is None:
         return None
     make, args, state, *rest = loader.__reduce_ex__(5)
-    if not isinstance(state, dict):
+    if not isinstance(state, dict) or any(rest):
         return None
-    note.placeholder(loader._iterator, "the persistent workers of a DataLoader: started again at "
-                     "its next iteration")
-    return (make, args, {**state, "_iterator": None}, *rest)
+    note.without("DataLoader worker processes", (
+        f"its {loader.num_workers} persistent workers start again at the resume, seeded anew: "
+        "random numbers drawn inside them (random augmentations of the dataset) differ from an "
+        "uninterrupted run"))
+    return (make, args, {**state, "_iterator": None}, None, None, _loader_with_workers)
+
+
+def _loader_with_workers(loader: Any, state: dict[str, Any]) -> None:
+    """State setter of a persistent loader: its state, and its workers started once the whole
+    session is back (``rebuild.Loading.after``)."""
+    vars(loader).update(state)
+    loading = current_loading()
+    if loading is not None:
+        loading.after.append(("the persistent workers of a DataLoader",
+                              functools.partial(_start_workers, loader)))
+
+
+def _start_workers(loader: Any) -> None:
+    """Start a loader's persistent workers as its first iteration does, leaving every random
+    generator it draws from as it was. An uninterrupted session draws nothing there (its
+    iterator lives on: the next epoch only resets it), while creating one draws the workers'
+    base seed and, prefetching, the sampler's order; drawn from the global generator, that
+    moved the session's whole random stream (every later shuffle and dropout differed)."""
+    import torch
+
+    owners = (loader, loader.sampler, loader.batch_sampler,
+              getattr(loader.batch_sampler, "sampler", None))
+    generators = {id(g): g for owner in owners
+                  if isinstance(g := getattr(owner, "generator", None), torch.Generator)}
+    states = [(generator, generator.get_state()) for generator in generators.values()]
+    try:
+        with torch.random.fork_rng(devices=[]):
+            loader._iterator = loader._get_iterator()
+    finally:
+        for generator, state in states:
+            generator.set_state(state)
 
 
 def _connection_reduce(connection: Any) -> tuple[tuple | None, str | None]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -36,12 +36,16 @@ class Loading:
     ``__setstate__``), so the globals it referenced are put in the namespace at once, where it
     lacks them (a name it has keeps its value); ``added`` lists those names, and ``take_back()``
     removes them again when the restore fails. ``weak``: each weak reference or container
-    rebuilt, with references to its referents and their type names (``weak_references``)."""
+    rebuilt, with references to its referents and their type names (``weak_references``).
+    ``after``: what to start once the whole session is back, interpreter state included (a
+    DataLoader's persistent workers: ``live_objects``), each with what it starts; the restore
+    runs them last, and names each one that fails."""
 
     loader: Loader
     namespace: dict[str, Any]
     added: list[str] = field(default_factory=list)
     weak: list[tuple[object, list[tuple[Any, str]]]] = field(default_factory=list)
+    after: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
 
     def take_back(self) -> None:
         for name in self.added:

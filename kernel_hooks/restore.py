@@ -9,8 +9,10 @@ stages, each once and in order: plan where every storage goes
 verified against its digest (``start``), unpickle the graph record by record with storages
 arriving through ``rebuild``, finish (``finish``: every read and device copy landed). Then find
 what a damaged blob or a failed record cost and, only then, assign the names in one step and
-apply the session state, then the interpreter state (``interpreter_state``). A failure before
-that last step leaves the namespace as it was. Last, the verdict is judged again on what came
+apply the session state, then the interpreter state (``interpreter_state``), then start what
+the session had running and its library starts only on use (``rebuild.Loading.after``: a
+DataLoader's persistent workers). A failure before the names are assigned leaves the namespace
+as it was. Last, the verdict is judged again on what came
 back (``_judge_left_out``): ``exact`` only when nothing the session held was left out (an object,
 a placeholder inside one, a state entry, part of the session state, what stayed on the old pod,
 a package or an extra path).
@@ -236,6 +238,12 @@ def _restore(
             left_out.append(result.warnings[-1])
         named = _restore_interpreter_state(manifest, loaded, reasons, result)
         left_out += [line.split(" not restored", 1)[0] for line in named]
+    for what, start in reading.after:  # the session is whole: start what it had running
+        try:
+            start()
+        except Exception as exc:  # it starts again when the session next uses it
+            result.warnings.append(f"{what} did not start again: {type(exc).__name__}: {exc}")
+            left_out.append(result.warnings[-1])
     _judge_left_out(verdict, result, left_out)
     result.seconds = time.monotonic() - started
     if progress is not None:

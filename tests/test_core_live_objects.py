@@ -5,7 +5,7 @@ fresh kernel (issue 28 item 8, ``kernel_hooks.live_objects``), with the real lib
   (torch/utils/data/dataloader.py, ``_BaseDataLoaderIter.__getstate__`` raises
   ``NotImplementedError``): it and its worker processes are named; the loader comes back, and so
   does one with ``persistent_workers=True``, which keeps its iterator in ``DataLoader._iterator``
-  (the whole loader was lost before);
+  (the whole loader was lost before), its workers started again at the resume;
 - sqlite3: a connection to a database file on the home volume is reopened on the same file; one
   in memory, one to a file outside it, one with uncommitted changes are named
   (``PRAGMA database_list`` gives the file, sqlite.org/pragma.html#pragma_database_list);
@@ -54,9 +54,8 @@ def test_a_dataloader_comes_back_and_its_iterator_and_workers_are_named(start_ke
     for pid in named.groups():  # and each of its workers among the processes left behind
         assert re.search(rf"not saved: process {pid} \[child process\]: multiprocessing "
                          r"Process-\d+, a worker process this kernel started", report), report
-    assert re.search(r"persistent comes back without its torch\.utils\.data\.dataloader\.\w+: "
-                     r"the persistent workers of a DataLoader: started again at its next "
-                     r"iteration", report), report
+    assert re.search(r"persistent comes back without its DataLoader worker processes: its 2 "
+                     r"persistent workers start again at the resume", report), report
     assert "not saved: persistent [" not in report and "not saved: loader" not in report
     kernel.kill()
 
@@ -329,3 +328,41 @@ def test_the_shell_kernel_and_event_loop_come_back_as_the_resumed_kernels(start_
     assert b.run("print(ip is get_ipython(), kernel is ip.kernel, helper.shell is ip,"
                  " loop is asyncio.get_running_loop(), namespace is globals())").strip() \
         == "True True True True True"
+
+
+SHUFFLED = r"""
+import json, torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+shuffled = DataLoader(TensorDataset(torch.arange(20)), batch_size=5, shuffle=True, num_workers=2,
+                      persistent_workers=True)
+first = [b.tolist() for (b,) in shuffled]
+"""
+
+NEXT_EPOCH = "print(json.dumps([[b.tolist() for (b,) in shuffled], torch.rand(2).tolist()]))"
+
+
+def test_a_persistent_loader_starts_its_workers_again_without_moving_the_random_stream(
+        start_kernel):
+    """A DataLoader with ``persistent_workers=True`` keeps one iterator for its whole life: each
+    epoch only resets it (torch/utils/data/dataloader.py, ``DataLoader.__iter__``). It came
+    back without it, and its next epoch created one, drawing the workers' base seed from the
+    global generator (``_BaseDataLoaderIter.__init__``): the shuffle of that epoch and every
+    random number after it differed from the uninterrupted run (a probe: shuffled
+    ``TensorDataset``, two workers). The resume now starts the workers again with every
+    generator left as it was; what the workers draw themselves starts from new seeds, and is
+    named."""
+    kernel = start_kernel()
+    kernel.run(SHUFFLED)
+    report = kernel.run("%checkpoint")
+    assert re.search(r"shuffled comes back without its DataLoader worker processes: its 2 "
+                     r"persistent workers start again at the resume, seeded anew", report), report
+    expected = kernel.run_json(NEXT_EPOCH)  # the uninterrupted run: checkpointing draws nothing
+    kernel.kill()
+
+    fresh = start_kernel()
+    resumed = fresh.run("%resume")
+    assert "(partial)" in resumed and "did not start again" not in resumed, resumed
+    alive = fresh.run_json("print(json.dumps([w.is_alive() for w in shuffled._iterator._workers]))")
+    assert alive == [True, True]
+    assert fresh.run_json(NEXT_EPOCH) == expected
