@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from cloudpickle.cloudpickle import _extract_code_globals
 
 from .storages import seems_to_hold_storages
+from .weak_references import PROXIES
 
 #: How deep ``_functions_inside`` follows wrappers (a decorator of a decorator of a function).
 _WRAPPER_DEPTH = 4
@@ -69,7 +70,10 @@ def pickling_order(items: list[tuple[str, object]],
 
 def names_used(value: object) -> set[str]:
     """The global names the notebook code of ``value`` uses: a notebook function's, a notebook
-    class's methods', or those of the class of an instance of one."""
+    class's methods', or those of the class of an instance of one; none for a weak proxy
+    (``isinstance`` on a dead one raises: its referent is pickled where it is held)."""
+    if type(value) in PROXIES:
+        return set()
     kind = value if isinstance(value, type) else type(value)
     functions = list(_functions_inside(value, _WRAPPER_DEPTH))
     if kind.__module__ == "__main__":
@@ -85,6 +89,8 @@ def names_used(value: object) -> set[str]:
 def _functions_inside(value: object, depth: int) -> Iterator[types.FunctionType]:
     """``value`` if a function, the function a method, property or partial wraps, and (for a
     wrapper) the functions of its ``__wrapped__`` and its closure, ``depth`` levels down."""
+    if type(value) in PROXIES:
+        return
     if isinstance(value, staticmethod | classmethod | types.MethodType):
         value = value.__func__
     elif isinstance(value, property):

@@ -11,6 +11,7 @@ import torch
 
 import kernel_hooks
 from jupyter_gkeresume.snapshot import SnapshotStore, load_manifest, load_signing_key
+from kernel_hooks.record_order import pickling_order
 from kernel_hooks.storages import seems_to_hold_storages
 
 
@@ -122,3 +123,22 @@ def test_a_notebook_function_is_pickled_after_the_names_it_uses(tmp_path, monkey
     assert torch.equal(restored["evaluate"](torch.ones(1, 3)), namespace["model"](torch.ones(1, 3)))
     restored["model"].weight.data.fill_(1.0)  # the functions see the resumed model
     assert restored["trainer"].fit().item() == 3.0
+
+
+def test_the_order_is_safe_on_dead_proxies():
+    """``isinstance`` on a dead ``weakref.proxy`` raises ReferenceError; the order looks at a
+    proxy's type only, as a class attribute, in a closure or as a name's value."""
+    import weakref
+
+    class Gone:
+        pass
+
+    dead = weakref.proxy(Gone())
+    namespace: dict = {"__name__": "__main__", "dead": dead}
+    exec("class Holder:\n    kept = dead\n"
+         "def uses():\n    return dead\n"
+         "def outer():\n    ref = dead\n    def inner():\n        return ref\n    return inner\n"
+         "closure = outer()", namespace)
+    items = [(n, namespace[n]) for n in ("Holder", "uses", "closure", "dead")]
+    assert [name for name, _ in pickling_order(items, holds=lambda value: False)] == [
+        "Holder", "dead", "uses", "closure"]
