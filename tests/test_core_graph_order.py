@@ -103,7 +103,8 @@ def test_a_notebook_function_is_pickled_after_the_names_it_uses(tmp_path, monkey
     exec(NOTEBOOK, namespace)
     root = str(tmp_path / "store")
     result = kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
-    assert [(s.name, s.type) for s in result.skipped] == [
+    # (the signing key set above may be named too: an environment variable set in the session)
+    assert [(s.name, s.type) for s in result.skipped if s.type != "environment variable"] == [
         ("model", "autograd graph (AddmmBackward0)"), ("model", "autograd graph (ReluBackward0)")]
     store = SnapshotStore(root, "ws")
     manifest = load_manifest(store, result.snapshot_id, load_signing_key(workspace="ws"))
@@ -118,7 +119,9 @@ def test_a_notebook_function_is_pickled_after_the_names_it_uses(tmp_path, monkey
 
     restored: dict = {"__name__": "__main__"}
     resumed = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
-    assert [r.split(" (")[0] for r in resumed.verdict["reasons"]] == ["left out: model"]
+    reasons = str(resumed.verdict["reasons"])
+    assert "left out: model (restored without: autograd graph" in reasons, reasons
+    assert "evaluate" not in reasons and "trainer" not in reasons.lower(), reasons
     assert restored["total"]() == 6
     assert torch.equal(restored["evaluate"](torch.ones(1, 3)), namespace["model"](torch.ones(1, 3)))
     restored["model"].weight.data.fill_(1.0)  # the functions see the resumed model
