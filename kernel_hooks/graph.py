@@ -138,7 +138,7 @@ class _GraphPickler(cloudpickle.Pickler):
                 self.note.modules.add(module.split(".", 1)[0])
         if kind is types.CodeType:
             return _code_in_its_file(obj)
-        if kind is _LRU_CACHED and not _by_reference(obj.__wrapped__):
+        if kind is _LRU_CACHED and not _importable(obj) and not _by_reference(obj.__wrapped__):
             return _lru_cached_by_value(obj, self.note)
         if kind is _CACHED_PROPERTY:
             return rebuild.cached_property, (obj.func, obj.attrname)
@@ -165,6 +165,14 @@ class _GraphPickler(cloudpickle.Pickler):
 _LRU_CACHED = type(functools.lru_cache(lambda: None))
 _CACHED_PROPERTY = functools.cached_property
 _by_reference = cloudpickle.cloudpickle._should_pickle_by_reference
+
+
+def _importable(obj: Any) -> bool:
+    """Whether pickle finds ``obj`` (not a function or class) as the attribute its module and
+    qualified name say, in a module not registered to pickle by value: a library's
+    ``functools.cache`` function, whose ``__wrapped__`` alone is not its module's attribute."""
+    found = cloudpickle.cloudpickle._lookup_module_and_qualname(obj)
+    return found is not None and not cloudpickle.cloudpickle._is_registered_pickle_by_value(found[0])
 
 
 _OBJECT_GETSTATE = getattr(object, "__getstate__", None)  # Python 3.11+

@@ -8,6 +8,11 @@ importable, so every notebook with one was partial."""
 
 from __future__ import annotations
 
+import pickle
+
+from kernel_hooks.graph import write_graph
+from kernel_hooks.storages import StorageCollector
+
 SESSION = r'''
 import functools, json
 
@@ -89,3 +94,21 @@ def test_a_cache_that_comes_back_empty_is_named(start_kernel):
     assert b.run_json("print(json.dumps([model['weights'], get_model()['weights'], unused(3),"
                       " get_model.cache_parameters()]))") == [
         [0.5], [0.0], 3, {"maxsize": None, "typed": False}]
+
+
+def test_a_librarys_cached_function_goes_by_reference_and_is_not_named():
+    """A library's ``functools.cache`` function reached from the session (pandas' date axis
+    keeps ``converter._daily_finder`` in its locator: ``ax = df["b"].plot()`` on a time index)
+    was pickled by value, as a notebook function is, and its filled cache named: every notebook
+    with such a plot was ``partial`` (found by a probe through ``scripts/cut_check.py``). The
+    module attribute is the cache itself, so it goes by reference: the resumed process has the
+    library's own, as any process does. Here with the standard library's
+    ``fnmatch._compile_pattern`` (an ``lru_cache``, filled by ``fnmatch.fnmatch``)."""
+    import fnmatch
+
+    fnmatch.fnmatch("notes.txt", "*.txt")
+    assert fnmatch._compile_pattern.cache_info().currsize > 0
+    graph, records, _, failed = write_graph([("matcher", fnmatch._compile_pattern)],
+                                            StorageCollector)
+    assert not failed and records[0].note.uncaptured == [], records[0].note
+    assert pickle.loads(graph) is fnmatch._compile_pattern  # a reference: no rebuild needed
