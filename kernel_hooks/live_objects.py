@@ -225,8 +225,10 @@ class LiveObjects:
         self._summary_writers = tuple(
             writer for module in TENSORBOARD_WRITERS
             if (writer := getattr(sys.modules.get(module), "SummaryWriter", None)) is not None)
+        self._csv_writer = getattr(sys.modules.get("_csv"), "Writer", None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
-                                      self._memmap) if t) + self._summary_writers + LOCKS + FILES
+                                      self._memmap, self._csv_writer) if t
+                          ) + self._summary_writers + LOCKS + FILES
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
 
@@ -290,7 +292,35 @@ class LiveObjects:
             return None, _iterator_reason(obj)
         if self._connection is not None and isinstance(obj, self._connection):
             return _connection_reduce(obj)
+        if self._csv_writer is not None and isinstance(obj, self._csv_writer):
+            return _csv_writer_reduce(obj)
         return None, None
+
+
+#: The settings of a csv dialect (``csv.Dialect``), as ``csv.writer`` takes them.
+CSV_DIALECT = ("delimiter", "doublequote", "escapechar", "lineterminator", "quotechar", "quoting",
+               "skipinitialspace", "strict")
+
+
+def _csv_writer_reduce(writer: Any) -> tuple[tuple | None, str | None]:
+    """A ``csv.writer``: a new one on the same stream with the same dialect (it keeps no state
+    between rows). The C writer does not show its stream; the bound ``write`` it calls is among
+    what it holds (``gc.get_referents``: its dialect and that method), and the stream travels
+    as itself (an open file, a standard stream, a ``StringIO``)."""
+    import gc
+
+    writes = [held for held in gc.get_referents(writer)
+              if getattr(held, "__name__", None) == "write" and hasattr(held, "__self__")]
+    if len(writes) != 1:
+        return None, "a csv writer whose stream cannot be told"
+    dialect = {name: getattr(writer.dialect, name) for name in CSV_DIALECT}
+    return (_csv_writer, (writes[0].__self__, dialect)), None
+
+
+def _csv_writer(stream: Any, dialect: dict[str, Any]) -> Any:
+    import csv
+
+    return csv.writer(stream, **dialect)
 
 
 def _lock_reduce(lock: Any) -> tuple[tuple | None, str | None]:

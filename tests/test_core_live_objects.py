@@ -225,6 +225,10 @@ latin.write("é")
 files = {"log": log}
 null = open(os.devnull, "w")
 scratch = open(os.path.join(elsewhere, "scratch.txt"), "w")
+import csv
+metrics = open(os.path.join(home, "metrics.csv"), "w", newline="")
+rows = csv.writer(metrics, delimiter=";", quoting=csv.QUOTE_NONNUMERIC)
+rows.writerow(["step", "loss"])
 import sys
 console = sys.__stdout__                            # a standard stream: the resumed process's own
 """
@@ -234,7 +238,9 @@ def test_open_files_reopen_on_their_files(tmp_path, volumes, start_kernel):
     """An open file on the home volume comes back open on that file, at its position, in its
     mode, never truncated: a training log opened with ``"w"`` goes on where it was, a file
     being read gives its next line. It was named ("an open file or stream belongs to this
-    process") and the name was gone after the resume. One whose file stays behind is named."""
+    process") and the name was gone after the resume. One whose file stays behind is named. A
+    ``csv.writer`` on such a file (a C object that does not pickle: it was not restored) comes
+    back writing to it, with its dialect."""
     env, home = volumes, tmp_path / "home"
     kernel = start_kernel(env=env)
     kernel.run(FILES)
@@ -248,6 +254,7 @@ def test_open_files_reopen_on_their_files(tmp_path, volumes, start_kernel):
     assert "(partial)" in resumed.splitlines()[0] and "not restored: scratch" in resumed, resumed
     got = fresh.run_json(
         "log.write('epoch 2\\n'); log.close(); latin.write('è'); latin.close(); null.write('x')\n"
+        "rows.writerow([1, 0.5]); metrics.close()\n"
         "print(json.dumps([data.readline(), raw.tell(), raw.read(2).decode(), raw.mode,"
         " type(raw).__name__, files['log'] is log, log.mode, latin.encoding, latin.errors,"
         " null.name, console is sys.__stdout__]))")
@@ -255,6 +262,7 @@ def test_open_files_reopen_on_their_files(tmp_path, volumes, start_kernel):
                    "/dev/null", True]
     assert (home / "train.log").read_text() == "epoch 1\nepoch 2\n"
     assert (home / "latin.txt").read_bytes() == "éè".encode("latin-1")
+    assert (home / "metrics.csv").read_bytes() == b'"step";"loss"\r\n1;0.5\r\n'
 
 
 TENSORBOARD = r"""
