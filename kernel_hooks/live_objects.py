@@ -58,6 +58,7 @@ without torch pays one dict lookup per graph, and every object costs one ``isins
 from __future__ import annotations
 
 import _thread
+import contextlib
 import functools
 import io
 import os
@@ -226,8 +227,9 @@ class LiveObjects:
             writer for module in TENSORBOARD_WRITERS
             if (writer := getattr(sys.modules.get(module), "SummaryWriter", None)) is not None)
         self._csv_writer = getattr(sys.modules.get("_csv"), "Writer", None)
+        self._temporary = getattr(sys.modules.get("tempfile"), "TemporaryDirectory", None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
-                                      self._memmap, self._csv_writer) if t
+                                      self._memmap, self._csv_writer, self._temporary) if t
                           ) + self._summary_writers + LOCKS + FILES
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
@@ -248,6 +250,8 @@ class LiveObjects:
             return _memmap_reduce(obj, note)
         if isinstance(obj, self._summary_writers):
             return _summary_writer_reduce(obj)
+        if self._temporary is not None and isinstance(obj, self._temporary):
+            return _temporary_directory_reduce(obj, note)
         reduced, reason = self._carried(obj)
         if reason is not None:
             return note.placeholder(obj, reason)
@@ -295,6 +299,37 @@ class LiveObjects:
         if self._csv_writer is not None and isinstance(obj, self._csv_writer):
             return _csv_writer_reduce(obj)
         return None, None
+
+
+def _temporary_directory_reduce(directory: Any, note: RecordNote) -> tuple | None:
+    """A ``tempfile.TemporaryDirectory`` whose directory exists: its finalizer deletes it when
+    this kernel stops (the pause stops it), and a new pod has another ``/tmp``. It comes back as
+    an existing, empty directory at the same path, with its finalizer; files in it are named.
+    One already cleaned up pickles as it is."""
+    path = getattr(directory, "name", None)
+    if not isinstance(path, str) or not os.path.isdir(path):
+        return None
+    count, size = 0, 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                size += os.lstat(os.path.join(root, name)).st_size
+                count += 1
+    if count:
+        from jupyter_gkeresume.units import human_bytes
+
+        note.without("temporary directory", (
+            f"{path[:SHOWN_CHARS]} with {count} file{'s' * (count != 1)} ({human_bytes(size)}): "
+            "deleted when this kernel stops, and not on the next pod; it comes back empty (keep "
+            "files on the home volume or in a directory of c.GkeResume.extra_paths)"))
+    return _temporary_directory, (type(directory), path), dict(vars(directory))
+
+
+def _temporary_directory(cls: type, path: str) -> Any:
+    """The directory again (owner-only, as ``mkdtemp`` makes it), where its parent exists."""
+    with contextlib.suppress(OSError):
+        os.mkdir(path, 0o700)
+    return cls.__new__(cls)
 
 
 #: The settings of a csv dialect (``csv.Dialect``), as ``csv.writer`` takes them.
