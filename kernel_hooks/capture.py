@@ -91,19 +91,21 @@ def synchronize_devices() -> None:
 
 
 def describe(value: object) -> dict[str, Any]:
-    """dtype/shape/device of tensors and arrays, for the manifest and the report."""
+    """dtype/shape/device of tensors and arrays, for the manifest and the report; nothing for
+    an object whose attributes raise (a nested tensor's ``shape``, a dead weak proxy's all):
+    a description never fails a checkpoint."""
     out: dict[str, Any] = {}
     if type(value) in weak_references.PROXIES:  # a dead one raises at any lookup
         return out
-    shape = getattr(value, "shape", None)
-    if shape is not None and getattr(value, "dtype", None) is not None:
-        try:
+    try:
+        shape = getattr(value, "shape", None)
+        if shape is not None and getattr(value, "dtype", None) is not None:
             out["shape"] = [int(d) for d in shape]
             out["dtype"] = str(value.dtype).removeprefix("torch.")
-        except (TypeError, ValueError):
-            return {}
-        device = getattr(value, "device", None)
-        out["device"] = str(device) if device is not None else "cpu"
+            device = getattr(value, "device", None)
+            out["device"] = str(device) if device is not None else "cpu"
+    except Exception:  # a library's property: any error means "not described"
+        return {}
     return out
 
 

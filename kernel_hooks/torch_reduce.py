@@ -130,7 +130,10 @@ class TorchReductions:
     def __init__(self, protocol: int):
         self.protocol = protocol
         torch = sys.modules.get("torch")
+        self._torch = torch
         self._tensor = torch.Tensor if torch is not None else None
+        new_dtypes = getattr(getattr(torch, "storage", None), "_new_dtypes", None)
+        self._untyped_dtypes = frozenset(new_dtypes()) if new_dtypes is not None else frozenset()
         optim = sys.modules.get("torch.optim")
         self._optimizer = optim.Optimizer if optim is not None else None
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
@@ -192,13 +195,21 @@ class TorchReductions:
         # Reading .grad of a non-leaf tensor that does not retain it warns: such a tensor has none.
         grad = tensor.grad if tensor.is_leaf or tensor.retains_grad else None
         hooks = _hooks(tensor) if tensor.is_leaf else {}
-        if grad is None and not hooks:
+        untyped = tensor.dtype in self._untyped_dtypes
+        if grad is None and not hooks and not untyped:
             return None
         with _hooks_left_to_us(tensor, hooks):
             reduced = tensor.__reduce_ex__(self.protocol)
         if len(reduced) != 2:  # a subclass that reduces with a state of its own: as torch does
             return None
         make, args = reduced
+        if untyped and isinstance(args[0], self._torch.UntypedStorage):
+            # torch gives these dtypes (float8, uint16, ...) an untyped storage, and its own
+            # _rebuild_tensor_v3 reads ``storage._untyped_storage``: plain pickle of one fails
+            args = (self._torch.storage.TypedStorage(wrap_storage=args[0], dtype=tensor.dtype,
+                                                     _internal=True), *args[1:])
+        if grad is None and not hooks:
+            return make, args
         if not hooks:
             return make, args, grad, None, None, rebuild.tensor_grad
         return make, args, (grad, hooks), None, None, rebuild.tensor_hooks
