@@ -154,6 +154,17 @@ def array(key: str, dtype: Any, shape: tuple, strides: tuple, offset: int, write
     return result
 
 
+def array_view(base: Any, dtype: Any, shape: tuple, strides: tuple, offset: int,
+               writeable: bool) -> Any:
+    """A view of the restored ``base`` (``storages.StorageCollector._view_reduce``)."""
+    import numpy
+
+    view = numpy.ndarray(shape, dtype, buffer=base, offset=offset, strides=strides)
+    if not writeable:
+        view.flags.writeable = False
+    return view
+
+
 def cuda_array(key: str, record: dict[str, Any]) -> Any:
     return _current().cuda_array(key, record)
 

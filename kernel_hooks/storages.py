@@ -86,8 +86,13 @@ class StorageCollector:
         if self._untyped is not None and t is self._untyped:
             key = self._torch_key(obj, "uint8")
             return None if key is None else (rebuild.untyped, (key,))
-        if t is self._ndarray and obj.nbytes >= self.numpy_min_bytes and not obj.dtype.hasobject:
-            return self._numpy_reduce(obj)
+        if t is self._ndarray and not obj.dtype.hasobject:
+            if isinstance(obj.base, self._ndarray):
+                view = self._view_reduce(obj)
+                if view is not None:
+                    return view
+            if obj.nbytes >= self.numpy_min_bytes:
+                return self._numpy_reduce(obj)
         if getattr(t, "__cuda_array_interface__", None) is not None and not isinstance(
             obj, self._tensor  # torch's CUDA tensors leave through their storages above
         ):
@@ -104,6 +109,19 @@ class StorageCollector:
             key = self._add("torch", dtype, storage.nbytes(), device, storage, storage.data_ptr(),
                             storage._cdata)
         return key
+
+    def _view_reduce(self, view: Any) -> tuple | None:
+        """A NumPy view as a view of its base (the array owning the memory), which travels as
+        itself (a blob, or inline when small): NumPy pickles a view as a copy of its data, so
+        writing through a restored view no longer reached its base."""
+        root = view.base
+        while isinstance(root.base, self._ndarray):
+            root = root.base
+        if type(root) is not self._ndarray or root.dtype.hasobject:
+            return None
+        offset = view.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        return (rebuild.array_view, (root, view.dtype, view.shape, view.strides, offset,
+                                     view.flags.writeable))
 
     def _numpy_reduce(self, array: Any) -> tuple | None:
         root = array

@@ -1,0 +1,54 @@
+"""A NumPy view comes back as a view of its restored base, whatever the sizes: writing through
+one shows in the other. NumPy pickles a view as a copy of its
+data, so a view below the size that gives an array a blob of its own (``small = big[0, :10]``,
+or any view of a small array) came back as a copy: ``X_train -= mean`` no longer reached
+``data``, while the verdict said ``exact`` (found by a probe). (``view.base`` is the array owning
+the memory: for a base restored over a blob, the blob's buffer.) In process, on a local store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kernel_hooks
+
+
+@pytest.fixture
+def views(tmp_path, monkeypatch):
+    big = np.zeros((300, 400))  # 960 KB: a blob of its own
+    tiny = np.arange(10.0)  # pickled inline
+    record = np.zeros(4, dtype=[("x", "f8"), ("n", "i4")])
+    namespace = {
+        "big": big, "row": big[0, :10], "block": big[10:20, ::3], "reversed": big[-1, ::-1],
+        "transposed": big.T,
+        "tiny": tiny, "middle": tiny[2:5], "odd": tiny[1::2],
+        "record": record, "xs": record["x"],
+        "strings": np.array(["a", "b", "c"], dtype=object), "copy": tiny.copy(),
+    }
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "array-views-test-key-" + "5" * 32)
+    root = str(tmp_path / "store")
+    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert report.verdict["level"] == "exact", report.verdict
+    return namespace, restored
+
+
+@pytest.mark.parametrize("name, base", [
+    ("row", "big"), ("block", "big"), ("reversed", "big"), ("transposed", "big"),
+    ("middle", "tiny"), ("odd", "tiny"), ("xs", "record"),
+])
+def test_a_view_is_a_view_of_its_restored_base(views, name, base):
+    namespace, restored = views
+    view = restored[name]
+    assert np.array_equal(view, namespace[name]) and view.strides == namespace[name].strides
+    view[(0,) * view.ndim] = 42  # written through the view, read in the base
+    whole = restored[base] if restored[base].dtype.names is None else restored[base]["x"]
+    assert np.shares_memory(view, restored[base]) and (whole == 42).sum() == 1
+
+
+def test_an_array_that_is_no_view_stays_its_own(views):
+    _, restored = views
+    assert restored["copy"].base is None or restored["copy"].base is not restored["tiny"]
+    assert not np.shares_memory(restored["copy"], restored["tiny"])
+    assert list(restored["strings"]) == ["a", "b", "c"]
