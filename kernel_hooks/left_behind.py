@@ -180,9 +180,17 @@ def _idle_pool_worker(thread: threading.Thread) -> bool:
         return False
     try:
         executor = thread._args[0]()
-        return (executor is not None and executor._work_queue.empty()
-                and executor._idle_semaphore._value >= len(executor._threads))
     except (AttributeError, IndexError, TypeError):  # another Python's private names
+        return False
+    return executor is not None and pool_idle(executor)
+
+
+def pool_idle(executor: Any) -> bool:
+    """Whether a ``ThreadPoolExecutor`` has nothing queued and every worker idle."""
+    try:
+        return (executor._work_queue.empty()
+                and executor._idle_semaphore._value >= len(executor._threads))
+    except AttributeError:  # another Python's private names
         return False
 
 

@@ -67,7 +67,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .left_behind import comes_back
+from .left_behind import comes_back, pool_idle
 from .placeholders import SHOWN_CHARS, uncapturable_reason
 from .rebuild import current_loading
 
@@ -228,8 +228,11 @@ class LiveObjects:
             if (writer := getattr(sys.modules.get(module), "SummaryWriter", None)) is not None)
         self._csv_writer = getattr(sys.modules.get("_csv"), "Writer", None)
         self._temporary = getattr(sys.modules.get("tempfile"), "TemporaryDirectory", None)
+        self._thread_pool = getattr(sys.modules.get("concurrent.futures.thread"),
+                                    "ThreadPoolExecutor", None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
-                                      self._memmap, self._csv_writer, self._temporary) if t
+                                      self._memmap, self._csv_writer, self._temporary,
+                                      self._thread_pool) if t
                           ) + self._summary_writers + LOCKS + FILES
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
@@ -298,6 +301,8 @@ class LiveObjects:
             return _connection_reduce(obj)
         if self._csv_writer is not None and isinstance(obj, self._csv_writer):
             return _csv_writer_reduce(obj)
+        if self._thread_pool is not None and isinstance(obj, self._thread_pool):
+            return _thread_pool_reduce(obj)
         return None, None
 
 
@@ -330,6 +335,26 @@ def _temporary_directory(cls: type, path: str) -> Any:
     with contextlib.suppress(OSError):
         os.mkdir(path, 0o700)
     return cls.__new__(cls)
+
+
+def _thread_pool_reduce(pool: Any) -> tuple[tuple | None, str | None]:
+    """An idle ``ThreadPoolExecutor``: a new pool with its settings (shut down if it was),
+    whose threads start at its first task as any pool's do. One with work queued or running,
+    or broken (an initializer failed), is named: that work stops with this kernel."""
+    if pool._broken:
+        return None, f"a broken thread pool: {pool._broken}"[:SHOWN_CHARS]
+    finished = pool._shutdown and not any(t.is_alive() for t in pool._threads)
+    if not finished and not pool_idle(pool):
+        return None, "a thread pool with work queued or running: that work stops with this kernel"
+    settings = (pool._max_workers, pool._thread_name_prefix, pool._initializer, pool._initargs)
+    return (_thread_pool, (type(pool), settings, pool._shutdown)), None
+
+
+def _thread_pool(cls: type, settings: tuple, shut_down: bool) -> Any:
+    pool = cls(*settings)
+    if shut_down:
+        pool.shutdown(wait=False)
+    return pool
 
 
 #: The settings of a csv dialect (``csv.Dialect``), as ``csv.writer`` takes them.

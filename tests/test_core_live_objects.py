@@ -417,3 +417,44 @@ def test_a_temporary_directory_is_named_with_its_files_and_comes_back_usable(sta
     assert got == [names[0], [], True, False]
     fresh.run("kept.cleanup(); empty.cleanup()")
     assert not any(os.path.exists(name) for name in names)
+
+
+POOLS = r"""
+import json
+from concurrent.futures import ThreadPoolExecutor
+import threading
+pool = ThreadPoolExecutor(3, thread_name_prefix="fetch")
+first = pool.submit(lambda: 41 + 1).result()
+closed = ThreadPoolExecutor(1)
+closed.shutdown()
+gate = threading.Event()
+busy = ThreadPoolExecutor(1)
+running = busy.submit(gate.wait)
+"""
+
+
+def test_an_idle_thread_pool_comes_back_and_a_busy_one_is_named(start_kernel):
+    """A ``ThreadPoolExecutor`` held in a variable (downloads, preprocessing) did not pickle
+    (its work queue is a ``SimpleQueue``): the name was lost. An idle one comes back as a pool
+    with its settings, whose threads start at its next task as any pool's do; one shut down stays
+    shut down; one with work running is named, as its work stops with the kernel."""
+    kernel = start_kernel()
+    kernel.run(POOLS)
+    report = kernel.run("%checkpoint")
+    assert re.search(r"not saved: busy \[concurrent\.futures\.thread\.ThreadPoolExecutor\]: a "
+                     r"thread pool with work queued or running", report), report
+    assert "not saved: pool" not in report and "not saved: closed" not in report, report
+    assert "fetch_0" not in report, report  # an idle pool's worker: it starts again with the pool
+    kernel.run("gate.set()")
+    kernel.kill()
+
+    fresh = start_kernel()
+    resumed = fresh.run("%resume")
+    assert "not restored: busy" in resumed and "not restored: pool" not in resumed, resumed
+    got = fresh.run_json(
+        "import threading\n"
+        "value = pool.submit(lambda: first + 1).result()\n"
+        "names = [t.name for t in threading.enumerate() if t.name.startswith('fetch')]\n"
+        "try:\n    closed.submit(print)\nexcept RuntimeError as e:\n    refused = str(e)\n"
+        "print(json.dumps([value, pool._max_workers, names, refused]))")
+    assert got == [43, 3, ["fetch_0"], "cannot schedule new futures after shutdown"]
