@@ -165,6 +165,33 @@ def array_view(base: Any, dtype: Any, shape: tuple, strides: tuple, offset: int,
     return view
 
 
+def storage_in_array(array: Any, offset: int, nbytes: int, dtype: str | None) -> Any:
+    """A torch storage over the restored NumPy ``array``'s memory (``host_regions``): typed when
+    ``dtype`` is given."""
+    import warnings
+
+    import numpy
+    import torch
+
+    flat = numpy.ndarray((array.nbytes,), numpy.uint8, buffer=array)[offset:offset + nbytes]
+    with warnings.catch_warnings():  # a read-only array: the tensor over it was one too
+        warnings.simplefilter("ignore", UserWarning)
+        storage = torch.from_numpy(flat).untyped_storage()
+    if dtype is None:
+        return storage
+    return torch.storage.TypedStorage(wrap_storage=storage, dtype=getattr(torch, dtype),
+                                      _internal=True)
+
+
+def array_in_storage(storage: Any, dtype: Any, shape: tuple, strides: tuple, offset: int,
+                     writeable: bool) -> Any:
+    """A NumPy array over the restored torch ``storage`` (``host_regions``)."""
+    import torch
+
+    whole = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+    return array_view(whole.numpy(), dtype, shape, strides, offset, writeable)
+
+
 def cuda_array(key: str, record: dict[str, Any]) -> Any:
     return _current().cuda_array(key, record)
 

@@ -3,9 +3,11 @@
 Like ``torch.save``, the graph pickler reuses torch's own tensor reduction and intercepts the
 storages it produces: each distinct untyped storage (by its C handle) becomes one key ``s<N>``
 whatever the number of tensors, views or dtypes that share it, so views and tied weights stay
-shared after restore. Large plain numpy arrays leave the same way, keyed by their root buffer, so
-numpy views keep sharing memory with their base. Objects of any other library that expose
-``__cuda_array_interface__`` (CuPy, Numba, ...) leave through the CUDA engine, keyed by the span
+shared after restore. Large plain numpy arrays leave the same way, keyed by their root buffer; a
+numpy view of any size comes back as a view of its base, and memory numpy and torch share
+(``torch.from_numpy``, ``Tensor.numpy()``) stays shared (``host_regions``). Objects of any
+other library that expose ``__cuda_array_interface__`` (CuPy, Numba, ...) leave through the CUDA
+engine, keyed by the span
 of device bytes they reach: arrays over the same span share it again after restore, overlapping
 but different spans come back as separate copies. The pickle holds calls to ``rebuild.storage`` /
 ``rebuild.array`` / ``rebuild.cuda_array`` in their place (a reducer, not ``persistent_id``,
@@ -30,6 +32,7 @@ from typing import Any
 from . import rebuild
 from .cuda_arrays import describe_cuda_array
 from .cuda_engine import get_engine
+from .host_regions import HostRegions
 from .memory import host_view
 from .placeholders import Uncaptured, type_name
 from .weak_references import PROXIES
@@ -75,29 +78,46 @@ class StorageCollector:
         self._untyped = torch.UntypedStorage if torch else None
         self._tensor = torch.Tensor if torch else ()
         self._ndarray = numpy.ndarray if numpy else None
+        self._regions = HostRegions()
 
     def reduce(self, obj: object) -> tuple | None:
         """A reduce tuple for a storage or large array (its bytes are collected), else None."""
         t = type(obj)
         if self._typed is not None and (t is self._typed or isinstance(obj, self._typed)):
-            dtype = torch_dtype_name(obj.dtype)
-            key = self._torch_key(obj._untyped_storage, dtype)
-            return None if key is None else (rebuild.storage, (key, dtype))
+            return self._torch_reduce(obj._untyped_storage, torch_dtype_name(obj.dtype))
         if self._untyped is not None and t is self._untyped:
-            key = self._torch_key(obj, "uint8")
-            return None if key is None else (rebuild.untyped, (key,))
+            return self._torch_reduce(obj, None)
         if t is self._ndarray and not obj.dtype.hasobject:
             if isinstance(obj.base, self._ndarray):
                 view = self._view_reduce(obj)
                 if view is not None:
                     return view
+            else:
+                shared = self._array_in_storage(obj)
+                if shared is not None:
+                    return shared
             if obj.nbytes >= self.numpy_min_bytes:
                 return self._numpy_reduce(obj)
+            if not isinstance(obj.base, self._ndarray):  # a small root: pickled by NumPy
+                self._regions.add(obj.__array_interface__["data"][0], obj.nbytes, "numpy", obj)
         if getattr(t, "__cuda_array_interface__", None) is not None and not isinstance(
             obj, self._tensor  # torch's CUDA tensors leave through their storages above
         ):
             return self._cuda_array_reduce(obj)
         return None
+
+    def _torch_reduce(self, storage: Any, dtype: str | None) -> tuple | None:
+        """A typed (``dtype``) or untyped storage: over the NumPy array whose memory it is
+        (``host_regions``), else by its key."""
+        if ("torch", storage._cdata) not in self._keys and storage.device.type == "cpu":
+            inside = self._regions.within(storage.data_ptr(), storage.nbytes(), "torch")
+            if inside is not None:
+                offset, array = inside
+                return rebuild.storage_in_array, (array, offset, storage.nbytes(), dtype)
+        key = self._torch_key(storage, dtype or "uint8")
+        if key is None:
+            return None
+        return (rebuild.storage, (key, dtype)) if dtype else (rebuild.untyped, (key,))
 
     def _torch_key(self, storage: Any, dtype: str) -> str | None:
         """The key of an untyped storage; the first dtype seen labels its blob entry."""
@@ -108,7 +128,19 @@ class StorageCollector:
         if key is None:
             key = self._add("torch", dtype, storage.nbytes(), device, storage, storage.data_ptr(),
                             storage._cdata)
+            if device == "cpu":
+                self._regions.add(storage.data_ptr(), storage.nbytes(), "torch", storage)
         return key
+
+    def _array_in_storage(self, root: Any) -> tuple | None:
+        """A NumPy array over the memory of a torch storage met before (``t.numpy()``), as an
+        array over that storage, else None."""
+        inside = self._regions.within(root.__array_interface__["data"][0], root.nbytes, "numpy")
+        if inside is None:
+            return None
+        offset, storage = inside
+        return (rebuild.array_in_storage, (storage, root.dtype, root.shape, root.strides, offset,
+                                           root.flags.writeable))
 
     def _view_reduce(self, view: Any) -> tuple | None:
         """A NumPy view as a view of its base (the array owning the memory), which travels as
@@ -134,6 +166,7 @@ class StorageCollector:
         if key is None:
             dtype = root.dtype.name if root.dtype.isnative and not root.dtype.names else "uint8"
             key = self._add("numpy", dtype, root.nbytes, "cpu", root, root_address, root_address)
+            self._regions.add(root_address, root.nbytes, "numpy", root)
         offset = array.__array_interface__["data"][0] - root_address
         return (rebuild.array, (key, array.dtype, array.shape, array.strides, offset,
                                 array.flags.writeable))

@@ -52,3 +52,33 @@ def test_an_array_that_is_no_view_stays_its_own(views):
     assert restored["copy"].base is None or restored["copy"].base is not restored["tiny"]
     assert not np.shares_memory(restored["copy"], restored["tiny"])
     assert list(restored["strings"]) == ["a", "b", "c"]
+
+
+def test_memory_numpy_and_torch_share_stays_shared(tmp_path, monkeypatch):
+    """``torch.from_numpy(a)`` is a tensor over ``a``'s memory and ``t.numpy()`` an array over
+    ``t``'s storage; each library pickles a copy, so after a resume a write through one no
+    longer showed in the other (found by a probe), for large and small arrays, in either order
+    of pickling, and for a tensor over part of an array (``host_regions``)."""
+    import torch
+
+    big, small = np.zeros(100_000), np.zeros(10)
+    weights, tiny = torch.zeros(100_000), torch.zeros(10)
+    namespace = {
+        "big": big, "over_big": torch.from_numpy(big), "over_part": torch.from_numpy(big[100:200]),
+        "small": small, "over_small": torch.from_numpy(small),
+        "weights": weights, "as_array": weights.numpy(), "tiny": tiny, "tiny_array": tiny.numpy(),
+    }
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "array-views-test-key-" + "5" * 32)
+    root = str(tmp_path / "store")
+    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert report.verdict["level"] == "exact", report.verdict
+    restored["over_big"][0] = 1
+    restored["over_part"][0] = 2
+    restored["over_small"][0] = 3
+    restored["as_array"][0] = 4
+    restored["tiny_array"][1] = 5
+    assert (restored["big"][0], restored["big"][100], restored["small"][0]) == (1, 2, 3)
+    assert (restored["weights"][0].item(), restored["tiny"][1].item()) == (4, 5)
+    assert restored["over_big"].dtype == torch.float64 and restored["over_part"].shape == (100,)
