@@ -13,6 +13,17 @@ import pytest
 import kernel_hooks
 
 
+def _resumed(namespace: dict, tmp_path, monkeypatch) -> dict:
+    """``namespace`` checkpointed and resumed into a new one, which comes back ``exact``."""
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "array-views-test-key-" + "5" * 32)
+    root = str(tmp_path / "store")
+    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert report.verdict["level"] == "exact", report.verdict
+    return restored
+
+
 @pytest.fixture
 def views(tmp_path, monkeypatch):
     big = np.zeros((300, 400))  # 960 KB: a blob of its own
@@ -25,13 +36,7 @@ def views(tmp_path, monkeypatch):
         "record": record, "xs": record["x"],
         "strings": np.array(["a", "b", "c"], dtype=object), "copy": tiny.copy(),
     }
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "array-views-test-key-" + "5" * 32)
-    root = str(tmp_path / "store")
-    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
-    restored: dict = {}
-    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
-    assert report.verdict["level"] == "exact", report.verdict
-    return namespace, restored
+    return namespace, _resumed(namespace, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("name, base", [
@@ -68,12 +73,7 @@ def test_memory_numpy_and_torch_share_stays_shared(tmp_path, monkeypatch):
         "small": small, "over_small": torch.from_numpy(small),
         "weights": weights, "as_array": weights.numpy(), "tiny": tiny, "tiny_array": tiny.numpy(),
     }
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "array-views-test-key-" + "5" * 32)
-    root = str(tmp_path / "store")
-    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
-    restored: dict = {}
-    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
-    assert report.verdict["level"] == "exact", report.verdict
+    restored = _resumed(namespace, tmp_path, monkeypatch)
     restored["over_big"][0] = 1
     restored["over_part"][0] = 2
     restored["over_small"][0] = 3
