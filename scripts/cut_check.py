@@ -8,8 +8,8 @@ tutorials; put such lines into any script); a ``.ipynb`` gives its code cells. F
 one server runs every cell in a notebook session and keeps the output of each cell. Then, for
 each cut point k: a server (the extension, release backend ``none``, a local store) runs cells
 [0, k) in a session of the same notebook, pauses through ``POST gkeresume/api/pause`` and stops;
-a fresh server process on the same store and workspace, with a copy of the first one's root
-directory (a fresh pod, the same home volume), resumes through
+a fresh server process on the same store and workspace, on the same home directory at the
+same path (a fresh pod mounts the same home volume), resumes through
 ``POST gkeresume/api/resume`` and runs cells [k, n) in the resumed kernel. Each cell's output
 (its stdout, then its stderr: how the two interleave depends on when ipykernel flushes each,
 then the text of its result, ``Out[n]``) is compared after masking object addresses,
@@ -51,17 +51,23 @@ def cells_of(script: Path) -> list[str]:
     return [part.strip("\n") for part in parts if part.strip()]
 
 
-def start_server(work: Path, store: Path, home: Path | None = None) -> ServerProcess:
-    """A server on ``store``; ``home``: the root directory of the server before it, whose files
-    this one starts with (the home volume a fresh pod mounts again)."""
+def start_server(work: Path, store: Path, home: Path) -> ServerProcess:
+    """A server on ``store`` whose root directory is ``home`` (the home volume: a fresh pod
+    mounts the same one at the same path, so absolute paths a session kept still lead there)."""
     config = {"GkeResume": {"store_url": str(store), "workspace_id": "cut-check",
-                            "release_backend": "none", "checkpoint_on_shutdown": False}}
+                            "release_backend": "none", "checkpoint_on_shutdown": False},
+              "ServerApp": {"root_dir": str(home)}}
     server = ServerProcess(work, config, {"GKERESUME_SIGNING_KEY": SIGNING_KEY,
                                           "MPLBACKEND": "agg"})
-    if home is not None:
-        shutil.copytree(home, work / "root", dirs_exist_ok=True)
     server.start()
     return server
+
+
+def empty(home: Path) -> Path:
+    """``home`` emptied: each run starts on an empty home volume, as the uninterrupted one did."""
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    return home
 
 
 def run_cells(server: ServerProcess, kernel_id: str, cells: list[str]) -> list[str]:
@@ -87,20 +93,20 @@ def settle(server: ServerProcess, method: str, path: str) -> dict:
 
 def check(script: Path, work: Path, cuts: list[int] | None = None) -> int:
     """Cut ``script`` at each of ``cuts`` (cell indices; all when None); the cuts that differed."""
-    cells, notebook = cells_of(script), script.stem + ".ipynb"
-    server = start_server(work / "whole", work / "store-whole")
+    cells, notebook, home = cells_of(script), script.stem + ".ipynb", work / "home"
+    server = start_server(work / "whole", work / "store-whole", empty(home))
     expected = run_cells(server, server.new_session(notebook), cells)
     server.stop()
     differed = 0
     for cut in cuts or range(1, len(cells)):
         store = work / f"store-{cut}"
-        server = start_server(work / f"before-{cut}", store)
+        server = start_server(work / f"before-{cut}", store, empty(home))
         run_cells(server, server.new_session(notebook), cells[:cut])
         paused = settle(server, "POST", "gkeresume/api/pause")
         server.stop()
         if paused["state"] != "paused":
             raise RuntimeError(f"cut {cut}: the pause ended {paused['state']}: {paused.get('reason')}")
-        server = start_server(work / f"after-{cut}", store, home=work / f"before-{cut}" / "root")
+        server = start_server(work / f"after-{cut}", store, home)
         resumed = settle(server, "POST", "gkeresume/api/resume")
         kernel = resumed["kernels"][0]
         got = run_cells(server, kernel["kernel_id"], cells[cut:])
