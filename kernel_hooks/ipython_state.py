@@ -1,14 +1,15 @@
 """Built-in ``interpreter_state`` entries for IPython: the source of notebook code, the
-extensions loaded in the session (``autoreload`` with its mode and ``%aimport`` lists), ``%config``
-and the other setting magics (``%precision``, ``%xmode``, ``%pdb``, ...), the magics, event
-callbacks and display printers the notebook registered, and the output history (``Out``, ``_N``,
-``_``, ``__``, ``___``).
+extensions loaded in the session (``autoreload`` with its mode and ``%aimport`` lists), the
+shell aliases it defined or removed (``%alias``, ``%unalias``), ``%config`` and the other
+setting magics (``%precision``, ``%xmode``, ``%pdb``, ...), the magics, event callbacks and
+display printers the notebook registered, and the output history (``Out``, ``_N``, ``_``,
+``__``, ``___``).
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it;
 without an IPython shell every capture is ``None``. ``remember_baseline(shell)`` (when the
-extension loads) records the extensions a fresh kernel has loaded. Text taken from cells (their
-source, ``%config`` lines, string outputs) is scrubbed of credentials as the input history is
-(``session_state.without_credentials``).
+extension loads) records the extensions a fresh kernel has loaded and its aliases. Text taken
+from cells (their source, ``%config`` lines, string outputs) is scrubbed of credentials as the
+input history is (``session_state.without_credentials``).
 
 The source of notebook code: notebook functions and classes keep the file names ipykernel gave
 their cells (``graph`` pickles code with its ``co_filename``); this entry carries those cells'
@@ -42,6 +43,7 @@ def remember_baseline(shell: Any) -> None:
     (idempotent)."""
     if "extensions" not in _baseline:
         _baseline["extensions"] = {*shell.extension_manager.loaded, __package__}
+        _baseline["aliases"] = dict(shell.alias_manager.aliases)
 
 
 def _shell() -> Any:
@@ -112,6 +114,37 @@ def _restore_extensions(state: dict[str, Any]) -> str | None:
         for module in skipped:
             shell.run_line_magic("aimport", f"-{module}")
     return f"not loaded: {', '.join(failed)}" if failed else None
+
+
+# -- %alias ----------------------------------------------------------------------------------
+
+def _aliases() -> Any:
+    """The shell aliases the session defined or changed (``%alias``) and those it removed
+    (``%unalias``), against a fresh shell's."""
+    shell = _shell()
+    if shell is None:
+        return None
+    remember_baseline(shell)
+    now, fresh = dict(shell.alias_manager.aliases), _baseline["aliases"]
+    defined = {name: command for name, command in now.items() if fresh.get(name) != command}
+    removed = sorted(set(fresh) - set(now))
+    return {"defined": defined, "removed": removed} if defined or removed else None
+
+
+def _restore_aliases(state: dict[str, Any]) -> str | None:
+    shell = _shell()
+    if shell is None:
+        return "no IPython shell here"
+    failed = []
+    for name, command in state["defined"].items():
+        try:
+            shell.alias_manager.define_alias(name, command)
+        except Exception as exc:  # IPython's AliasError: a name it refuses here
+            failed.append(f"{name} ({exc})")
+    for name in state["removed"]:
+        with contextlib.suppress(ValueError):  # not defined here either
+            shell.alias_manager.undefine_alias(name)
+    return f"not defined: {', '.join(failed)}" if failed else None
 
 
 # -- %config ---------------------------------------------------------------------------------
@@ -300,6 +333,7 @@ ENTRIES = (
     ("source of notebook code", _cell_sources, _restore_cell_sources),
     ("IPython extensions", _extensions, _restore_extensions),
     ("IPython %config", _config_changes, _restore_config_changes),
+    ("IPython aliases", _aliases, _restore_aliases),
     ("IPython hooks of the notebook", _shell_hooks, _restore_shell_hooks),
     ("IPython output history", _outputs, _restore_outputs),
 )

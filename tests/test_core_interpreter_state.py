@@ -189,6 +189,8 @@ SESSION = [
     "        return 1",
     "40 + 2",
     "'x' * 3",
+    # shell aliases
+    "%alias hello echo hello %s\n%unalias rmdir",
 ]
 
 OBSERVE = r"""
@@ -254,6 +256,8 @@ print(json.dumps({
     "autoreload": [sorted(get_ipython().extension_manager.loaded),
                    _reloader.enabled, _reloader.check_all],
     "greedy": get_ipython().Completer.greedy,
+    "aliases": [dict(get_ipython().alias_manager.aliases).get("hello"),
+                get_ipython().alias_manager.is_alias("rmdir")],
     "code": [bad.__code__.co_filename, inspect.getsource(bad), inspect.getsource(Careful.warn)],
     "raised": _raised(), "warned": _warned(),
     "outputs": [_, __, _{forty_two}, Out[{forty_two}]],
@@ -280,6 +284,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["raised"][3] == ["Cell", f"In[{counts[SESSION[9]]}]"]
     assert before["outputs"] == ["xxx", 42, 42, 42]
     assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
+    assert before["aliases"] == ["echo hello %s", False]
     out = a.run("%checkpoint")
     assert "interpreter state" not in out, out
     a.kill()
