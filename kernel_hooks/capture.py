@@ -136,8 +136,11 @@ def take_checkpoint(
     for var in user_names(namespace, hidden or {}):
         value = namespace[var]
         app = registry.by_name.get(var)
-        reason = (None if weak_references.is_weak(value) or registry.for_object(value)
-                  else live.reason(value))  # a dead weakref.proxy raises on isinstance
+        try:  # a dead weakref.proxy raises on isinstance: asked by type only
+            reason = (None if weak_references.is_weak(value) or registry.for_object(value)
+                      else live.reason(value))
+        except Exception as exc:  # a library object that breaks on inspection: itself only
+            reason = f"could not be inspected: {type(exc).__name__}: {exc}"[:300]
         if app is not None:  # the user's own save/load wins over every default
             try:
                 value, reason = registry.SavedByApp(app.load, app.save(value)), None

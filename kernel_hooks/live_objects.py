@@ -407,6 +407,8 @@ def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
         closed = stream.closed
     except ValueError as exc:  # a wrapper whose buffer was detached
         return None, f"a file detached from its buffer ({exc})"
+    if not isinstance(raw, io.FileIO):  # a buffer over memory (BytesIO) or a socket: no file
+        return None, None
     text = None
     if isinstance(stream, io.TextIOWrapper):
         text = {"encoding": stream.encoding, "errors": stream.errors,
@@ -439,10 +441,11 @@ def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
 
 
 def _raw_of(stream: Any) -> Any:
-    """The ``FileIO`` under a file ``open()`` returned (text, buffered or unbuffered)."""
+    """The raw stream under a file ``open()`` returned (text, buffered or unbuffered): a
+    ``FileIO``, or what a wrapper was built over (``BufferedWriter(BytesIO())``)."""
     if isinstance(stream, io.TextIOWrapper):
-        return stream.buffer.raw
-    return stream if isinstance(stream, io.FileIO) else stream.raw
+        stream = stream.buffer
+    return stream if isinstance(stream, io.FileIO) else getattr(stream, "raw", stream)
 
 
 def _path_of(descriptor: int, opened: os.stat_result, name: object) -> str | None:

@@ -458,3 +458,24 @@ def test_an_idle_thread_pool_comes_back_and_a_busy_one_is_named(start_kernel):
         "try:\n    closed.submit(print)\nexcept RuntimeError as e:\n    refused = str(e)\n"
         "print(json.dumps([value, pool._max_workers, names, refused]))")
     assert got == [43, 3, ["fetch_0"], "cannot schedule new futures after shutdown"]
+
+
+def test_a_stream_over_memory_is_named_not_a_failed_checkpoint(tmp_path, monkeypatch):
+    """``io.BufferedWriter(io.BytesIO())`` is a buffered stream over no file: the file check
+    read its raw stream's ``mode`` and raised, and the whole pause failed ("AttributeError:
+    '_io.BytesIO' object has no attribute 'mode'", found by a probe). It is pickled as what it
+    is (a text wrapper over a ``BytesIO`` does not pickle either) and named; the rest is
+    saved."""
+    import io
+
+    import kernel_hooks
+
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "live-objects-test-key-" + "3" * 32)
+    namespace = {"buffered": io.BufferedWriter(io.BytesIO()), "kept": [1, 2],
+                 "text": io.TextIOWrapper(io.BytesIO(b"line\n")), "memory": io.BytesIO(b"ok")}
+    result = kernel_hooks.checkpoint(namespace=namespace, store=str(tmp_path), workspace="ws")
+    assert sorted(s.name for s in result.skipped if s.type != "environment variable") == [
+        "buffered", "text"], result.skipped
+    restored: dict = {}
+    kernel_hooks.resume(namespace=restored, store=str(tmp_path), workspace="ws")
+    assert restored["kept"] == [1, 2] and restored["memory"].getvalue() == b"ok"
