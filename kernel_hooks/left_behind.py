@@ -76,9 +76,10 @@ def remember_baseline() -> None:
 def held_key(obj: object) -> tuple[str, int] | None:
     """``("thread", ident)`` of a started thread, ``("process", pid)`` of a ``Popen``: how
     ``left_behind`` knows that a user's object holds the thing it names."""
-    if isinstance(obj, threading.Thread) and obj.ident is not None:
+    kind = type(obj)  # never isinstance: an object may raise on ``__class__``
+    if issubclass(kind, threading.Thread) and obj.ident is not None:
         return ("thread", obj.ident)
-    if isinstance(obj, subprocess.Popen):
+    if issubclass(kind, subprocess.Popen):
         return ("process", obj.pid)
     return None
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from cloudpickle.cloudpickle import _extract_code_globals
 
@@ -38,13 +39,14 @@ def pickling_order(items: list[tuple[str, object]],
                    ) -> list[tuple[str, object]]:
     """``items`` (name, value) in the order to pickle them (module docstring)."""
     values = dict(items)
-    uses = {name: [used for used in sorted(names_used(value)) if used in values and used != name]
-                for name, value in items}
+    uses = {name: [used for used in sorted(_asked(names_used, value, set()))
+                   if used in values and used != name]
+            for name, value in items}
     heavy: dict[str, bool] = {}
 
     def holding(name: str, seen: frozenset[str] = frozenset()) -> bool:
         if name not in heavy:
-            heavy[name] = holds(values[name]) or any(
+            heavy[name] = _asked(holds, values[name], False) or any(
                 holding(used, seen | {name}) for used in uses[name] if used not in seen)
         return heavy[name]
 
@@ -66,6 +68,16 @@ def pickling_order(items: list[tuple[str, object]],
             if holding(name) is not light:
                 place(name, set())
     return [(name, values[name]) for name in order]
+
+
+def _asked(question: Callable[[object], Any], value: object, otherwise: Any) -> Any:
+    """``question(value)``, or ``otherwise`` for an object that raises when looked at (a
+    property that raises, a dead proxy): only an order depends on it, and its pickling names
+    it."""
+    try:
+        return question(value)
+    except Exception:
+        return otherwise
 
 
 def names_used(value: object) -> set[str]:
