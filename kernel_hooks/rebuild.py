@@ -331,6 +331,18 @@ def script_submodule(module: Any, path: str) -> Any:
     return module
 
 
+def exported_program(archive: bytes, state: dict[str, Any]) -> Any:
+    """A ``torch.export`` program from its archive, with its state dict's own tensors
+    (``torch_reduce._exported_program_reduce``)."""
+    import io
+
+    import torch
+
+    program = torch.export.load(io.BytesIO(archive))
+    program._state_dict.update(state)
+    return program
+
+
 def script_function(archive: bytes) -> Any:
     """A scripted function again: the ``forward`` of the module ``torch.jit.save`` wrapped it in."""
     import io

@@ -146,6 +146,8 @@ class TorchReductions:
         script = sys.modules.get("torch.jit._script")
         self._script_module = getattr(script, "ScriptModule", None)
         self._script_function = torch._C.ScriptFunction if torch is not None else None
+        exported = sys.modules.get("torch.export.exported_program")
+        self._exported = getattr(exported, "ExportedProgram", None)
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
@@ -171,6 +173,8 @@ class TorchReductions:
             return _script_module_reduce(obj)
         if self._script_function is not None and type(obj) is self._script_function:
             return rebuild.script_function, (_archive(obj),)
+        if self._exported is not None and isinstance(obj, self._exported):
+            return _exported_program_reduce(obj)
         return None
 
     def _compiled_function_reduce(self, function: Any) -> tuple | None:
@@ -305,6 +309,36 @@ def _archive(scripted: Any) -> bytes:
     buffer = io.BytesIO()
     torch.jit.save(scripted, buffer)
     return buffer.getvalue()
+
+
+def _exported_program_reduce(program: Any) -> tuple:
+    """A ``torch.export`` program: its ``torch.export.save`` archive, written with each state
+    entry standing in as a one-element tensor of its shape (the verifier checks kind, dtype and
+    shape), and its state dict as graph objects. Pickled as it is, it loaded only as far as a
+    tracer object that cannot be made again ("``_ModuleStackTracer.__init__()`` missing ...":
+    the name was not restored). Its state holds the exported module's very parameters, so
+    training the module changed the program: they stay shared, and travel once."""
+    import io
+
+    import torch
+
+    state = dict(program._state_dict)
+
+    def stand_in(tensor: Any) -> Any:
+        if not isinstance(tensor, torch.Tensor):
+            return tensor
+        light = torch.empty((), dtype=tensor.dtype).expand(tensor.shape)
+        if isinstance(tensor, torch.nn.Parameter):
+            return torch.nn.Parameter(light, requires_grad=tensor.requires_grad)
+        return light
+
+    buffer = io.BytesIO()
+    program._state_dict = {name: stand_in(tensor) for name, tensor in state.items()}
+    try:
+        torch.export.save(program, buffer)
+    finally:
+        program._state_dict = state
+    return rebuild.exported_program, (buffer.getvalue(), state)
 
 
 @contextlib.contextmanager
