@@ -3,8 +3,9 @@ figures), numpy (print options, ``seterr``), pandas options, torch global settin
 and device, grad mode, determinism, cuDNN and matmul precision flags, attention backends, print
 options, ...), what the session set on torch's config modules (``torch._dynamo.config``, ...),
 the hooks it registered for every module or optimizer, the Hugging Face libraries' progress-bar
-switches, the interpreter's own settings (recursion limit, ``decimal`` context, collector
-thresholds, multiprocessing's start method), ``warnings`` filters and ``logging`` configuration.
+switches and the messages transformers showed once (``warning_once``), the interpreter's own
+settings (recursion limit, ``decimal`` context, collector thresholds, multiprocessing's start
+method), ``warnings`` filters and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -474,6 +475,53 @@ def _restore_hf_progress_bars(state: dict[str, Any]) -> str | None:
     return None
 
 
+# -- messages a library shows once -----------------------------------------------------------
+
+#: Functions that show a message once per process and remember it in a ``functools.lru_cache``
+#: keyed by their arguments (the logger first): transformers/utils/logging.py ``warning_once``
+#: and ``info_once``, set on ``logging.Logger``. Python's warning registry is carried apart
+#: (``warnings_shown``).
+ONCE_FUNCTIONS = ((TRANSFORMERS_LOGGING, "warning_once"), (TRANSFORMERS_LOGGING, "info_once"))
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _shown_once() -> Any:
+    """Per function of ``ONCE_FUNCTIONS``, the (logger name, arguments) it was called with. The
+    C cache has no API to list its keys: its dict is among what the wrapper holds
+    (``gc.get_referents``). Calls with keyword arguments or other than plain arguments are not
+    carried (the message may show once more)."""
+    shown: dict[str, list[tuple[str, tuple]]] = {}
+    for module, name in ONCE_FUNCTIONS:
+        cached = getattr(sys.modules.get(module), name, None)
+        if cached is None or not hasattr(cached, "cache_info"):
+            continue
+        for held in gc.get_referents(cached):
+            if type(held) is not dict:
+                continue
+            for key in held:
+                if (type(key) is tuple and key and isinstance(key[0], logging.Logger)
+                        and all(type(value) in _PLAIN for value in key[1:])):
+                    shown.setdefault(f"{module}:{name}", []).append((key[0].name, key[1:]))
+    return shown or None
+
+
+def _restore_shown_once(shown: dict[str, list[tuple[str, tuple]]]) -> str | None:
+    """Each call made again with its logger disabled: remembered, shown nowhere."""
+    import importlib
+
+    for qualified, calls in shown.items():
+        module, _, name = qualified.partition(":")
+        cached = getattr(importlib.import_module(module), name)
+        for logger_name, arguments in calls:
+            logger = logging.getLogger(logger_name)
+            disabled, logger.disabled = logger.disabled, True
+            try:
+                cached(logger, *arguments)
+            finally:
+                logger.disabled = disabled
+    return None
+
+
 # -- the interpreter's own settings ----------------------------------------------------------
 
 def _python_settings_now() -> dict[str, Any]:
@@ -655,6 +703,7 @@ ENTRIES = (
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),
     ("Hugging Face progress bars", _hf_progress_bars, _restore_hf_progress_bars),
+    ("messages shown once", _shown_once, _restore_shown_once),
     ("python settings", _python_settings, _restore_python_settings),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),

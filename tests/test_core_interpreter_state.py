@@ -525,3 +525,33 @@ def test_one_shell_hook_that_cannot_travel_costs_only_itself(start_kernel):
     b.run("ran.clear()")
     assert b.run("print(len(ran), get_ipython().run_line_magic('<lambda>', 'abc'))").split() \
         == ["1", "cba"]
+
+
+ONCE = r"""
+from transformers.utils import logging as hf_logging
+logger = hf_logging.get_logger("transformers.probe")
+logger.warning_once("`use_cache=True` is incompatible with gradient checkpointing")
+logger.info_once("an info the level hides")
+logger.warning_once("with %s", "arguments")
+"""
+
+
+def test_messages_transformers_shows_once_are_not_shown_again(start_kernel):
+    """transformers' ``logger.warning_once`` and ``info_once`` remember what they showed in a
+    ``functools.lru_cache`` (transformers/utils/logging.py), not in Python's warning registry.
+    After a resume, a training notebook showed its "``use_cache=True`` is incompatible with
+    gradient checkpointing" and "``loss_type=None``" lines again (found by a probe). The cache's
+    keys (a logger and plain arguments) travel; the resume calls the function again for each
+    with its logger disabled, so it remembers them and shows nothing."""
+    a = start_kernel()
+    shown = a.run(ONCE)
+    assert "incompatible with gradient checkpointing" in shown and "with arguments" in shown
+    a.run("%checkpoint")
+    a.kill()
+    b = start_kernel()
+    resumed = b.run("%resume")
+    assert "incompatible" not in resumed and "(exact)" in resumed.splitlines()[0], resumed
+    again = b.run(ONCE.splitlines()[-3] + "\n" + ONCE.splitlines()[-1]
+                  + "\nlogger.warning_once('a new message')")
+    assert "a new message" in again and "incompatible" not in again, again
+    assert "with arguments" not in again, again
