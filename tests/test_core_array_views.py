@@ -13,9 +13,10 @@ import pytest
 import kernel_hooks
 
 
-def _resumed(namespace: dict, tmp_path, monkeypatch) -> dict:
-    """``namespace`` checkpointed and resumed into a new one, which comes back ``exact``."""
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "array-views-test-key-" + "5" * 32)
+def _resumed(namespace: dict, tmp_path) -> dict:
+    """``namespace`` checkpointed and resumed into a new one, which comes back ``exact`` (the
+    workspace's own key: a signing key set in the environment here would be named as a change
+    of the session's environment, once another test has taken the baseline)."""
     root = str(tmp_path / "store")
     kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
     restored: dict = {}
@@ -25,7 +26,7 @@ def _resumed(namespace: dict, tmp_path, monkeypatch) -> dict:
 
 
 @pytest.fixture
-def views(tmp_path, monkeypatch):
+def views(tmp_path):
     big = np.zeros((300, 400))  # 960 KB: a blob of its own
     tiny = np.arange(10.0)  # pickled inline
     record = np.zeros(4, dtype=[("x", "f8"), ("n", "i4")])
@@ -36,7 +37,7 @@ def views(tmp_path, monkeypatch):
         "record": record, "xs": record["x"],
         "strings": np.array(["a", "b", "c"], dtype=object), "copy": tiny.copy(),
     }
-    return namespace, _resumed(namespace, tmp_path, monkeypatch)
+    return namespace, _resumed(namespace, tmp_path)
 
 
 @pytest.mark.parametrize("name, base", [
@@ -59,7 +60,7 @@ def test_an_array_that_is_no_view_stays_its_own(views):
     assert list(restored["strings"]) == ["a", "b", "c"]
 
 
-def test_memory_numpy_and_torch_share_stays_shared(tmp_path, monkeypatch):
+def test_memory_numpy_and_torch_share_stays_shared(tmp_path):
     """``torch.from_numpy(a)`` is a tensor over ``a``'s memory and ``t.numpy()`` an array over
     ``t``'s storage; each library pickles a copy, so after a resume a write through one no
     longer showed in the other (found by a probe), for large and small arrays, in either order
@@ -73,7 +74,7 @@ def test_memory_numpy_and_torch_share_stays_shared(tmp_path, monkeypatch):
         "small": small, "over_small": torch.from_numpy(small),
         "weights": weights, "as_array": weights.numpy(), "tiny": tiny, "tiny_array": tiny.numpy(),
     }
-    restored = _resumed(namespace, tmp_path, monkeypatch)
+    restored = _resumed(namespace, tmp_path)
     restored["over_big"][0] = 1
     restored["over_part"][0] = 2
     restored["over_small"][0] = 3

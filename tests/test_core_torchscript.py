@@ -101,7 +101,7 @@ def test_a_script_module_that_calls_python_is_named_and_left_working(start_kerne
     kernel.kill()
 
 
-def test_an_exported_program_comes_back_sharing_the_modules_parameters(tmp_path, monkeypatch):
+def test_an_exported_program_comes_back_sharing_the_modules_parameters(tmp_path):
     """A ``torch.export`` program pickled, but did not load: a tracer object in it cannot be
     made again ("_ModuleStackTracer.__init__() missing 1 required positional argument"; found
     by a probe), so the name was not restored after a checkpoint that said it was saved. Its
@@ -124,7 +124,6 @@ def test_an_exported_program_comes_back_sharing_the_modules_parameters(tmp_path,
     torch.manual_seed(0)
     net, x = Net(), torch.randn(3, 200)
     namespace = {"net": net, "program": torch.export.export(net, (x,)), "x": x}
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "torchscript-test-key-" + "6" * 32)
     result = kernel_hooks.checkpoint(namespace=namespace, store=str(tmp_path), workspace="ws")
     restored: dict = {}
     report = kernel_hooks.resume(namespace=restored, store=str(tmp_path), workspace="ws")
