@@ -243,7 +243,15 @@ class ResumeOperation:
             claim.release()
         self.state.set_result(kid, item.snapshot_id, reply.data)
         read = reply.data.get("bytes_read")
-        self._bytes_read += read if isinstance(read, int) and read > 0 else 0
+        read = read if isinstance(read, int) and read > 0 else 0
+        self._bytes_read += read
+        # the kernel's own reports come on IOPub, which a fast restore can outrun (its request
+        # is sent before IOPub is followed): the reply says how the restore ended
+        seconds = reply.data.get("seconds")
+        seconds = float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else 0.0
+        self.state.set_progress(kid, {**server_phase("done"), "done_bytes": read,
+                                      "total_bytes": read, "seconds": seconds,
+                                      "rate": read / seconds if seconds else 0.0})
         self.state.move_kernels([kid], State.READY)
 
 
