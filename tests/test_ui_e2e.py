@@ -217,9 +217,10 @@ def test_pause_reload_resume_in_chromium(lab, chromium, ui_env):
     # test_ui_unit.py.
     _check_operation(seen["pauseNotes"], {"pausing", "releasing"}, "Pausing")
     labels = [n["label"] for n in seen["pauseNotes"]]
-    # each phase with bytes (writing, then verifying what was written: which of them a page
-    # catches depends on the machine too; CI of dfd92c2 caught "verifying 512 MiB of 512 MiB")
-    assert all(re.search(r"(writing|verifying|hashing) [\d.]+ (B|[KMG]iB) of [\d.]+ MiB"
+    # every phase with bytes (writing, committing, verifying: which of them a page catches
+    # depends on the machine; CI caught "verifying 512 MiB of 512 MiB" and "committing the
+    # snapshot 512 MiB of 512 MiB") says its bytes, and its rate once known, well formed
+    assert all(re.search(r"^Pausing: [a-z ]+ [\d.]+ (B|[KMG]iB) of [\d.]+ (B|[KMG]iB)"
                          r"( at [\d.]+ [KMG]?i?B/s)?(,|$)", label)
                for label in labels if " of " in label), labels
     assert seen["pausedLabel"] == "Paused" and seen["cancelAfterPause"] is False
