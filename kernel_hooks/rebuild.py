@@ -146,22 +146,17 @@ def untyped(key: str) -> Any:
 
 
 def array(key: str, dtype: Any, shape: tuple, strides: tuple, offset: int, writeable: bool) -> Any:
-    import numpy
-
-    result = numpy.ndarray(shape, dtype, buffer=_current().numpy_buffer(key), offset=offset,
-                           strides=strides)
-    result.flags.writeable = writeable
-    return result
+    return array_view(_current().numpy_buffer(key), dtype, shape, strides, offset, writeable)
 
 
 def array_view(base: Any, dtype: Any, shape: tuple, strides: tuple, offset: int,
                writeable: bool) -> Any:
-    """A view of the restored ``base`` (``storages.StorageCollector._view_reduce``)."""
+    """An array over ``base`` (a restored array, ``storages.StorageCollector._view_reduce``, or
+    a blob's buffer, ``array``)."""
     import numpy
 
     view = numpy.ndarray(shape, dtype, buffer=base, offset=offset, strides=strides)
-    if not writeable:
-        view.flags.writeable = False
+    view.flags.writeable = writeable
     return view
 
 
