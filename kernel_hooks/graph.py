@@ -5,7 +5,8 @@
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects; tensors keep their gradients and
 optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``); DataLoaders, their
-iterators and sqlite3 connections go through ``live_objects``, weak references and weak
+iterators and sqlite3 connections go through ``live_objects``, what pickle refuses but its
+constructor's arguments make again through ``remade``, weak references and weak
 containers through ``weak_references``, accelerate's process states and the kernel's own objects
 (the shell, the event loop) through ``singletons``.
 A name whose pickling raises is dropped and the stream is rebuilt without it, so one bad
@@ -51,6 +52,7 @@ from . import rebuild, registry, weak_references
 from .left_behind import held_key
 from .live_objects import LiveObjects
 from .placeholders import SHOWN_CHARS, Uncaptured, type_name, uncapturable_reason
+from .remade import Remade
 from .singletons import AccelerateStates, KernelSingletons
 from .storages import StorageCollector
 from .torch_reduce import TorchReductions
@@ -93,6 +95,7 @@ class _GraphPickler(cloudpickle.Pickler):
         self.collector = collector
         self.torch = TorchReductions(PROTOCOL)
         self.live = LiveObjects()
+        self.remade = Remade()
         self.accelerate = AccelerateStates()
         self.kernel = KernelSingletons()
         self.note = RecordNote()
@@ -119,7 +122,7 @@ class _GraphPickler(cloudpickle.Pickler):
                 return (app.load, (app.save(obj),))
             finally:
                 self._app_saving.discard(id(obj))
-        reduced = self.live.reduce(obj, self.note)
+        reduced = self.live.reduce(obj, self.note) or self.remade.reduce(obj, self.note)
         if reduced is not None:
             return reduced
         reason = uncapturable_reason(obj)

@@ -16,6 +16,7 @@ import io
 import socket
 import sqlite3
 import subprocess
+import sys
 import threading
 import types
 
@@ -32,6 +33,11 @@ _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
 )
 
 
+#: Worker pools, looked up where loaded (their own pickling fails with an obscure error:
+#: ``Pickling an AuthenticationString object is disallowed``).
+_PROCESS_POOLS = (("concurrent.futures.process", "ProcessPoolExecutor"),
+                  ("multiprocessing.pool", "Pool"))
+
 #: Streams that hold their data in memory: they pickle (contents and position) while open.
 _IN_MEMORY = (io.BytesIO, io.StringIO)
 SHOWN_CHARS = 120
@@ -44,6 +50,10 @@ def uncapturable_reason(obj: object) -> str | None:
     for kinds, reason in _REASONS:
         if isinstance(obj, kinds):
             return reason
+    for module, name in _PROCESS_POOLS:
+        pool = getattr(sys.modules.get(module), name, None)
+        if pool is not None and isinstance(obj, pool):
+            return "a worker pool: its workers stay on this pod (create it again after the resume)"
     return None
 
 

@@ -14,6 +14,7 @@ namespace. Pickle's memo makes each reduced object come back once, so aliases st
 from __future__ import annotations
 
 import functools
+import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -251,6 +252,26 @@ def parametrized_module(base: type, names: tuple[str, ...]) -> Any:
     for name in names:
         parametrize._inject_property(module, name)
     return module
+
+
+def recomputed_module(module: Any, state: tuple[dict, tuple[str, ...]]) -> None:
+    """State setter of a module whose hooks' weights were left out (``torch_reduce``): its own
+    ``__setstate__``, then each weight computed again by its hook, with its autograd graph."""
+    attributes, names = state
+    module.__setstate__(attributes)
+    hooks = {hook.name: hook for hook in module._forward_pre_hooks.values()
+             if getattr(hook, "name", None) in names}
+    for name in names:
+        setattr(module, name, hook_weight(hooks[name], module))
+
+
+def hook_weight(hook: Any, module: Any) -> Any:
+    """The weight a ``spectral_norm``/``weight_norm`` hook computes from ``module``, without a
+    spectral norm's power iteration."""
+    spectral = getattr(sys.modules.get("torch.nn.utils.spectral_norm"), "SpectralNorm", ())
+    if isinstance(hook, spectral):
+        return hook.compute_weight(module, do_power_iteration=False)
+    return hook.compute_weight(module)
 
 
 def optimizer_state(optimizer: Any, state: tuple) -> None:

@@ -62,7 +62,10 @@ with torch.jit.save's error.
 A tensor computed from others holds its autograd graph (``grad_fn``), which no pickling carries:
 it comes back as a leaf. Where that graph could still be used (a ``loss`` cut before its
 ``backward()``, which then reached no parameter while the verdict said ``exact``), it is noted;
-a graph ``backward()`` already freed is not (``_graph_used``).
+a graph ``backward()`` already freed is not (``_graph_used``). A module's weight set by its
+``spectral_norm``/``weight_norm`` hook (the older API) is the exception: where the hook computes
+the same weight from what is saved, the resume computes it again, graph and all
+(``_recomputed_reduce``).
 
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
@@ -70,6 +73,7 @@ Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None``
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import functools
 import sys
 import types
@@ -137,6 +141,9 @@ class TorchReductions:
         optim = sys.modules.get("torch.optim")
         self._optimizer = optim.Optimizer if optim is not None else None
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
+        self._recomputing = tuple(hook for module, name in RECOMPUTING_HOOKS.items()
+                                  if (hook := getattr(sys.modules.get(module), name, None)))
+        self._module = torch.nn.Module if self._recomputing else None
         frames = sys.modules.get("torch._dynamo.eval_frame")
         self._dynamo_context = getattr(frames, "_TorchDynamoContext", None)
         hooks = sys.modules.get("torch.utils.hooks")
@@ -165,6 +172,9 @@ class TorchReductions:
             return self._optimizer_reduce(obj)
         if self._parametrized and _is_parametrized_class(type(obj)):
             return _parametrized_reduce(obj)
+        if (self._module is not None and isinstance(obj, self._module)
+                and (reduced := _recomputed_reduce(obj, self._recomputing)) is not None):
+            return reduced
         if self._handle is not None and type(obj) is self._handle:
             return self._handle_reduce(obj)
         if self._dynamo_context is not None and type(obj) is types.FunctionType:
@@ -360,6 +370,10 @@ def _emptied(module: Any, tensors: dict[str, Any]) -> Iterator[None]:
 
 
 PARAMETRIZE = "torch.nn.utils.parametrize"
+#: torch's forward pre-hooks that set a module attribute from its parameters at every call
+#: (torch/nn/utils/spectral_norm.py ``SpectralNorm``, weight_norm.py ``WeightNorm``): by module.
+RECOMPUTING_HOOKS = {"torch.nn.utils.spectral_norm": "SpectralNorm",
+                     "torch.nn.utils.weight_norm": "WeightNorm"}
 
 
 def _is_parametrized_class(cls: type) -> bool:
@@ -375,6 +389,41 @@ def _parametrized_reduce(module: Any) -> tuple:
     cls = type(module)
     return (rebuild.parametrized_module, (cls.__bases__[0], tuple(module.parametrizations)),
             module.__dict__)
+
+
+def _recomputed_reduce(module: Any, kinds: tuple[type, ...]) -> tuple | None:
+    """A module whose ``spectral_norm``/``weight_norm`` hook (the older API) set its weight at
+    the last call: that weight holds an autograd graph back to the module's parameters, which no
+    pickling carries (a forward run without ``backward()`` left the session ``partial``). Where
+    the hook computes the same weight again from what is saved (the parameters, and a spectral
+    norm's ``u`` and ``v`` after their last power iteration), the weight is left out and the
+    resume computes it again, graph and all (``rebuild.recomputed_module``); else None (it
+    travels as it is, its graph named)."""
+    names = [hook.name for hook in module._forward_pre_hooks.values()
+             if isinstance(hook, kinds) and _recomputes(hook, module)]
+    if not names:
+        return None
+    state = dict(module.__getstate__())
+    for name in names:
+        del state[name]
+    return (copyreg.__newobj__, (type(module),), (state, tuple(names)), None, None,
+            rebuild.recomputed_module)
+
+
+def _recomputes(hook: Any, module: Any) -> bool:
+    """Whether the hook's weight on ``module`` holds a graph and equals what the hook computes
+    now (no power iteration: ``u`` and ``v`` stay as they are)."""
+    import torch
+
+    weight = vars(module).get(hook.name)
+    if not isinstance(weight, torch.Tensor) or weight.grad_fn is None:
+        return False
+    try:
+        with torch.no_grad():
+            again = rebuild.hook_weight(hook, module)
+        return again.dtype == weight.dtype and torch.equal(again, weight)
+    except Exception:  # a hook or module in a state torch did not leave it in: as it is
+        return False
 
 
 #: A leaf tensor's hook dicts: ``register_hook`` and ``register_post_accumulate_grad_hook``

@@ -1,0 +1,80 @@
+"""Objects pickle refuses although all they hold is what made them come back made again
+(``kernel_hooks.remade``): a ``struct.Struct``, a ``random.SystemRandom``, a Pillow drawing
+context on its image. Each was left out with pickle's error, the session ``partial`` (found by a
+probe). A drawing context whose image no longer shows its pixels is named, and so are worker
+pools, with a reason a user can act on (a ``ProcessPoolExecutor`` was named with pickle's
+"Pickling an AuthenticationString object is disallowed"). In process, on a local store."""
+
+from __future__ import annotations
+
+import random
+import struct
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.pool import ThreadPool
+
+from PIL import Image, ImageDraw
+
+import kernel_hooks
+
+
+class Dice(random.SystemRandom):
+    """A notebook's subclass, with an attribute of its own."""
+
+
+def _resumed(namespace: dict, tmp_path) -> tuple[dict, object, object]:
+    root = str(tmp_path / "store")
+    result = kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    return restored, result, report
+
+
+def test_a_struct_and_a_system_random_come_back(tmp_path):
+    dice = Dice()
+    dice.sides = 6
+    restored, result, report = _resumed(
+        {"header": struct.Struct("<if3s"), "dice": dice, "entropy": random.SystemRandom()},
+        tmp_path)
+    assert result.skipped == [] and report.verdict["level"] == "exact", report.verdict
+    assert restored["header"].format == "<if3s" and restored["header"].size == 11
+    assert restored["header"].unpack(struct.pack("<if3s", 7, 0.5, b"abc")) == (7, 0.5, b"abc")
+    assert type(restored["dice"]) is Dice and restored["dice"].sides == 6
+    assert 1 <= restored["dice"].randint(1, 6) <= 6
+    assert 0 <= restored["entropy"].random() < 1
+
+
+def test_a_drawing_context_draws_on_its_restored_image(tmp_path):
+    image = Image.new("RGB", (8, 8), "red")
+    draw = ImageDraw.Draw(image)
+    draw.rectangle([0, 0, 3, 3], fill="blue")
+    draw.fontmode = "1"
+    restored, result, report = _resumed({"image": image, "draw": draw}, tmp_path)
+    assert result.skipped == [] and report.verdict["level"] == "exact", report.verdict
+    again = restored["draw"]
+    assert again._image is restored["image"] and again.fontmode == "1"
+    again.line([0, 7, 7, 7], fill="green")  # drawn into the image the session holds
+    assert restored["image"].getpixel((1, 1)) == (0, 0, 255)
+    assert restored["image"].getpixel((5, 7)) == (0, 128, 0)
+
+
+def test_a_drawing_context_its_image_left_is_named(tmp_path):
+    image = Image.new("RGB", (16, 16))
+    draw = ImageDraw.Draw(image)
+    image.thumbnail((4, 4))  # new pixels: the context still draws into the old ones
+    restored, _, report = _resumed({"image": image, "draw": draw}, tmp_path)
+    assert report.verdict["level"] == "partial", report.verdict
+    assert "a drawing context on pixels its image no longer shows" in str(report.verdict["reasons"])
+    assert restored["image"].size == (4, 4)
+
+
+def test_worker_pools_are_named_with_what_to_do(tmp_path):
+    processes, threads = ProcessPoolExecutor(1), ThreadPool(1)
+    try:
+        _, result, _ = _resumed({"processes": processes, "threads": threads, "kept": 1}, tmp_path)
+    finally:
+        processes.shutdown()
+        threads.terminate()
+    named = {s.name: s.reason for s in result.skipped if s.name in ("processes", "threads")}
+    assert named == dict.fromkeys(
+        ("processes", "threads"),
+        "a worker pool: its workers stay on this pod (create it again after the resume)"), named
