@@ -5,7 +5,8 @@ options, ...), what the session set on torch's config modules (``torch._dynamo.c
 the hooks it registered for every module or optimizer, the Hugging Face libraries' progress-bar
 switches and the messages transformers showed once (``warning_once``), the interpreter's own
 settings (recursion limit, ``decimal`` context, collector thresholds, multiprocessing's start
-method), ``warnings`` filters and ``logging`` configuration.
+method, umask), the signal handlers the session set, ``warnings`` filters and ``logging``
+configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -16,13 +17,17 @@ filters and logging configuration a fresh kernel has, so only the session's chan
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import logging
 import os
+import signal
 import sys
 import warnings
 from typing import Any
+
+from . import local_modules
 
 _baseline: dict[str, Any] = {}
 
@@ -526,12 +531,19 @@ def _restore_shown_once(shown: dict[str, list[tuple[str, tuple]]]) -> str | None
 
 def _python_settings_now() -> dict[str, Any]:
     """The recursion limit, the int-to-str digit limit (3.11+), the cyclic collector's switch and
-    thresholds."""
+    thresholds, the process's umask (the permissions of every file it creates)."""
     now: dict[str, Any] = {"recursion_limit": sys.getrecursionlimit(),
-                           "gc": (gc.isenabled(), gc.get_threshold())}
+                           "gc": (gc.isenabled(), gc.get_threshold()), "umask": _umask()}
     if hasattr(sys, "get_int_max_str_digits"):
         now["int_max_str_digits"] = sys.get_int_max_str_digits()
     return now
+
+
+def _umask() -> int:
+    """The umask, read the only way POSIX offers: set and put back at once."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 #: As the kernel started (this module is imported when the extension loads).
@@ -570,7 +582,7 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
 
         multiprocessing.set_start_method(method, force=True)
 
-    setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector,
+    setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector, "umask": os.umask,
                "int_max_str_digits": getattr(sys, "set_int_max_str_digits", None),
                "decimal_context": decimal_context, "start_method": start_method}
     refused = []
@@ -579,6 +591,59 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
             setters[key](value)
         except (KeyError, RecursionError, TypeError, ValueError) as exc:
             refused.append(f"{key} ({exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
+# -- signal handlers -------------------------------------------------------------------------
+
+#: Signals whose handler is not the session's to carry: SIGINT is ipykernel's (it sets its own
+#: around each cell, for interrupts); SIGKILL and SIGSTOP take none.
+_NOT_CARRIED = {signal.SIGINT, signal.SIGKILL, signal.SIGSTOP}
+
+
+def _handlers_now() -> dict[int, Any]:
+    """Each signal's handler as Python sees it (``None``: one set outside Python)."""
+    handlers = {}
+    for number in signal.valid_signals() - _NOT_CARRIED:
+        with contextlib.suppress(ValueError, OSError):
+            handlers[int(number)] = signal.getsignal(number)
+    return handlers
+
+
+#: As the kernel started.
+_HANDLERS_AT_START = _handlers_now()
+
+
+def _signal_handlers() -> Any:
+    """The handlers the session set with ``signal.signal``, by signal name: a function of the
+    notebook or of the session's own modules (one that saves a checkpoint on SIGTERM), a signal
+    ignored or set back to its default. A library's handler is the library's: it sets it again
+    when it needs it (torch's SIGCHLD handler, at a DataLoader's next workers). One set outside
+    Python cannot be read: left as the resumed kernel has it."""
+    changed = {signal.Signals(number).name: handler
+               for number, handler in _handlers_now().items()
+               if handler is not None and handler != _HANDLERS_AT_START.get(number)
+               and _the_sessions(handler)}
+    return changed or None
+
+
+def _the_sessions(handler: Any) -> bool:
+    """``SIG_IGN``, ``SIG_DFL``, or a callable defined in the notebook or its own modules
+    (through a bound method or a ``functools.partial``)."""
+    if isinstance(handler, signal.Handlers):
+        return True
+    code = getattr(handler, "func", handler)  # a partial
+    module = getattr(getattr(code, "__func__", code), "__module__", None)
+    return module == "__main__" or module in local_modules.local_modules()
+
+
+def _restore_signal_handlers(handlers: dict[str, Any]) -> str | None:
+    refused = []
+    for name, handler in handlers.items():
+        try:
+            signal.signal(getattr(signal, name), handler)
+        except (AttributeError, TypeError, ValueError, OSError) as exc:
+            refused.append(f"{name} ({exc})")
     return f"not accepted here: {', '.join(refused)}" if refused else None
 
 
@@ -705,6 +770,7 @@ ENTRIES = (
     ("Hugging Face progress bars", _hf_progress_bars, _restore_hf_progress_bars),
     ("messages shown once", _shown_once, _restore_shown_once),
     ("python settings", _python_settings, _restore_python_settings),
+    ("signal handlers", _signal_handlers, _restore_signal_handlers),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from typing import Any
 
 _baseline: dict[str, Any] = {}
@@ -116,6 +117,8 @@ def restore(state: dict[str, Any], warnings: list[str]) -> None:
     os.environ.update(state.get("env_set", {}))
     for name in state.get("env_unset", []):
         os.environ.pop(name, None)
+    if "TZ" in state.get("env_set", {}) or "TZ" in state.get("env_unset", []):
+        time.tzset()  # the C library reads TZ when told to: time.localtime() follows it again
     seed = state.get("hash_seed")
     if seed is not None and seed != hash_seed():
         warnings.append(f"string hash seed: this kernel's is {hash_seed() or 'random'}, the "

@@ -179,6 +179,10 @@ SESSION = [
     "import decimal, gc, sys\nsys.setrecursionlimit(4321); decimal.getcontext().prec = 50\n"
     "decimal.getcontext().rounding = decimal.ROUND_DOWN; gc.set_threshold(5000, 20, 30)\n"
     "sys.set_int_max_str_digits(9000)",
+    # the process's own: umask, time zone, signal handlers (a notebook's, an ignored signal)
+    "import os, signal, time\nos.umask(0o027); os.environ['TZ'] = 'Asia/Tokyo'; time.tzset()\n"
+    "def on_usr1(number, frame):\n    print('usr1', number)\n"
+    "signal.signal(signal.SIGUSR1, on_usr1); signal.signal(signal.SIGUSR2, signal.SIG_IGN)",
     # IPython
     "%load_ext autoreload",
     "%autoreload 2",
@@ -194,7 +198,7 @@ SESSION = [
 ]
 
 OBSERVE = r"""
-import hashlib, json, inspect, traceback, warnings, logging, sys
+import hashlib, json, inspect, traceback, warnings, logging, os, signal, sys, time
 import numpy as np, pandas as pd, torch, matplotlib, matplotlib.pyplot as plt
 from matplotlib._pylab_helpers import Gcf
 
@@ -253,6 +257,9 @@ print(json.dumps({
               repr(torch.tensor([1 / 3], device='cpu')), torch.backends.mkldnn.enabled],
     "python": [sys.getrecursionlimit(), str(__import__('decimal').Decimal(2).sqrt()),
                __import__('gc').get_threshold(), sys.get_int_max_str_digits()],
+    "process": [oct((lambda m: (os.umask(m), m)[1])(os.umask(0))), time.tzname,
+                time.localtime(0).tm_hour, signal.getsignal(signal.SIGUSR1).__name__,
+                signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN],
     "autoreload": [sorted(get_ipython().extension_manager.loaded),
                    _reloader.enabled, _reloader.check_all],
     "greedy": get_ipython().Completer.greedy,
@@ -270,7 +277,9 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     """Every built-in entry holds after resume as it did before the checkpoint (the figure's
     size, axes and pixels, the current figure and axes; tracebacks, warnings and getsource show
     the cell's file and lines, IPython names it ``Cell In[N]``); a kernel whose hash seed is not
-    the snapshot's says so in one line."""
+    the snapshot's says so in one line. The umask, a time zone set with ``time.tzset()`` and the
+    signal handlers the session set came back as the fresh process had them, while the verdict
+    said ``exact`` (found by a probe)."""
     a = start_kernel({"PYTHONHASHSEED": "1234"})  # as the server starts it (HashSeeds)
     a.run(f"LOG_PATH = {str(tmp_path / 'gke.log')!r}")
     counts = {}
@@ -281,10 +290,12 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     before = a.run_json(observe)
     assert before["figures"] == [1, 7] and before["current"] == 1 and before["current_axes"] == 5
     assert before["figure_1"][:2] == [[14.0, 5.0], 8]
-    assert before["raised"][3] == ["Cell", f"In[{counts[SESSION[9]]}]"]
+    defining_bad = next(cell for cell in SESSION if "def bad" in cell)
+    assert before["raised"][3] == ["Cell", f"In[{counts[defining_bad]}]"]
     assert before["outputs"] == ["xxx", 42, 42, 42]
     assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
     assert before["aliases"] == ["echo hello %s", False]
+    assert before["process"] == ["0o27", ["JST", "JST"], 9, "on_usr1", True]
     out = a.run("%checkpoint")
     assert "interpreter state" not in out, out
     a.kill()
@@ -297,6 +308,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     after = b.run_json(observe)
     assert after == before, json.dumps({k: (before[k], after[k]) for k in before
                                         if before[k] != after[k]})
+    assert b.run("os.kill(os.getpid(), signal.SIGUSR1); time.sleep(0.05)") == "usr1 10\n"
     b.run("logging.getLogger('gke.file').warning('after resume')")
     assert (tmp_path / "gke.log").read_text().strip().endswith("after resume")
 
