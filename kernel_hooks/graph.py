@@ -152,7 +152,10 @@ class _GraphPickler(cloudpickle.Pickler):
             forwards = self._forwarding[kind] = _forwards_attributes(kind)
         if forwards:
             return _with_dict_set_directly(obj)
-        return super().reducer_override(obj)
+        reduced = super().reducer_override(obj)
+        if isinstance(obj, type) and reduced is not NotImplemented and reduced[0] is _SKELETON:
+            return _quiet_skeleton(obj, reduced)
+        return reduced
 
     def _dynamic_function_reduce(self, func: types.FunctionType) -> Any:
         """cloudpickle's by-value reduction; a notebook function's globals become a reference
@@ -166,6 +169,7 @@ class _GraphPickler(cloudpickle.Pickler):
 
 
 _LRU_CACHED = type(functools.lru_cache(lambda: None))
+_SKELETON = cloudpickle.cloudpickle._make_skeleton_class
 _CACHED_PROPERTY = functools.cached_property
 _by_reference = cloudpickle.cloudpickle._should_pickle_by_reference
 
@@ -201,6 +205,20 @@ def _with_dict_set_directly(obj: object) -> tuple:
     state = object.__getattribute__(obj, "__dict__")
     return (copyreg.__newobj__, (type(obj),), dict(state) or None, None, None,
             rebuild.instance_dict)
+
+
+def _quiet_skeleton(cls: type, reduced: tuple) -> tuple:
+    """A class pickled by value whose bases pickled by value define ``__init_subclass__``: made
+    again without running theirs (``rebuild.class_skeleton``). What it did when the class was
+    defined (an entry in a registry of the notebook, an attribute set on the class) is in the
+    snapshot already; run again at the resume, it did it twice (a plugin registry listed every
+    class twice while the verdict said ``exact``). A library base's hook still runs: its
+    registry is the resumed process's, which lacks the class."""
+    quiet = [base for base in cls.__mro__[1:]
+             if "__init_subclass__" in vars(base) and not _by_reference(base)]
+    if not quiet:
+        return reduced
+    return (rebuild.class_skeleton, (quiet, *reduced[1]), *reduced[2:])
 
 
 def _is_single_dispatch(function: types.FunctionType) -> bool:

@@ -19,11 +19,13 @@ the session's own modules (``local_modules`` carries all of theirs):
   dataclasses in transformers, pyparsing in matplotlib, typing_extensions' ``deprecated`` in
   torch);
 - on the module itself: a function or class defined in the notebook (the module's other foreign
-  functions are its own imports).
+  functions are its own imports);
+- on ``builtins``, also data (``builtins.DEBUG = True``, which every module then sees): it keeps
+  no state of its own that changes.
 
 Those present before the session's first code ran (``remember_baseline``: the kernel's own
 machinery) do not count, nor what this product sets. Data attributes (numbers, strings) set on
-a library are not found: nothing tells them from the library's own values.
+a library are not found: nothing tells them from the library's own values (``builtins`` aside).
 
 At resume (``_restore_patches``, after the variables): each attribute is set again on its owner
 (its module imported if the resume has not: the session had it) unless the owner already has that
@@ -37,6 +39,7 @@ nothing is imported at checkpoint.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import importlib
 import re
@@ -185,6 +188,8 @@ def _candidates() -> list[Patch]:
         if (package in OWN or module is notebook or not isinstance(module, types.ModuleType)
                 or name in session_own):
             continue
+        if module is builtins:
+            found.extend(_builtins_data(vars(module)))
         for attribute, value in list(vars(module).items()):
             kind = type(value)
             if kind is types.FunctionType:
@@ -196,6 +201,20 @@ def _candidates() -> list[Patch]:
                 elif value.__module__ == NOTEBOOK:
                     found.append(Patch(name, None, attribute, value))
     return found
+
+
+def _builtins_data(names: dict[str, Any]) -> list[Patch]:
+    """The data names on ``builtins`` (``builtins.DEBUG = True``: every module sees it): unlike a
+    library, ``builtins`` keeps no state of its own that changes, so what is not in the baseline
+    is the session's. Callables are left to the rules above: the kernel's own machinery swaps
+    ``input`` for ipykernel's at every request."""
+    return [Patch("builtins", None, attribute, value) for attribute, value in list(names.items())
+            if attribute not in _BUILTINS_AT_START and not attribute.startswith("__")
+            and attribute != "_" and not callable(value) and type(value) is not types.ModuleType]
+
+
+#: The names ``builtins`` has as the extension loads (``None``, ``Ellipsis``, ``copyright``...).
+_BUILTINS_AT_START = frozenset(vars(builtins))
 
 
 def _class_patches(module: str, package: str | None, cls: type) -> list[Patch]:
@@ -275,7 +294,7 @@ def _restore_patches(state: dict[str, Any]) -> str | None:
             missing.append(f"{patch.label} ({type(exc).__name__}: {exc})")
             continue
         current = vars(owner).get(patch.attribute)
-        if current is patch.value or (current is not None
+        if current is patch.value or (current is not None and _origin(current)[0] is not None
                                       and _origin(current) == _origin(patch.value)):
             continue
         setattr(owner, patch.attribute, patch.value)

@@ -120,6 +120,30 @@ def single_dispatch(registry: dict[type, Any]) -> Any:
     return function
 
 
+def class_skeleton(quiet: list[type], *skeleton: Any) -> Any:
+    """cloudpickle's skeleton of a notebook class (``_make_skeleton_class(*skeleton)``), made while
+    the ``__init_subclass__`` of each base in ``quiet`` only passes the call on to its parents
+    (``graph._quiet_skeleton``); each is put back at once."""
+    from cloudpickle.cloudpickle import _make_skeleton_class
+
+    own = {base: vars(base)["__init_subclass__"] for base in quiet
+           if "__init_subclass__" in vars(base)}  # a base still a skeleton has none yet
+    for base in own:
+        type.__setattr__(base, "__init_subclass__", classmethod(_parents_only(base)))
+    try:
+        return _make_skeleton_class(*skeleton)
+    finally:
+        for base, hook in own.items():
+            type.__setattr__(base, "__init_subclass__", hook)
+
+
+def _parents_only(base: type) -> Callable[..., None]:
+    def passed_on(cls: type, **kwargs: Any) -> None:
+        super(base, cls).__init_subclass__(**kwargs)
+
+    return passed_on
+
+
 def cached_property(function: Any, name: str | None) -> Any:
     """A ``functools.cached_property`` over ``function``, cached under ``name`` as ``__set_name__``
     made it (a class pickled by value gets its attributes set, not named: before Python 3.12 the

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from fixtures_kernels import resumed_elsewhere
+
 TRAINING = r"""
 import hashlib, json, warnings
 import torch
@@ -134,6 +136,8 @@ from tqdm import tqdm
 
 tqdm.pandas(disable=True)  # sets DataFrame.progress_apply and friends on pandas' classes
 df = pd.DataFrame({"a": range(5)})
+import builtins
+builtins.DEBUG_LEVEL = 3  # every module sees it
 with open(PATH, "w") as _f:
     _f.write("x")
 """
@@ -144,21 +148,23 @@ WARNS = "torch.nn.LSTM(2, 2, dropout=0.5); None"
 OBSERVE_LIBRARIES = r"""
 print(json.dumps({
     "progress_apply": df.progress_apply(lambda c: c * 2, axis=0)["a"].tolist(),
+    "builtins": DEBUG_LEVEL,
 }))
 """
 
 
 def test_library_patches_warnings_and_closed_files_are_what_they_were(start_kernel, tmp_path):
-    """``tqdm.pandas()``'s attributes on pandas' classes come back; a warning torch already showed
-    is not shown again, neither after ``%checkpoint`` in the same kernel nor in the resumed one;
-    the closed file ``with open(...) as _f`` leaves comes back closed, with its name and mode (it
-    was named as not restored, which made every such notebook ``partial``), and its file is not
-    touched."""
+    """``tqdm.pandas()``'s attributes on pandas' classes come back, and a name set on
+    ``builtins`` (it was lost while the verdict said ``exact``, found by a probe); a warning torch
+    already showed is not shown again, neither after ``%checkpoint`` in the same kernel nor in the
+    resumed one; the closed file ``with open(...) as _f`` leaves comes back closed, with its name
+    and mode (it was named as not restored, which made every such notebook ``partial``), and its
+    file is not touched."""
     a = start_kernel()
     a.run(f"PATH = {str(tmp_path / 'notes.txt')!r}")
     a.run(LIBRARY_SESSION)
     before = a.run_json(OBSERVE_LIBRARIES)
-    assert before["progress_apply"] == [0, 2, 4, 6, 8]
+    assert before == {"progress_apply": [0, 2, 4, 6, 8], "builtins": 3}
     # shown once; not again until the filters change (tqdm's progress_apply changes them)
     assert "dropout option" in a.run(WARNS) and "dropout option" not in a.run(WARNS)
     out = a.run("%checkpoint")
@@ -174,6 +180,46 @@ def test_library_patches_warnings_and_closed_files_are_what_they_were(start_kern
     assert "dropout option" not in b.run(WARNS), "the resumed kernel had shown it already"
     after = b.run_json(OBSERVE_LIBRARIES)
     assert after == before
+
+
+REGISTRIES = r"""
+import json
+
+class Plugin:
+    registry = []
+
+    def __init_subclass__(cls, tag, **kwargs):
+        super().__init_subclass__(**kwargs)
+        Plugin.registry.append(tag)
+        cls.tag = tag
+
+class Resize(Plugin, tag="resize"):
+    pass
+
+class Crop(Plugin, tag="crop"):
+    pass
+
+step = Crop()
+"""
+
+OBSERVE_REGISTRIES = ("print(json.dumps([Plugin.registry, [c.tag for c in (Resize, Crop)], "
+                      "type(step) is Crop, isinstance(step, Plugin)]))")
+
+
+def test_a_registry_filled_by_init_subclass_is_what_it_was(start_kernel):
+    """A notebook's classes are made again at the resume; a base's ``__init_subclass__`` then ran
+    again: a plugin registry listed every class twice, while the verdict said ``exact``, and one
+    whose hook takes a class keyword (``class Crop(Plugin, tag="crop")``) failed to load, as the
+    keyword is not pickled. What the hook did is in the snapshot: it does not run again."""
+    a = start_kernel()
+    a.run(REGISTRIES)
+    before = a.run_json(OBSERVE_REGISTRIES)
+    assert before == [["resize", "crop"], ["resize", "crop"], True, True]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run_json(OBSERVE_REGISTRIES) == before
+    b.run("class Flip(Plugin, tag='flip'):\n    pass")  # defining one after the resume still runs it
+    assert b.run_json("print(json.dumps(Plugin.registry))") == ["resize", "crop", "flip"]
 
 
 def test_finding_patches_is_quiet_on_libraries_that_patch_nothing():
