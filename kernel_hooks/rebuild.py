@@ -283,15 +283,41 @@ def recomputed_module(module: Any, state: tuple[dict, tuple[str, ...]]) -> None:
     ``__setstate__``, then each weight computed again by its hook, with its autograd graph."""
     attributes, names = state
     module.__setstate__(attributes)
-    hooks = {hook.name: hook for hook in module._forward_pre_hooks.values()
-             if getattr(hook, "name", None) in names}
+    kinds = recomputing_hooks()
+    hooks = {hook_attribute(hook): hook for hook in module._forward_pre_hooks.values()
+             if isinstance(hook, kinds)}
     for name in names:
         setattr(module, name, hook_weight(hooks[name], module))
 
 
+#: torch's forward pre-hooks that set a module attribute from its parameters at every call
+#: (torch/nn/utils/spectral_norm.py ``SpectralNorm``, weight_norm.py ``WeightNorm``, prune.py's
+#: pruning methods, which set it when applied too): by module.
+RECOMPUTING_HOOKS = {"torch.nn.utils.spectral_norm": "SpectralNorm",
+                     "torch.nn.utils.weight_norm": "WeightNorm",
+                     "torch.nn.utils.prune": "BasePruningMethod"}
+
+
+def recomputing_hooks() -> tuple[type, ...]:
+    """The classes of ``RECOMPUTING_HOOKS`` loaded now."""
+    return tuple(hook for module, name in RECOMPUTING_HOOKS.items()
+                 if (hook := getattr(sys.modules.get(module), name, None)) is not None)
+
+
+def _pruning() -> Any:
+    return getattr(sys.modules.get("torch.nn.utils.prune"), "BasePruningMethod", ())
+
+
+def hook_attribute(hook: Any) -> str | None:
+    """The module attribute a ``spectral_norm``/``weight_norm`` hook or a pruning method sets."""
+    return getattr(hook, "_tensor_name" if isinstance(hook, _pruning()) else "name", None)
+
+
 def hook_weight(hook: Any, module: Any) -> Any:
-    """The weight a ``spectral_norm``/``weight_norm`` hook computes from ``module``, without a
-    spectral norm's power iteration."""
+    """The weight such a hook computes from ``module`` (a spectral norm without its power
+    iteration)."""
+    if isinstance(hook, _pruning()):
+        return hook.apply_mask(module)
     spectral = getattr(sys.modules.get("torch.nn.utils.spectral_norm"), "SpectralNorm", ())
     if isinstance(hook, spectral):
         return hook.compute_weight(module, do_power_iteration=False)

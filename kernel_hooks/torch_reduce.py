@@ -141,8 +141,7 @@ class TorchReductions:
         optim = sys.modules.get("torch.optim")
         self._optimizer = optim.Optimizer if optim is not None else None
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
-        self._recomputing = tuple(hook for module, name in RECOMPUTING_HOOKS.items()
-                                  if (hook := getattr(sys.modules.get(module), name, None)))
+        self._recomputing = rebuild.recomputing_hooks()
         self._module = torch.nn.Module if self._recomputing else None
         frames = sys.modules.get("torch._dynamo.eval_frame")
         self._dynamo_context = getattr(frames, "_TorchDynamoContext", None)
@@ -370,10 +369,6 @@ def _emptied(module: Any, tensors: dict[str, Any]) -> Iterator[None]:
 
 
 PARAMETRIZE = "torch.nn.utils.parametrize"
-#: torch's forward pre-hooks that set a module attribute from its parameters at every call
-#: (torch/nn/utils/spectral_norm.py ``SpectralNorm``, weight_norm.py ``WeightNorm``): by module.
-RECOMPUTING_HOOKS = {"torch.nn.utils.spectral_norm": "SpectralNorm",
-                     "torch.nn.utils.weight_norm": "WeightNorm"}
 
 
 def _is_parametrized_class(cls: type) -> bool:
@@ -393,13 +388,15 @@ def _parametrized_reduce(module: Any) -> tuple:
 
 def _recomputed_reduce(module: Any, kinds: tuple[type, ...]) -> tuple | None:
     """A module whose ``spectral_norm``/``weight_norm`` hook (the older API) set its weight at
-    the last call: that weight holds an autograd graph back to the module's parameters, which no
-    pickling carries (a forward run without ``backward()`` left the session ``partial``). Where
+    the last call, or whose pruning set it from ``weight_orig`` and ``weight_mask``: that weight
+    holds an autograd graph back to the module's parameters, which no pickling carries (a
+    forward run without ``backward()``, a model pruned and not yet run, left the session
+    ``partial``). Where
     the hook computes the same weight again from what is saved (the parameters, and a spectral
     norm's ``u`` and ``v`` after their last power iteration), the weight is left out and the
     resume computes it again, graph and all (``rebuild.recomputed_module``); else None (it
     travels as it is, its graph named)."""
-    names = [hook.name for hook in module._forward_pre_hooks.values()
+    names = [rebuild.hook_attribute(hook) for hook in module._forward_pre_hooks.values()
              if isinstance(hook, kinds) and _recomputes(hook, module)]
     if not names:
         return None
@@ -415,7 +412,7 @@ def _recomputes(hook: Any, module: Any) -> bool:
     now (no power iteration: ``u`` and ``v`` stay as they are)."""
     import torch
 
-    weight = vars(module).get(hook.name)
+    weight = vars(module).get(rebuild.hook_attribute(hook))
     if not isinstance(weight, torch.Tensor) or weight.grad_fn is None:
         return False
     try:

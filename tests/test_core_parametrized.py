@@ -3,8 +3,8 @@
 ``_inject_new_class`` gives such a module a class whose ``__getstate__`` raises ("only supported
 through state_dict()"), so every wav2vec2-family model of transformers
 (``Wav2Vec2PositionalConvEmbedding`` applies ``weight_norm``) was left out of a snapshot. The
-older hook API (``torch.nn.utils.spectral_norm``, ``weight_norm``) comes back with its weight's
-autograd graph. In process."""
+older hook API (``torch.nn.utils.spectral_norm``, ``weight_norm``) and ``torch.nn.utils.prune``
+come back with their weight's autograd graph. In process."""
 
 from __future__ import annotations
 
@@ -157,3 +157,30 @@ def test_a_stale_hook_weight_is_named(tmp_path):
     reasons = str(resumed.verdict["reasons"])
     assert "autograd graph (DivBackward0)" in reasons and "WeightNorm" not in reasons, reasons
     assert torch.equal(restored["model"][0].weight, model[0].weight.detach())
+
+
+def test_a_pruned_model_not_yet_run_comes_back_with_its_graph(tmp_path):
+    """torch/nn/utils/prune.py sets ``weight = weight_mask * weight_orig`` when a pruning is
+    applied, a tensor with an autograd graph: the pruning tutorial's model, cut before it ran
+    again, came back ``partial`` and its weight a leaf. It comes back computed again, graph and
+    all, for one pruning and for two in a row (a ``PruningContainer``)."""
+    from torch.nn.utils import prune
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    prune.l1_unstructured(model[0], "weight", amount=0.5)
+    prune.random_unstructured(model[0], "weight", amount=0.25)
+    prune.ln_structured(model[1], "weight", amount=0.5, n=2, dim=0)
+    root = str(tmp_path / "store")
+    kernel_hooks.checkpoint(namespace={"model": model}, store=root, workspace="ws")
+    restored: dict = {}
+    resumed = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert resumed.verdict["level"] == "exact", resumed.verdict
+    again = restored["model"]
+    for layer, before in zip(again, model, strict=True):
+        assert layer.weight.grad_fn is not None and torch.equal(layer.weight, before.weight)
+    (again[0].weight.sum() + again[1].weight.sum()).backward()
+    assert torch.equal(again[0].weight_orig.grad, again[0].weight_mask)
+    assert torch.equal(again[1].weight_orig.grad, again[1].weight_mask)
+    x = torch.randn(3, 4)
+    assert torch.equal(again(x), model(x))
