@@ -159,15 +159,27 @@ def lru_cached(function: Any, maxsize: int | None, typed: bool) -> Any:
 
 
 def storage(key: str, dtype: str) -> Any:
+    return _typed(_current().torch_storage(key), dtype)
+
+
+def _typed(untyped_storage: Any, dtype: str) -> Any:
     import torch
 
-    return torch.storage.TypedStorage(
-        wrap_storage=_current().torch_storage(key), dtype=getattr(torch, dtype), _internal=True
-    )
+    return torch.storage.TypedStorage(wrap_storage=untyped_storage, dtype=getattr(torch, dtype),
+                                      _internal=True)
 
 
 def untyped(key: str) -> Any:
     return _current().torch_storage(key)
+
+
+def in_shared_memory(key: str, dtype: str | None) -> Any:
+    """A storage the session had moved to shared memory (``share_memory_()``: a model trained by
+    several processes, tensors handed to workers), moved there again: it came back private,
+    and a worker started after the resume no longer saw its updates."""
+    made = untyped(key)
+    made.share_memory_()
+    return _typed(made, dtype) if dtype else made
 
 
 def array(key: str, dtype: Any, shape: tuple, strides: tuple, offset: int, writeable: bool) -> Any:

@@ -117,6 +117,8 @@ class StorageCollector:
         key = self._torch_key(storage, dtype or "uint8")
         if key is None:
             return None
+        if storage.device.type == "cpu" and storage.is_shared():  # share_memory_(): again
+            return rebuild.in_shared_memory, (key, dtype)
         return (rebuild.storage, (key, dtype)) if dtype else (rebuild.untyped, (key,))
 
     def _torch_key(self, storage: Any, dtype: str) -> str | None:
