@@ -49,7 +49,8 @@ are named with the other things left behind (``left_behind``).
   elsewhere, a pipe, a socket or a descriptor's ``os.fdopen`` are named. A text file's
   ``newline`` argument cannot be read back: it comes back with the default, which writes the
   same bytes on Linux and reads ``\r\n`` as ``\n``. A closed one (what ``with open(...) as f``
-  leaves in ``f``) comes back closed, with its name and mode: that is all it shows.
+  leaves in ``f``) comes back closed, with its name and mode: that is all it shows. So does a
+  closed stream of another kind (``with gzip.open(...) as f``), as a closed file of ``io``.
 
 Invariant: nothing is imported; the library types come from ``sys.modules``, so a session
 without torch pays one dict lookup per graph, and every object costs one ``isinstance`` check.
@@ -57,6 +58,7 @@ without torch pays one dict lookup per graph, and every object costs one ``isins
 
 from __future__ import annotations
 
+import _io
 import _thread
 import contextlib
 import functools
@@ -68,7 +70,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from .left_behind import comes_back, pool_idle
-from .placeholders import SHOWN_CHARS, uncapturable_reason
+from .placeholders import IN_MEMORY, SHOWN_CHARS, uncapturable_reason
 from .rebuild import current_loading
 
 if TYPE_CHECKING:
@@ -80,6 +82,9 @@ LOCKS = (_thread.LockType, _thread.RLock, type(threading.RLock()), threading._RL
 #: ``sys`` attributes whose stream, wherever the session holds it (a progress bar's output, a
 #: handler's stream), is the resumed process's own: it pickles by that name.
 STANDARD_STREAMS = ("stdout", "stderr", "stdin", "__stdout__", "__stderr__", "__stdin__")
+#: Every stream, ``io``'s and those built on it (``gzip.GzipFile``): the C base class, whose
+#: ``isinstance`` check costs what a plain class's does (``io.IOBase`` is an ABC).
+STREAMS = _io._IOBase
 #: What ``open()`` returns: a text file, a buffered one, or an unbuffered ``FileIO``.
 FILES = (io.TextIOWrapper, io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.FileIO)
 
@@ -233,7 +238,7 @@ class LiveObjects:
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
                                       self._memmap, self._csv_writer, self._temporary,
                                       self._thread_pool) if t
-                          ) + self._summary_writers + LOCKS + FILES
+                          ) + self._summary_writers + LOCKS + (STREAMS,)
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
 
@@ -295,6 +300,8 @@ class LiveObjects:
             return _lock_reduce(obj)
         if isinstance(obj, FILES):
             return _file_reduce(obj)
+        if isinstance(obj, STREAMS) and _closed(obj):
+            return _closed_stream_reduce(obj)
         if self._iterator is not None and isinstance(obj, self._iterator):
             return None, _iterator_reason(obj)
         if self._connection is not None and isinstance(obj, self._connection):
@@ -393,6 +400,13 @@ def _lock_reduce(lock: Any) -> tuple[tuple | None, str | None]:
             else (type(lock), ())), None
 
 
+def _closed(stream: Any) -> bool:
+    try:
+        return stream.closed
+    except ValueError:  # a wrapper whose buffer was detached
+        return False
+
+
 def _held(lock: Any) -> bool:
     """A plain lock says so; a reentrant one only in its repr before Python 3.14."""
     locked = getattr(lock, "locked", None)
@@ -407,12 +421,9 @@ def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
         closed = stream.closed
     except ValueError as exc:  # a wrapper whose buffer was detached
         return None, f"a file detached from its buffer ({exc})"
-    if not isinstance(raw, io.FileIO):  # a buffer over memory (BytesIO) or a socket: no file
-        return None, None
-    text = None
-    if isinstance(stream, io.TextIOWrapper):
-        text = {"encoding": stream.encoding, "errors": stream.errors,
-                "line_buffering": stream.line_buffering, "write_through": stream.write_through}
+    if not isinstance(raw, io.FileIO):  # over memory (BytesIO), a socket, a gzip file: no file
+        return _closed_stream_reduce(stream) if closed else (None, None)
+    text = _text_settings(stream)
     # open() gives a text file the mode it was given; one built over a buffer has none
     mode = getattr(stream, "mode", raw.mode.replace("b", "") if text else raw.mode)
     opened = (mode, text, stream is not raw)
@@ -438,6 +449,35 @@ def _file_reduce(stream: Any) -> tuple[tuple | None, str | None]:
     except OSError as exc:  # a text file read with next(): its position cannot be told
         return None, f"an open file {shown} whose position cannot be read ({exc})"
     return (reopen_file, (path, *opened, position)), None
+
+
+def _text_settings(stream: Any) -> dict[str, Any] | None:
+    if not isinstance(stream, io.TextIOWrapper):
+        return None
+    return {"encoding": stream.encoding, "errors": stream.errors,
+            "line_buffering": stream.line_buffering, "write_through": stream.write_through}
+
+
+#: ``GzipFile.mode`` before Python 3.13: ``gzip.READ`` and ``gzip.WRITE``, numbers.
+GZIP_MODES = {1: "rb", 2: "wb"}
+
+
+def _closed_stream_reduce(stream: Any) -> tuple[tuple | None, str | None]:
+    """A closed stream ``open()`` does not make (what ``with gzip.open(...) as f`` leaves in
+    ``f``; one over memory aside, whose contents are gone): what it shows, its name and mode, on
+    a closed file of the ``io`` module (a ``GzipFile`` becomes a ``BufferedReader``)."""
+    if isinstance(_raw_of(stream), IN_MEMORY):
+        return None, None
+    text = _text_settings(stream)
+    mode = getattr(stream, "mode", None)
+    try:
+        name = _raw_of(stream).name
+    except (AttributeError, ValueError):
+        name = None
+    mode = GZIP_MODES.get(mode, mode) if type(mode) is int else mode
+    if not isinstance(mode, str) or mode.strip("rwaxbt+") or not mode:
+        mode = "r" if text else "rb"
+    return (closed_file, (name, mode, text, True)), None
 
 
 def _raw_of(stream: Any) -> Any:

@@ -39,7 +39,7 @@ _PROCESS_POOLS = (("concurrent.futures.process", "ProcessPoolExecutor"),
                   ("multiprocessing.pool", "Pool"))
 
 #: Streams that hold their data in memory: they pickle (contents and position) while open.
-_IN_MEMORY = (io.BytesIO, io.StringIO)
+IN_MEMORY = (io.BytesIO, io.StringIO)
 SHOWN_CHARS = 120
 
 
@@ -63,13 +63,13 @@ def _stream_reason(stream: io.IOBase) -> str | None:
     except ValueError:  # a wrapper whose buffer was detached
         closed = True
     if not closed:
-        return None if isinstance(stream, _IN_MEMORY) else _OPEN_STREAM
+        return None if isinstance(stream, IN_MEMORY) else _OPEN_STREAM
     try:
         name = getattr(stream, "name", None)
     except ValueError:  # detached
         name = None
     shown = f" {str(name)[:SHOWN_CHARS]!r}" if isinstance(name, (str, bytes)) else ""
-    kind = "stream" if isinstance(stream, _IN_MEMORY) else "file"
+    kind = "stream" if isinstance(stream, IN_MEMORY) else "file"
     return (f"a closed {kind}{shown}: nothing is open to carry (open it again after resume if "
             "it is needed)")
 
