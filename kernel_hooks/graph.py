@@ -141,6 +141,10 @@ class _GraphPickler(cloudpickle.Pickler):
                 self.note.modules.add(module.split(".", 1)[0])
         if kind is types.CodeType:
             return _code_in_its_file(obj)
+        if isinstance(obj, BaseException):
+            reduced = _exception_reduce(obj, self.note)
+            if reduced is not None:
+                return reduced
         if kind is _LRU_CACHED and not _importable(obj) and not _by_reference(obj.__wrapped__):
             return _lru_cached_by_value(obj, self.note)
         if kind is _CACHED_PROPERTY:
@@ -205,6 +209,25 @@ def _with_dict_set_directly(obj: object) -> tuple:
     state = object.__getattribute__(obj, "__dict__")
     return (copyreg.__newobj__, (type(obj),), dict(state) or None, None, None,
             rebuild.instance_dict)
+
+
+def _exception_reduce(exception: BaseException, note: RecordNote) -> tuple | None:
+    """An exception made again as pickle would (``type(e)(*e.args)``), or without its
+    ``__init__`` where that call fails (a notebook's ``MyError(code, detail)`` that passes only
+    ``code`` on: it was saved, then not restored), with its cause and context (``raise ... from``,
+    an error raised while handling another), which its own pickling drops. Its traceback holds
+    the frames it was raised in, this process's: named. None: an exception that pickles its own
+    way (its own ``__reduce__``)."""
+    reduced = exception.__reduce_ex__(PROTOCOL)
+    if not isinstance(reduced, tuple) or len(reduced) > 3 or reduced[0] is not type(exception):
+        return None
+    if exception.__traceback__ is not None:
+        note.without("traceback", (
+            "the frames it was raised in belong to this process: the exception comes back with "
+            "its type, message, cause and context, without its traceback"))
+    state = (reduced[2] if len(reduced) > 2 else None, exception.__cause__,
+             exception.__context__, exception.__suppress_context__)
+    return rebuild.exception, (reduced[0], reduced[1]), state, None, None, rebuild.exception_state
 
 
 def _quiet_skeleton(cls: type, reduced: tuple) -> tuple:

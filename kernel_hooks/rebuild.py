@@ -144,6 +144,25 @@ def _parents_only(base: type) -> Callable[..., None]:
     return passed_on
 
 
+def exception(cls: type, args: tuple) -> BaseException:
+    """``cls(*args)``, as pickle makes an exception, or where its ``__init__`` wants other
+    arguments than the ``args`` it kept, the exception made without it (``args`` set)."""
+    try:
+        return cls(*args)
+    except Exception:
+        return cls.__new__(cls, *args)
+
+
+def exception_state(exception: BaseException, state: tuple) -> None:
+    """State setter of an exception (``graph._exception_reduce``): its own state, then its cause
+    and context."""
+    attributes, cause, context, suppress = state
+    if attributes:
+        exception.__setstate__(attributes)
+    exception.__cause__, exception.__context__ = cause, context
+    exception.__suppress_context__ = suppress
+
+
 def cached_property(function: Any, name: str | None) -> Any:
     """A ``functools.cached_property`` over ``function``, cached under ``name`` as ``__set_name__``
     made it (a class pickled by value gets its attributes set, not named: before Python 3.12 the
