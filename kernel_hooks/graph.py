@@ -101,6 +101,7 @@ class _GraphPickler(cloudpickle.Pickler):
         self.note = RecordNote()
         self._app_saving: set[int] = set()
         self._forwarding: dict[type, bool] = {}  # _forwards_attributes, once per class
+        self._own_new: dict[type, bool] = {}  # a __new__ written in Python, once per class
 
     def reducer_override(self, obj: object) -> Any:
         """Called by pickle for every non-atomic object not yet in the memo: keep it lean."""
@@ -156,6 +157,13 @@ class _GraphPickler(cloudpickle.Pickler):
             forwards = self._forwarding[kind] = _forwards_attributes(kind)
         if forwards:
             return _with_dict_set_directly(obj)
+        own_new = self._own_new.get(kind)
+        if own_new is None:
+            own_new = self._own_new[kind] = type(getattr(kind, "__new__", None)) is types.FunctionType
+        if own_new and not isinstance(obj, type):
+            reduced = _made_past_its_new(obj)
+            if reduced is not None:
+                return reduced
         reduced = super().reducer_override(obj)
         if isinstance(obj, type) and reduced is not NotImplemented and reduced[0] is _SKELETON:
             return _quiet_skeleton(obj, reduced)
@@ -228,6 +236,19 @@ def _exception_reduce(exception: BaseException, note: RecordNote) -> tuple | Non
     state = (reduced[2] if len(reduced) > 2 else None, exception.__cause__,
              exception.__context__, exception.__suppress_context__)
     return rebuild.exception, (reduced[0], reduced[1]), state, None, None, rebuild.exception_state
+
+
+def _made_past_its_new(obj: object) -> tuple | None:
+    """An instance of a class with a ``__new__`` of its own, reduced as pickle does
+    (``copyreg.__newobj__``: ``cls.__new__(cls, *args)``, where ``args`` is what the built-in base
+    keeps, ``tuple(self)`` for a tuple), made by ``rebuild.new_object``: the same call, or where
+    it wants other arguments (``Point(x, y)`` over a tuple, ``Celsius(v, unit)`` over a float),
+    the built-in base's ``__new__``. Such an instance was saved and then not restored."""
+    reduced = obj.__reduce_ex__(PROTOCOL)
+    if not isinstance(reduced, tuple) or reduced[0] is not copyreg.__newobj__:
+        return None
+    cls, *args = reduced[1]
+    return (rebuild.new_object, (cls, tuple(args)), *reduced[2:])
 
 
 def _quiet_skeleton(cls: type, reduced: tuple) -> tuple:

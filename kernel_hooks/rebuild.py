@@ -144,6 +144,17 @@ def _parents_only(base: type) -> Callable[..., None]:
     return passed_on
 
 
+def new_object(cls: type, args: tuple) -> Any:
+    """``cls.__new__(cls, *args)`` as pickle calls it, or where that ``__new__`` (written in
+    Python) wants other arguments, the ``__new__`` of the nearest base that is not written in
+    Python (``tuple.__new__(Point, (1, 2))``); the state is set on it after, as pickle does."""
+    try:
+        return cls.__new__(cls, *args)
+    except TypeError:
+        base = next(b for b in cls.__mro__[1:] if type(b.__new__) is not types.FunctionType)
+        return base.__new__(cls, *args)
+
+
 def exception(cls: type, args: tuple) -> BaseException:
     """``cls(*args)``, as pickle makes an exception, or where its ``__init__`` wants other
     arguments than the ``args`` it kept, the exception made without it (``args`` set)."""

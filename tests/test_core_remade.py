@@ -3,7 +3,9 @@
 context on its image. Each was left out with pickle's error, the session ``partial`` (found by a
 probe). A drawing context whose image no longer shows its pixels is named, and so are worker
 pools, with a reason a user can act on (a ``ProcessPoolExecutor`` was named with pickle's
-"Pickling an AuthenticationString object is disallowed"). In process, on a local store."""
+"Pickling an AuthenticationString object is disallowed"). Instances of classes with a
+``__new__`` of their own that wants other arguments than pickle passes (``Point(x, y)`` over a
+tuple) were saved and then not restored: they come back. In process, on a local store."""
 
 from __future__ import annotations
 
@@ -78,3 +80,44 @@ def test_worker_pools_are_named_with_what_to_do(tmp_path):
     assert named == dict.fromkeys(
         ("processes", "threads"),
         "a worker pool: its workers stay on this pod (create it again after the resume)"), named
+
+
+class Point(tuple):
+    def __new__(cls, x: int, y: int):
+        return super().__new__(cls, (x, y))
+
+
+class Celsius(float):
+    def __new__(cls, value: float, unit: str):
+        made = super().__new__(cls, value)
+        made.unit = unit
+        return made
+
+
+class Needs:
+    def __new__(cls, need: int):
+        made = super().__new__(cls)
+        made.need = need
+        return made
+
+
+class Cached:
+    """A ``__new__`` that pickle's call still suits: it keeps being called (one instance)."""
+
+    made: Cached | None = None
+
+    def __new__(cls):
+        if cls.made is None:
+            cls.made = super().__new__(cls)
+        return cls.made
+
+
+def test_instances_of_a_class_with_its_own_new_come_back(tmp_path):
+    namespace = {"point": Point(1, 2), "celsius": Celsius(3.5, "C"), "needs": Needs(5),
+                 "cached": Cached()}
+    restored, result, report = _resumed(namespace, tmp_path)
+    assert result.skipped == [] and report.verdict["level"] == "exact", report.verdict
+    assert type(restored["point"]) is Point and restored["point"] == (1, 2)
+    assert restored["celsius"] == 3.5 and restored["celsius"].unit == "C"
+    assert restored["needs"].need == 5
+    assert restored["cached"] is Cached.made
