@@ -252,14 +252,17 @@ def _made_past_its_new(obj: object) -> tuple | None:
 
 
 def _quiet_skeleton(cls: type, reduced: tuple) -> tuple:
-    """A class pickled by value whose bases pickled by value define ``__init_subclass__``: made
-    again without running theirs (``rebuild.class_skeleton``). What it did when the class was
-    defined (an entry in a registry of the notebook, an attribute set on the class) is in the
-    snapshot already; run again at the resume, it did it twice (a plugin registry listed every
-    class twice while the verdict said ``exact``). A library base's hook still runs: its
-    registry is the resumed process's, which lacks the class."""
-    quiet = [base for base in cls.__mro__[1:]
+    """A class pickled by value made again without running the hooks of the notebook's own that
+    ran when it was defined (``rebuild.class_skeleton``): the ``__init_subclass__`` of its bases
+    pickled by value and the ``__new__`` and ``__init__`` of its metaclass pickled by value. What
+    they did (an entry in a registry of the notebook, an attribute set on the class) is in the
+    snapshot already; run again at the resume, they did it twice (a plugin registry listed every
+    class twice while the verdict said ``exact``). A library's hooks still run (``ABCMeta``'s,
+    ``typing.Generic``'s): a library's registry is the resumed process's, which lacks the class."""
+    quiet = [(base, "__init_subclass__") for base in cls.__mro__[1:]
              if "__init_subclass__" in vars(base) and not _by_reference(base)]
+    quiet += [(meta, name) for meta in type(cls).__mro__ if not _by_reference(meta)
+              for name in ("__new__", "__init__") if name in vars(meta)]
     if not quiet:
         return reduced
     return (rebuild.class_skeleton, (quiet, *reduced[1]), *reduced[2:])

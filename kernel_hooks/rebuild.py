@@ -120,58 +120,41 @@ def single_dispatch(registry: dict[type, Any]) -> Any:
     return function
 
 
-def class_skeleton(quiet: list[type], *skeleton: Any) -> Any:
+def class_skeleton(quiet: list[tuple[type, str]], *skeleton: Any) -> Any:
     """cloudpickle's skeleton of a notebook class (``_make_skeleton_class(*skeleton)``), made while
-    the ``__init_subclass__`` of each base in ``quiet`` only passes the call on to its parents
-    (``graph._quiet_skeleton``); each is put back at once."""
+    each ``(owner, hook)`` in ``quiet`` only passes the call on to the owner's parents
+    (``graph._quiet_skeleton``); each hook is put back at once."""
     from cloudpickle.cloudpickle import _make_skeleton_class
 
-    own = {base: vars(base)["__init_subclass__"] for base in quiet
-           if "__init_subclass__" in vars(base)}  # a base still a skeleton has none yet
-    for base in own:
-        type.__setattr__(base, "__init_subclass__", classmethod(_parents_only(base)))
+    own = {(owner, name): vars(owner)[name] for owner, name in quiet
+           if name in vars(owner)}  # a base still a skeleton has none yet
+    for owner, name in own:
+        type.__setattr__(owner, name, _passing_on(owner, name))
     try:
         return _make_skeleton_class(*skeleton)
     finally:
-        for base, hook in own.items():
-            type.__setattr__(base, "__init_subclass__", hook)
+        for (owner, name), hook in own.items():
+            type.__setattr__(owner, name, hook)
 
 
-def _parents_only(base: type) -> Callable[..., None]:
-    def passed_on(cls: type, **kwargs: Any) -> None:
-        super(base, cls).__init_subclass__(**kwargs)
+def _passing_on(owner: type, name: str) -> Any:
+    """A stand-in for ``owner``'s ``name`` (``__init_subclass__``, a metaclass's ``__new__`` or
+    ``__init__``) that calls its parents' only."""
+    if name == "__init_subclass__":
+        def init_subclass(cls: type, **kwargs: Any) -> None:
+            super(owner, cls).__init_subclass__(**kwargs)
 
-    return passed_on
+        return classmethod(init_subclass)
+    if name == "__new__":
+        def new(meta: type, *args: Any, **kwargs: Any) -> Any:
+            return super(owner, meta).__new__(meta, *args, **kwargs)
 
+        return staticmethod(new)
 
-def new_object(cls: type, args: tuple) -> Any:
-    """``cls.__new__(cls, *args)`` as pickle calls it, or where that ``__new__`` (written in
-    Python) wants other arguments, the ``__new__`` of the nearest base that is not written in
-    Python (``tuple.__new__(Point, (1, 2))``); the state is set on it after, as pickle does."""
-    try:
-        return cls.__new__(cls, *args)
-    except TypeError:
-        base = next(b for b in cls.__mro__[1:] if type(b.__new__) is not types.FunctionType)
-        return base.__new__(cls, *args)
+    def init(made: Any, *args: Any, **kwargs: Any) -> None:
+        super(owner, made).__init__(*args, **kwargs)
 
-
-def exception(cls: type, args: tuple) -> BaseException:
-    """``cls(*args)``, as pickle makes an exception, or where its ``__init__`` wants other
-    arguments than the ``args`` it kept, the exception made without it (``args`` set)."""
-    try:
-        return cls(*args)
-    except Exception:
-        return cls.__new__(cls, *args)
-
-
-def exception_state(exception: BaseException, state: tuple) -> None:
-    """State setter of an exception (``graph._exception_reduce``): its own state, then its cause
-    and context."""
-    attributes, cause, context, suppress = state
-    if attributes:
-        exception.__setstate__(attributes)
-    exception.__cause__, exception.__context__ = cause, context
-    exception.__suppress_context__ = suppress
+    return init
 
 
 def cached_property(function: Any, name: str | None) -> Any:

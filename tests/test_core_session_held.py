@@ -200,26 +200,48 @@ class Crop(Plugin, tag="crop"):
     pass
 
 step = Crop()
+
+MODELS = []
+
+class Registered(type):
+    def __new__(meta, name, bases, namespace):
+        made = super().__new__(meta, name, bases, namespace)
+        MODELS.append(name)
+        return made
+
+    def __init__(cls, name, bases, namespace):
+        super().__init__(name, bases, namespace)
+        cls.made_by = "Registered"
+
+class Model(metaclass=Registered):
+    pass
+
+class Small(Model):
+    pass
 """
 
 OBSERVE_REGISTRIES = ("print(json.dumps([Plugin.registry, [c.tag for c in (Resize, Crop)], "
-                      "type(step) is Crop, isinstance(step, Plugin)]))")
+                      "type(step) is Crop, isinstance(step, Plugin), MODELS, Small.made_by]))")
 
 
 def test_a_registry_filled_by_init_subclass_is_what_it_was(start_kernel):
-    """A notebook's classes are made again at the resume; a base's ``__init_subclass__`` then ran
-    again: a plugin registry listed every class twice, while the verdict said ``exact``, and one
-    whose hook takes a class keyword (``class Crop(Plugin, tag="crop")``) failed to load, as the
-    keyword is not pickled. What the hook did is in the snapshot: it does not run again."""
+    """A notebook's classes are made again at the resume; a base's ``__init_subclass__`` and a
+    metaclass's ``__new__`` and ``__init__`` then ran again: a plugin registry listed every class
+    twice, while the verdict said ``exact``, and a class whose hook takes a class keyword (``class
+    Crop(Plugin, tag="crop")``) failed to load, as the keyword is not pickled. What the hooks did
+    is in the snapshot: they do not run again."""
     a = start_kernel()
     a.run(REGISTRIES)
     before = a.run_json(OBSERVE_REGISTRIES)
-    assert before == [["resize", "crop"], ["resize", "crop"], True, True]
+    assert before == [["resize", "crop"], ["resize", "crop"], True, True, ["Model", "Small"],
+                      "Registered"]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     assert b.run_json(OBSERVE_REGISTRIES) == before
-    b.run("class Flip(Plugin, tag='flip'):\n    pass")  # defining one after the resume still runs it
-    assert b.run_json("print(json.dumps(Plugin.registry))") == ["resize", "crop", "flip"]
+    # defining one after the resume still runs them
+    b.run("class Flip(Plugin, tag='flip'):\n    pass\nclass Large(Model):\n    pass")
+    assert b.run_json("print(json.dumps([Plugin.registry, MODELS, Large.made_by]))") == [
+        ["resize", "crop", "flip"], ["Model", "Small", "Large"], "Registered"]
 
 
 def test_finding_patches_is_quiet_on_libraries_that_patch_nothing():
