@@ -101,7 +101,7 @@ class _GraphPickler(cloudpickle.Pickler):
         self.note = RecordNote()
         self._app_saving: set[int] = set()
         self._forwarding: dict[type, bool] = {}  # _forwards_attributes, once per class
-        self._own_new: dict[type, bool] = {}  # a __new__ written in Python, once per class
+        self._making: dict[type, str] = {}  # _how_made, once per class
 
     def reducer_override(self, obj: object) -> Any:
         """Called by pickle for every non-atomic object not yet in the memo: keep it lean."""
@@ -157,11 +157,11 @@ class _GraphPickler(cloudpickle.Pickler):
             forwards = self._forwarding[kind] = _forwards_attributes(kind)
         if forwards:
             return _with_dict_set_directly(obj)
-        own_new = self._own_new.get(kind)
-        if own_new is None:
-            own_new = self._own_new[kind] = type(getattr(kind, "__new__", None)) is types.FunctionType
-        if own_new and not isinstance(obj, type):
-            reduced = _made_past_its_new(obj)
+        made = self._making.get(kind)
+        if made is None:
+            made = self._making[kind] = _how_made(kind)
+        if made and not isinstance(obj, type):
+            reduced = _made_past_its_new(obj) if made == "new" else _made_past_its_init(obj)
             if reduced is not None:
                 return reduced
         reduced = super().reducer_override(obj)
@@ -235,7 +235,35 @@ def _exception_reduce(exception: BaseException, note: RecordNote) -> tuple | Non
             "its type, message, cause and context, without its traceback"))
     state = (reduced[2] if len(reduced) > 2 else None, exception.__cause__,
              exception.__context__, exception.__suppress_context__)
-    return rebuild.exception, (reduced[0], reduced[1]), state, None, None, rebuild.exception_state
+    return rebuild.instance_of, (reduced[0], reduced[1]), state, None, None, rebuild.exception_state
+
+
+def _how_made(kind: type) -> str:
+    """``"new"``: the class has a ``__new__`` written in Python (``_made_past_its_new``);
+    ``"init"``: it pickles with a base's ``__reduce__``, which may ask to call the class with what
+    its own ``__init__`` does not take, and may leave out what is set on the instance
+    (``_made_past_its_init``); ``""``: pickled as it is."""
+    if type(getattr(kind, "__new__", None)) is types.FunctionType:
+        return "new"
+    base = rebuild.reducing_base(kind)
+    return "init" if base is not kind and base is not object else ""
+
+
+def _made_past_its_init(obj: object) -> tuple | None:
+    """An instance its base's ``__reduce__`` makes by calling its class (``OrderedDict``,
+    ``Counter``, ``deque``, ``defaultdict``), made by ``rebuild.instance_of``: the same call, or
+    where the class's ``__init__`` wants other arguments, as the base makes one. Such an instance
+    (``class Vocab(OrderedDict)`` whose ``__init__`` takes the tokens) was saved and then not
+    restored. The attributes set on it travel too, where the base's reduction leaves them out
+    (``Counter``'s, ``defaultdict``'s)."""
+    reduced = obj.__reduce_ex__(PROTOCOL)
+    if not isinstance(reduced, tuple) or reduced[0] is not type(obj):
+        return None
+    state = reduced[2] if len(reduced) > 2 else None
+    attributes = getattr(obj, "__dict__", None)
+    if state is None and attributes:  # Counter's and defaultdict's drop what is set on them
+        state = dict(attributes)
+    return (rebuild.instance_of, (reduced[0], reduced[1]), state, *reduced[3:])
 
 
 def _made_past_its_new(obj: object) -> tuple | None:

@@ -157,6 +157,47 @@ def _passing_on(owner: type, name: str) -> Any:
     return init
 
 
+def new_object(cls: type, args: tuple) -> Any:
+    """``cls.__new__(cls, *args)`` as pickle calls it, or where that ``__new__`` (written in
+    Python) wants other arguments, the ``__new__`` of the nearest base that is not written in
+    Python (``tuple.__new__(Point, (1, 2))``); the state is set on it after, as pickle does."""
+    try:
+        return cls.__new__(cls, *args)
+    except TypeError:
+        base = next(b for b in cls.__mro__[1:] if type(b.__new__) is not types.FunctionType)
+        return base.__new__(cls, *args)
+
+
+def instance_of(cls: type, args: tuple) -> Any:
+    """``cls(*args)``, as the ``__reduce__`` of one of its bases asks, or where the class's own
+    ``__init__`` wants other arguments (``Vocab(tokens)`` over an ``OrderedDict``, ``Counts(text,
+    min_count)`` over a ``Counter``, ``MyError(code, detail)`` passing only ``code`` on), the
+    instance made as that base makes one (its ``__new__`` and ``__init__`` with ``args``); the
+    state is set on it after, as pickle does."""
+    try:
+        return cls(*args)
+    except Exception:
+        base = reducing_base(cls)
+        made = base.__new__(cls, *args)
+        base.__init__(made, *args)
+        return made
+
+
+def reducing_base(cls: type) -> type:
+    """The class whose ``__reduce__`` (or ``__reduce_ex__``) ``cls`` pickles with."""
+    return next(b for b in cls.__mro__ if "__reduce__" in vars(b) or "__reduce_ex__" in vars(b))
+
+
+def exception_state(exception: BaseException, state: tuple) -> None:
+    """State setter of an exception (``graph._exception_reduce``): its own state, then its cause
+    and context."""
+    attributes, cause, context, suppress = state
+    if attributes:
+        exception.__setstate__(attributes)
+    exception.__cause__, exception.__context__ = cause, context
+    exception.__suppress_context__ = suppress
+
+
 def cached_property(function: Any, name: str | None) -> Any:
     """A ``functools.cached_property`` over ``function``, cached under ``name`` as ``__set_name__``
     made it (a class pickled by value gets its attributes set, not named: before Python 3.12 the

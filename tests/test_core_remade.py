@@ -5,10 +5,14 @@ probe). A drawing context whose image no longer shows its pixels is named, and s
 pools, with a reason a user can act on (a ``ProcessPoolExecutor`` was named with pickle's
 "Pickling an AuthenticationString object is disallowed"). Instances of classes with a
 ``__new__`` of their own that wants other arguments than pickle passes (``Point(x, y)`` over a
-tuple) were saved and then not restored: they come back. In process, on a local store."""
+tuple) were saved and then not restored: they come back, and so do subclasses of containers
+whose ``__init__`` takes other arguments than their base's ``__reduce__`` gives
+(``Vocab(tokens)`` over an ``OrderedDict``), with the attributes set on them (a ``Counter``'s
+reduction leaves them out: lost silently). In process, on a local store."""
 
 from __future__ import annotations
 
+import collections
 import random
 import struct
 from concurrent.futures import ProcessPoolExecutor
@@ -121,3 +125,49 @@ def test_instances_of_a_class_with_its_own_new_come_back(tmp_path):
     assert restored["celsius"] == 3.5 and restored["celsius"].unit == "C"
     assert restored["needs"].need == 5
     assert restored["cached"] is Cached.made
+
+
+class Vocab(collections.OrderedDict):
+    def __init__(self, tokens: list[str]):
+        super().__init__((token, index) for index, token in enumerate(tokens))
+
+
+class Counts(collections.Counter):
+    def __init__(self, text: str, min_count: int):
+        super().__init__(text.split())
+        self.min_count = min_count
+
+
+class History(collections.deque):
+    def __init__(self, size: int):
+        super().__init__(maxlen=size)
+
+
+class Tree(collections.defaultdict):
+    def __init__(self):
+        super().__init__(Tree)
+
+
+class Tally(collections.Counter):
+    """No ``__init__`` of its own: its attributes were the loss."""
+
+
+def test_container_subclasses_come_back_with_their_attributes(tmp_path):
+    history = History(3)
+    history.extend([1, 2, 3, 4])
+    tree = Tree()
+    tree["a"]["b"] = 1
+    tree.label = "root"
+    tally = Tally("a b a".split())
+    tally.itos = ["a", "b"]
+    namespace = {"vocab": Vocab(["a", "b"]), "counts": Counts("a b a", 2), "history": history,
+                 "tree": tree, "tally": tally}
+    restored, result, report = _resumed(namespace, tmp_path)
+    assert result.skipped == [] and report.verdict["level"] == "exact", report.verdict
+    assert type(restored["vocab"]) is Vocab and list(restored["vocab"].items()) == [("a", 0),
+                                                                                  ("b", 1)]
+    assert restored["counts"] == {"a": 2, "b": 1} and restored["counts"].min_count == 2
+    assert list(restored["history"]) == [2, 3, 4] and restored["history"].maxlen == 3
+    assert type(restored["tree"]["a"]) is Tree and restored["tree"]["a"]["b"] == 1
+    assert restored["tree"].label == "root" and type(restored["tree"]["new"]) is Tree
+    assert restored["tally"] == {"a": 2, "b": 1} and restored["tally"].itos == ["a", "b"]
