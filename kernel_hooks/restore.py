@@ -222,8 +222,10 @@ def _restore(
             del namespace[name]
     result.restored = list(restored)
     result.modules = [n for n, v in restored.items() if weak_references.is_a(v, types.ModuleType)]
+    state = loaded.get(SESSION_RECORD)
+    if isinstance(state, dict):
+        session_state.continue_hook_ids(state)
     if only is None:
-        state = loaded.get(SESSION_RECORD)
         if isinstance(state, dict):
             lost: list[str] = []
             session_state.restore(state, lost)

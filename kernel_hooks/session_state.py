@@ -69,8 +69,28 @@ def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
         "env_unset": [n for n in env_before if n not in os.environ],
         "execution_count": execution_count,
         "hash_seed": hash_seed(),
+        "torch_hook_id": getattr(_removable_handle(), "next_id", None),
     }
     return state, skipped
+
+
+def _removable_handle() -> Any:
+    return getattr(sys.modules.get("torch.utils.hooks"), "RemovableHandle", None)
+
+
+def continue_hook_ids(state: dict[str, Any]) -> None:
+    """torch numbers every hook it registers from one counter (``RemovableHandle.next_id``,
+    torch/utils/hooks.py) and keys each module's and tensor's hook dict by that number. A fresh
+    process counts from 0, so the first hook registered after a resume took the number of a
+    restored one and replaced it in its dict (the pruning tutorial cut after its first pruning:
+    pruning the bias replaced the weight's pruning hook, silently). The counter goes on from
+    where the session left it. Applied whatever the resume restores (``--only`` too)."""
+    counted = state.get("torch_hook_id")
+    if counted:
+        import torch.utils.hooks
+
+        handle = torch.utils.hooks.RemovableHandle
+        handle.next_id = max(handle.next_id, counted)
 
 
 def without_credentials(history: list[str]) -> list[str]:
