@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import locale
 import logging
 import os
 import signal
@@ -531,12 +532,27 @@ def _restore_shown_once(shown: dict[str, list[tuple[str, tuple]]]) -> str | None
 
 def _python_settings_now() -> dict[str, Any]:
     """The recursion limit, the int-to-str digit limit (3.11+), the cyclic collector's switch and
-    thresholds, the process's umask (the permissions of every file it creates)."""
+    thresholds, the process's umask (the permissions of every file it creates), its resource
+    limits (``RLIMIT_NOFILE`` raised for DataLoader workers: "too many open files") and its
+    locale (``setlocale`` without a value reads it)."""
     now: dict[str, Any] = {"recursion_limit": sys.getrecursionlimit(),
-                           "gc": (gc.isenabled(), gc.get_threshold()), "umask": _umask()}
+                           "gc": (gc.isenabled(), gc.get_threshold()), "umask": _umask(),
+                           "rlimits": _rlimits(), "locale": locale.setlocale(locale.LC_ALL)}
     if hasattr(sys, "get_int_max_str_digits"):
         now["int_max_str_digits"] = sys.get_int_max_str_digits()
     return now
+
+
+#: The resource limits a session may change (``resource.RLIMIT_*``), by name.
+_RLIMITS = ("RLIMIT_NOFILE", "RLIMIT_STACK", "RLIMIT_CORE", "RLIMIT_AS", "RLIMIT_DATA",
+            "RLIMIT_NPROC", "RLIMIT_MEMLOCK")
+
+
+def _rlimits() -> dict[str, tuple[int, int]]:
+    import resource
+
+    return {name: resource.getrlimit(getattr(resource, name)) for name in _RLIMITS
+            if hasattr(resource, name)}
 
 
 def _umask() -> int:
@@ -582,14 +598,29 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
 
         multiprocessing.set_start_method(method, force=True)
 
+    def rlimits(limits: dict[str, tuple[int, int]]) -> None:
+        import resource
+
+        now = _rlimits()
+        for name, limit in limits.items():
+            if now.get(name) != tuple(limit):
+                resource.setrlimit(getattr(resource, name), tuple(limit))
+
+    def locale_setting(setting: str) -> None:
+        try:
+            locale.setlocale(locale.LC_ALL, setting)
+        except locale.Error as exc:  # not installed on this pod
+            raise ValueError(exc) from None
+
     setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector, "umask": os.umask,
+               "rlimits": rlimits, "locale": locale_setting,
                "int_max_str_digits": getattr(sys, "set_int_max_str_digits", None),
                "decimal_context": decimal_context, "start_method": start_method}
     refused = []
     for key, value in changed.items():
         try:
             setters[key](value)
-        except (KeyError, RecursionError, TypeError, ValueError) as exc:
+        except (KeyError, RecursionError, TypeError, ValueError, OSError) as exc:
             refused.append(f"{key} ({exc})")
     return f"not accepted here: {', '.join(refused)}" if refused else None
 

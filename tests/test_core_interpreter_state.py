@@ -182,7 +182,10 @@ SESSION = [
     # the process's own: umask, time zone, signal handlers (a notebook's, an ignored signal)
     "import os, signal, time\nos.umask(0o027); os.environ['TZ'] = 'Asia/Tokyo'; time.tzset()\n"
     "def on_usr1(number, frame):\n    print('usr1', number)\n"
-    "signal.signal(signal.SIGUSR1, on_usr1); signal.signal(signal.SIGUSR2, signal.SIG_IGN)",
+    "signal.signal(signal.SIGUSR1, on_usr1); signal.signal(signal.SIGUSR2, signal.SIG_IGN)\n"
+    "import locale, resource\nlocale.setlocale(locale.LC_ALL, 'C')\n"
+    "_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (_soft - 1, _hard))",
     # IPython
     "%load_ext autoreload",
     "%autoreload 2",
@@ -259,7 +262,9 @@ print(json.dumps({
                __import__('gc').get_threshold(), sys.get_int_max_str_digits()],
     "process": [oct((lambda m: (os.umask(m), m)[1])(os.umask(0))), time.tzname,
                 time.localtime(0).tm_hour, signal.getsignal(signal.SIGUSR1).__name__,
-                signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN],
+                signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN,
+                __import__('locale').setlocale(__import__('locale').LC_ALL),
+                __import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE)[0]],
     "autoreload": [sorted(get_ipython().extension_manager.loaded),
                    _reloader.enabled, _reloader.check_all],
     "greedy": get_ipython().Completer.greedy,
@@ -277,9 +282,9 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     """Every built-in entry holds after resume as it did before the checkpoint (the figure's
     size, axes and pixels, the current figure and axes; tracebacks, warnings and getsource show
     the cell's file and lines, IPython names it ``Cell In[N]``); a kernel whose hash seed is not
-    the snapshot's says so in one line. The umask, a time zone set with ``time.tzset()`` and the
-    signal handlers the session set came back as the fresh process had them, while the verdict
-    said ``exact`` (found by a probe)."""
+    the snapshot's says so in one line. The umask, a time zone set with ``time.tzset()``, the
+    signal handlers, the locale and the resource limits the session set came back as the fresh
+    process had them, while the verdict said ``exact`` (found by a probe)."""
     a = start_kernel({"PYTHONHASHSEED": "1234"})  # as the server starts it (HashSeeds)
     a.run(f"LOG_PATH = {str(tmp_path / 'gke.log')!r}")
     counts = {}
@@ -295,7 +300,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["outputs"] == ["xxx", 42, 42, 42]
     assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
     assert before["aliases"] == ["echo hello %s", False]
-    assert before["process"] == ["0o27", ["JST", "JST"], 9, "on_usr1", True]
+    assert before["process"][:6] == ["0o27", ["JST", "JST"], 9, "on_usr1", True, "C"]
     out = a.run("%checkpoint")
     assert "interpreter state" not in out, out
     a.kill()
