@@ -781,6 +781,26 @@ def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
     return f"handlers not rebuilt: {', '.join(lost)}" if lost else None
 
 
+def _logging_switches() -> Any:
+    """``logging.disable(level)`` (what notebooks call to quiet every library) and
+    ``logging.captureWarnings(True)`` (warnings sent to the ``py.warnings`` logger), where set: a
+    fresh process has neither."""
+    switches = {}
+    if logging.root.manager.disable:
+        switches["disable"] = logging.root.manager.disable
+    if logging._warnings_showwarning is not None:  # set by captureWarnings(True) only
+        switches["capture_warnings"] = True
+    return switches or None
+
+
+def _restore_logging_switches(switches: dict[str, Any]) -> str | None:
+    if "disable" in switches:
+        logging.disable(switches["disable"])
+    if switches.get("capture_warnings"):
+        logging.captureWarnings(True)
+    return None
+
+
 def _shell() -> Any:
     if "IPython" not in sys.modules:
         return None
@@ -804,4 +824,5 @@ ENTRIES = (
     ("signal handlers", _signal_handlers, _restore_signal_handlers),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),
+    ("logging switches", _logging_switches, _restore_logging_switches),
 )

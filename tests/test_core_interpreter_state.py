@@ -99,6 +99,26 @@ def test_logging_handlers_are_rebuilt_once(tmp_path):
         logger.setLevel(logging.NOTSET)
 
 
+def test_logging_switches_travel():
+    """``logging.disable(level)`` (notebooks quiet every library so) and
+    ``logging.captureWarnings(True)`` came back off while the verdict said ``exact`` (found by a
+    probe): captured, set again, and nothing captured when neither is on."""
+    assert library_state._logging_switches() is None
+    logging.disable(logging.INFO)
+    logging.captureWarnings(True)
+    try:
+        switches = library_state._logging_switches()
+        assert switches == {"disable": logging.INFO, "capture_warnings": True}
+        logging.disable(logging.NOTSET)
+        logging.captureWarnings(False)
+        assert library_state._restore_logging_switches(switches) is None
+        assert logging.root.manager.disable == logging.INFO
+        assert library_state._logging_switches() == switches
+    finally:
+        logging.disable(logging.NOTSET)
+        logging.captureWarnings(False)
+
+
 def test_a_default_thread_count_stays_behind_and_a_chosen_one_travels(monkeypatch):
     """torch's thread count travels only where the session chose it: the count a fresh process
     starts with (the CPUs it may use, or ``OMP_NUM_THREADS``) stays behind, so a kernel resumed on
