@@ -651,11 +651,19 @@ def _signal_handlers() -> Any:
     ignored or set back to its default. A library's handler is the library's: it sets it again
     when it needs it (torch's SIGCHLD handler, at a DataLoader's next workers). One set outside
     Python cannot be read: left as the resumed kernel has it."""
-    changed = {signal.Signals(number).name: handler
+    changed = {_signal_name(number): handler
                for number, handler in _handlers_now().items()
                if handler is not None and handler != _HANDLERS_AT_START.get(number)
                and _the_sessions(handler)}
     return changed or None
+
+
+def _signal_name(number: int) -> str:
+    """``SIGTERM``; a real-time signal, which has no name in ``signal.Signals``, by number."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _the_sessions(handler: Any) -> bool:
@@ -672,7 +680,7 @@ def _restore_signal_handlers(handlers: dict[str, Any]) -> str | None:
     refused = []
     for name, handler in handlers.items():
         try:
-            signal.signal(getattr(signal, name), handler)
+            signal.signal(getattr(signal, name) if name.isidentifier() else int(name), handler)
         except (AttributeError, TypeError, ValueError, OSError) as exc:
             refused.append(f"{name} ({exc})")
     return f"not accepted here: {', '.join(refused)}" if refused else None

@@ -203,6 +203,7 @@ SESSION = [
     "import os, signal, time\nos.umask(0o027); os.environ['TZ'] = 'Asia/Tokyo'; time.tzset()\n"
     "def on_usr1(number, frame):\n    print('usr1', number)\n"
     "signal.signal(signal.SIGUSR1, on_usr1); signal.signal(signal.SIGUSR2, signal.SIG_IGN)\n"
+    "signal.signal(signal.SIGRTMIN + 1, on_usr1)  # a real-time signal: no name in Signals\n"
     "import locale, resource\nlocale.setlocale(locale.LC_ALL, 'C')\n"
     "_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
     "resource.setrlimit(resource.RLIMIT_NOFILE, (_soft - 1, _hard))",
@@ -283,6 +284,7 @@ print(json.dumps({
     "process": [oct((lambda m: (os.umask(m), m)[1])(os.umask(0))), time.tzname,
                 time.localtime(0).tm_hour, signal.getsignal(signal.SIGUSR1).__name__,
                 signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN,
+                signal.getsignal(signal.SIGRTMIN + 1).__name__,
                 __import__('locale').setlocale(__import__('locale').LC_ALL),
                 __import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE)[0]],
     "autoreload": [sorted(get_ipython().extension_manager.loaded),
@@ -320,7 +322,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["outputs"] == ["xxx", 42, 42, 42]
     assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
     assert before["aliases"] == ["echo hello %s", False]
-    assert before["process"][:6] == ["0o27", ["JST", "JST"], 9, "on_usr1", True, "C"]
+    assert before["process"][:7] == ["0o27", ["JST", "JST"], 9, "on_usr1", True, "on_usr1", "C"]
     out = a.run("%checkpoint")
     assert "interpreter state" not in out, out
     a.kill()
