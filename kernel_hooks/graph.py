@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
+import enum
 import functools
 import gc
 import io
@@ -243,6 +244,8 @@ def _how_made(kind: type) -> str:
     ``"init"``: it pickles with a base's ``__reduce__``, which may ask to call the class with what
     its own ``__init__`` does not take, and may leave out what is set on the instance
     (``_made_past_its_init``); ``""``: pickled as it is."""
+    if issubclass(kind, enum.Enum):  # a member pickles as a lookup by value: the very member
+        return ""
     if type(getattr(kind, "__new__", None)) is types.FunctionType:
         return "new"
     base = rebuild.reducing_base(kind)

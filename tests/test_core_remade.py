@@ -16,6 +16,7 @@ import collections
 import random
 import struct
 from concurrent.futures import ProcessPoolExecutor
+from http import HTTPStatus
 from multiprocessing.pool import ThreadPool
 
 from PIL import Image, ImageDraw
@@ -118,13 +119,14 @@ class Cached:
 
 def test_instances_of_a_class_with_its_own_new_come_back(tmp_path):
     namespace = {"point": Point(1, 2), "celsius": Celsius(3.5, "C"), "needs": Needs(5),
-                 "cached": Cached()}
+                 "cached": Cached(), "status": HTTPStatus.OK}
     restored, result, report = _resumed(namespace, tmp_path)
     assert result.skipped == [] and report.verdict["level"] == "exact", report.verdict
     assert type(restored["point"]) is Point and restored["point"] == (1, 2)
     assert restored["celsius"] == 3.5 and restored["celsius"].unit == "C"
     assert restored["needs"].need == 5
     assert restored["cached"] is Cached.made
+    assert restored["status"] is HTTPStatus.OK  # an enum member: the very member, untouched
 
 
 class Vocab(collections.OrderedDict):
