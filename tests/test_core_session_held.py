@@ -138,6 +138,14 @@ tqdm.pandas(disable=True)  # sets DataFrame.progress_apply and friends on pandas
 df = pd.DataFrame({"a": range(5)})
 import builtins
 builtins.DEBUG_LEVEL = 3  # every module sees it
+
+@pd.api.extensions.register_dataframe_accessor("stats")  # pandas' descriptor over this class
+class Stats:
+    def __init__(self, frame):
+        self._frame = frame
+
+    def total(self):
+        return int(self._frame.to_numpy().sum())
 with open(PATH, "w") as _f:
     _f.write("x")
 """
@@ -149,22 +157,23 @@ OBSERVE_LIBRARIES = r"""
 print(json.dumps({
     "progress_apply": df.progress_apply(lambda c: c * 2, axis=0)["a"].tolist(),
     "builtins": DEBUG_LEVEL,
+    "accessor": df.stats.total(),
 }))
 """
 
 
 def test_library_patches_warnings_and_closed_files_are_what_they_were(start_kernel, tmp_path):
     """``tqdm.pandas()``'s attributes on pandas' classes come back, and a name set on
-    ``builtins`` (it was lost while the verdict said ``exact``, found by a probe); a warning torch
-    already showed is not shown again, neither after ``%checkpoint`` in the same kernel nor in the
-    resumed one; the closed file ``with open(...) as _f`` leaves comes back closed, with its name
-    and mode (it was named as not restored, which made every such notebook ``partial``), and its
-    file is not touched."""
+    ``builtins`` and a pandas accessor of the notebook (each was lost while the verdict said
+    ``exact``, found by probes); a warning torch already showed is not shown again, neither
+    after ``%checkpoint`` in the same kernel nor in the resumed one; the closed file ``with
+    open(...) as _f`` leaves comes back closed, with its name and mode (it was named as not
+    restored, which made every such notebook ``partial``), and its file is not touched."""
     a = start_kernel()
     a.run(f"PATH = {str(tmp_path / 'notes.txt')!r}")
     a.run(LIBRARY_SESSION)
     before = a.run_json(OBSERVE_LIBRARIES)
-    assert before == {"progress_apply": [0, 2, 4, 6, 8], "builtins": 3}
+    assert before == {"progress_apply": [0, 2, 4, 6, 8], "builtins": 3, "accessor": 10}
     # shown once; not again until the filters change (tqdm's progress_apply changes them)
     assert "dropout option" in a.run(WARNS) and "dropout option" not in a.run(WARNS)
     out = a.run("%checkpoint")
