@@ -264,10 +264,13 @@ def _wraps_notebook_code(value: Any) -> bool:
     of the notebook: what ``pd.api.extensions.register_dataframe_accessor("geo")`` sets on
     ``DataFrame`` (pandas' accessor descriptor over the notebook's class). It was lost at the
     resume while the verdict said ``exact``."""
-    attributes = getattr(value, "__dict__", None)
+    try:  # a library object may refuse even this (pydantic's raise on a bare BaseModel)
+        attributes = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return False
     return type(attributes) is dict and any(
         (type(held) is _FUNCTION or isinstance(held, type)) and held.__module__ == NOTEBOOK
-        for held in attributes.values())
+        for held in list(attributes.values()))
 
 
 def _foreign(package: str | None, origin: Any) -> bool:
