@@ -143,7 +143,7 @@ class _GraphPickler(cloudpickle.Pickler):
                 self.note.modules.add(module.split(".", 1)[0])
         if kind is types.CodeType:
             return _code_in_its_file(obj)
-        if isinstance(obj, BaseException):
+        if isinstance(obj, BaseException) and kind not in self.dispatch_table:
             reduced = _exception_reduce(obj, self.note)
             if reduced is not None:
                 return reduced
@@ -159,8 +159,8 @@ class _GraphPickler(cloudpickle.Pickler):
         if forwards:
             return _with_dict_set_directly(obj)
         made = self._making.get(kind)
-        if made is None:
-            made = self._making[kind] = _how_made(kind)
+        if made is None:  # a reducer registered for the type (copyreg.pickle) goes first
+            made = self._making[kind] = "" if kind in self.dispatch_table else _how_made(kind)
         if made and not isinstance(obj, type):
             reduced = _made_past_its_new(obj) if made == "new" else _made_past_its_init(obj)
             if reduced is not None:

@@ -173,3 +173,25 @@ def test_container_subclasses_come_back_with_their_attributes(tmp_path):
     assert type(restored["tree"]["a"]) is Tree and restored["tree"]["a"]["b"] == 1
     assert restored["tree"].label == "root" and type(restored["tree"]["new"]) is Tree
     assert restored["tally"] == {"a": 2, "b": 1} and restored["tally"].itos == ["a", "b"]
+
+
+class Registered(tuple):
+    """A class the session taught pickle itself (``copyreg.pickle``): its reducer is used."""
+
+    def __new__(cls, x: int, y: int):
+        return super().__new__(cls, (x, y))
+
+
+def _registered(value: Registered) -> tuple:
+    return Registered, (value[0] * 10, value[1] * 10)  # tells the copy by its values
+
+
+def test_a_reducer_the_session_registered_goes_first(tmp_path):
+    import copyreg
+
+    copyreg.pickle(Registered, _registered)
+    try:
+        restored, result, _ = _resumed({"pair": Registered(1, 2)}, tmp_path)
+    finally:
+        del copyreg.dispatch_table[Registered]
+    assert result.skipped == [] and restored["pair"] == (10, 20)
