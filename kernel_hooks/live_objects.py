@@ -82,6 +82,12 @@ LOCKS = (_thread.LockType, _thread.RLock, type(threading.RLock()), threading._RL
 #: ``sys`` attributes whose stream, wherever the session holds it (a progress bar's output, a
 #: handler's stream), is the resumed process's own: it pickles by that name.
 STANDARD_STREAMS = ("stdout", "stderr", "stdin", "__stdout__", "__stderr__", "__stdin__")
+#: Process pools (``multiprocessing.pool.ThreadPool`` is a ``Pool`` too), by module: named with
+#: ``WORKER_POOL``; their own pickling fails with an obscure error ("Pickling an
+#: AuthenticationString object is disallowed").
+PROCESS_POOLS = (("concurrent.futures.process", "ProcessPoolExecutor"),
+                 ("multiprocessing.pool", "Pool"))
+WORKER_POOL = "a worker pool: its workers stay on this pod (create it again after the resume)"
 #: Every stream, ``io``'s and those built on it (``gzip.GzipFile``): the C base class, whose
 #: ``isinstance`` check costs what a plain class's does (``io.IOBase`` is an ABC).
 STREAMS = _io._IOBase
@@ -235,10 +241,13 @@ class LiveObjects:
         self._temporary = getattr(sys.modules.get("tempfile"), "TemporaryDirectory", None)
         self._thread_pool = getattr(sys.modules.get("concurrent.futures.thread"),
                                     "ThreadPoolExecutor", None)
+        self._process_pools = tuple(
+            pool for module, name in PROCESS_POOLS
+            if (pool := getattr(sys.modules.get(module), name, None)) is not None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
                                       self._memmap, self._csv_writer, self._temporary,
                                       self._thread_pool) if t
-                          ) + self._summary_writers + LOCKS + (STREAMS,)
+                          ) + self._summary_writers + self._process_pools + LOCKS + (STREAMS,)
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
 
@@ -310,6 +319,8 @@ class LiveObjects:
             return _csv_writer_reduce(obj)
         if self._thread_pool is not None and isinstance(obj, self._thread_pool):
             return _thread_pool_reduce(obj)
+        if isinstance(obj, self._process_pools):
+            return None, WORKER_POOL
         return None, None
 
 
@@ -466,12 +477,13 @@ def _closed_stream_reduce(stream: Any) -> tuple[tuple | None, str | None]:
     """A closed stream ``open()`` does not make (what ``with gzip.open(...) as f`` leaves in
     ``f``; one over memory aside, whose contents are gone): what it shows, its name and mode, on
     a closed file of the ``io`` module (a ``GzipFile`` becomes a ``BufferedReader``)."""
-    if isinstance(_raw_of(stream), IN_MEMORY):
+    raw = _raw_of(stream)
+    if isinstance(raw, IN_MEMORY):
         return None, None
     text = _text_settings(stream)
     mode = getattr(stream, "mode", None)
     try:
-        name = _raw_of(stream).name
+        name = raw.name
     except (AttributeError, ValueError):
         name = None
     mode = GZIP_MODES.get(mode, mode) if type(mode) is int else mode

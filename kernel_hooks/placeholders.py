@@ -16,7 +16,6 @@ import io
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 import types
 
@@ -33,11 +32,6 @@ _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
 )
 
 
-#: Worker pools, looked up where loaded (their own pickling fails with an obscure error:
-#: ``Pickling an AuthenticationString object is disallowed``).
-_PROCESS_POOLS = (("concurrent.futures.process", "ProcessPoolExecutor"),
-                  ("multiprocessing.pool", "Pool"))
-
 #: Streams that hold their data in memory: they pickle (contents and position) while open.
 IN_MEMORY = (io.BytesIO, io.StringIO)
 SHOWN_CHARS = 120
@@ -50,10 +44,6 @@ def uncapturable_reason(obj: object) -> str | None:
     for kinds, reason in _REASONS:
         if isinstance(obj, kinds):
             return reason
-    for module, name in _PROCESS_POOLS:
-        pool = getattr(sys.modules.get(module), name, None)
-        if pool is not None and isinstance(obj, pool):
-            return "a worker pool: its workers stay on this pod (create it again after the resume)"
     return None
 
 

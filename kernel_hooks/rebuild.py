@@ -366,26 +366,27 @@ RECOMPUTING_HOOKS = {"torch.nn.utils.spectral_norm": "SpectralNorm",
 
 def recomputing_hooks() -> tuple[type, ...]:
     """The classes of ``RECOMPUTING_HOOKS`` loaded now."""
-    return tuple(hook for module, name in RECOMPUTING_HOOKS.items()
-                 if (hook := getattr(sys.modules.get(module), name, None)) is not None)
+    return tuple(hook for module in RECOMPUTING_HOOKS if (hook := _hook_class(module)))
 
 
-def _pruning() -> Any:
-    return getattr(sys.modules.get("torch.nn.utils.prune"), "BasePruningMethod", ())
+def _hook_class(module: str) -> Any:
+    """The ``RECOMPUTING_HOOKS`` class of ``module``, or ``()`` where it is not loaded (an
+    ``isinstance`` of nothing)."""
+    return getattr(sys.modules.get(module), RECOMPUTING_HOOKS[module], ())
 
 
 def hook_attribute(hook: Any) -> str | None:
     """The module attribute a ``spectral_norm``/``weight_norm`` hook or a pruning method sets."""
-    return getattr(hook, "_tensor_name" if isinstance(hook, _pruning()) else "name", None)
+    pruning = isinstance(hook, _hook_class("torch.nn.utils.prune"))
+    return getattr(hook, "_tensor_name" if pruning else "name", None)
 
 
 def hook_weight(hook: Any, module: Any) -> Any:
     """The weight such a hook computes from ``module`` (a spectral norm without its power
     iteration)."""
-    if isinstance(hook, _pruning()):
+    if isinstance(hook, _hook_class("torch.nn.utils.prune")):
         return hook.apply_mask(module)
-    spectral = getattr(sys.modules.get("torch.nn.utils.spectral_norm"), "SpectralNorm", ())
-    if isinstance(hook, spectral):
+    if isinstance(hook, _hook_class("torch.nn.utils.spectral_norm")):
         return hook.compute_weight(module, do_power_iteration=False)
     return hook.compute_weight(module)
 

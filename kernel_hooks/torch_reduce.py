@@ -63,9 +63,9 @@ A tensor computed from others holds its autograd graph (``grad_fn``), which no p
 it comes back as a leaf. Where that graph could still be used (a ``loss`` cut before its
 ``backward()``, which then reached no parameter while the verdict said ``exact``), it is noted;
 a graph ``backward()`` already freed is not (``_graph_used``). A module's weight set by its
-``spectral_norm``/``weight_norm`` hook (the older API) is the exception: where the hook computes
-the same weight from what is saved, the resume computes it again, graph and all
-(``_recomputed_reduce``).
+``spectral_norm``/``weight_norm`` hook (the older API) or by a pruning of
+``torch.nn.utils.prune`` is the exception: where the hook computes the same weight from what is
+saved, the resume computes it again, graph and all (``_recomputed_reduce``).
 
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
@@ -391,11 +391,10 @@ def _recomputed_reduce(module: Any, kinds: tuple[type, ...]) -> tuple | None:
     the last call, or whose pruning set it from ``weight_orig`` and ``weight_mask``: that weight
     holds an autograd graph back to the module's parameters, which no pickling carries (a
     forward run without ``backward()``, a model pruned and not yet run, left the session
-    ``partial``). Where
-    the hook computes the same weight again from what is saved (the parameters, and a spectral
-    norm's ``u`` and ``v`` after their last power iteration), the weight is left out and the
-    resume computes it again, graph and all (``rebuild.recomputed_module``); else None (it
-    travels as it is, its graph named)."""
+    ``partial``). Where the hook computes the same weight again from what is saved (the
+    parameters, and a spectral norm's ``u`` and ``v`` after their last power iteration), the
+    weight is left out and the resume computes it again, graph and all
+    (``rebuild.recomputed_module``); else None (it travels as it is, its graph named)."""
     names = [rebuild.hook_attribute(hook) for hook in module._forward_pre_hooks.values()
              if isinstance(hook, kinds) and _recomputes(hook, module)]
     if not names:
