@@ -37,10 +37,12 @@ are named with the other things left behind (``left_behind``).
 - A ``sqlite3.Connection`` to a database file that comes back with the pod (the home volume, the
   server root, ``extra_paths``: ``left_behind.comes_back``), with no open transaction and nothing
   attached, pickles as ``reopen_sqlite(path, isolation_level, row_factory)``: the resume opens
-  the same file again (a file missing then fails that record, named). An in-memory database, a
-  file elsewhere, uncommitted changes, attached databases or temporary tables are named. What a
-  connection holds that sqlite does not show (functions from ``create_function``, PRAGMAs set on
-  it) is not seen: docs/core.md says so.
+  the same file again (a file missing then fails that record, named). An in-memory database
+  travels as its bytes (``Connection.serialize``, Python 3.11+) and comes back as a new in-memory
+  database holding them (two connections that shared one, ``cache=shared``, come back with a
+  copy each). A file elsewhere, uncommitted changes, attached databases or temporary tables are
+  named. What a connection holds that sqlite does not show (functions from
+  ``create_function``, PRAGMAs set on it) is not seen: docs/core.md says so.
 - A file ``open()`` returned, still open, on a regular file that comes back (or ``os.devnull``)
   is opened again on it at resume (``reopen_file``): same mode, encoding and error handling, at
   the position it had, its buffer flushed at the checkpoint, and never truncated (a training
@@ -612,34 +614,44 @@ def _start_workers(loader: Any) -> None:
 
 
 def _connection_reduce(connection: Any) -> tuple[tuple | None, str | None]:
-    """``(reduce tuple, None)`` to reopen the connection's file, or ``(None, why not)``."""
+    """``(reduce tuple, None)`` to reopen the connection's file or to rebuild its in-memory
+    database from its bytes, or ``(None, why not)``."""
     try:
         databases = connection.execute("PRAGMA database_list").fetchall()
         temporary = connection.execute("SELECT count(*) FROM temp.sqlite_master").fetchone()[0]
     except Exception as exc:  # closed, or in use by another thread
         return None, f"a sqlite3 connection that cannot be read ({type(exc).__name__}: {exc})"
     main = next((row[2] for row in databases if row[1] == "main"), "")
-    if not main:
-        return None, "a sqlite3 connection to an in-memory database: its contents are lost"
-    shown = repr(main)[:120]
+    shown = repr(main)[:120] if main else "an in-memory database"
     if connection.in_transaction:
         return None, (f"a sqlite3 connection to {shown} with uncommitted changes: commit them "
                       "before the pause, or they are lost")
     if len(databases) > 2 or temporary:
         return None, (f"a sqlite3 connection to {shown} with attached databases or temporary "
                       "tables, which a reopened connection would not have")
+    settings = (connection.isolation_level, connection.row_factory)
+    if not main:
+        if not hasattr(connection, "serialize"):  # Python 3.10, or sqlite built without it
+            return None, ("a sqlite3 connection to an in-memory database, which this Python "
+                          "cannot serialize (3.11 can): its contents are lost")
+        return (reopen_sqlite, (":memory:", *settings, connection.serialize())), None
     if not comes_back(main):
         return None, (f"a sqlite3 connection to {shown}, outside the home volume: the next pod "
                       "will not have the file (keep it under the home directory)")
-    return (reopen_sqlite, (main, connection.isolation_level, connection.row_factory)), None
+    return (reopen_sqlite, (main, *settings)), None
 
 
-def reopen_sqlite(path: str, isolation_level: str | None, row_factory: Any) -> Any:
-    """At resume: the connection open again on its database file (never a new empty one)."""
+def reopen_sqlite(path: str, isolation_level: str | None, row_factory: Any,
+                  content: bytes | None = None) -> Any:
+    """At resume: the connection open again on its database file (never a new empty one), or,
+    with ``content`` (``Connection.serialize()`` at the checkpoint), a new in-memory database
+    holding those bytes."""
     import sqlite3
 
-    if not os.path.isfile(path):
+    if content is None and not os.path.isfile(path):
         raise FileNotFoundError(f"the sqlite3 database {path!r} is not here")
     connection = sqlite3.connect(path, isolation_level=isolation_level)
+    if content is not None:
+        connection.deserialize(content)
     connection.row_factory = row_factory
     return connection
