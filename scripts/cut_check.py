@@ -37,9 +37,11 @@ from fixtures_server import ServerProcess  # the tests' server subprocess
 SIGNING_KEY = "cut-check-key-" + "4" * 32
 #: Masked before comparing: object addresses, ipykernel's cell directory, and the elapsed time and
 #: rate of a tqdm bar (``[00:01<00:00, 94.2it/s]``), which differ between any two runs.
-#: So are the timings a ``transformers.Trainer`` logs (``'train_runtime': '2.885'``).
+#: So are the timings a ``transformers.Trainer`` logs (``'train_runtime': '2.885'``) and the
+#: time and process id that open a line of torch's logging (``W1206 13:00:03.795000 6390 ``).
 VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+|\[\d+:\d+<[^\]]*\]"
-                      r"|'\w*(?:runtime|per_second)': '[^']*'")
+                      r"|'\w*(?:runtime|per_second)': '[^']*'"
+                      r"|^[IWEF]\d{4} [\d:.]+ +\d+ ", re.M)
 
 
 def cells_of(script: Path) -> list[str]:
