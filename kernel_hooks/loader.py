@@ -29,7 +29,9 @@ for every read and every copy to a device.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import importlib
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -109,12 +111,17 @@ class StorageLoader:
         by_blob: dict[str, dict[int, list[str]]] = {}
         for key, ref in self.manifest.storages.items():
             by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
+        kinds = {ref.kind for ref in self.manifest.storages.values()}
+        if kinds:
+            _import_first("numpy")
         for digest in read_order(self.manifest, self._concurrency):
             entries = by_blob[digest]
             future = self._pool.submit(self._read_blob, digest, entries)
             for keys in entries.values():
                 for key in keys:
                     self._futures[key] = future
+        if "torch" in kinds:
+            _import_first("torch")  # while the mapped blobs are read
 
     def read_graph_blob(self) -> bytearray:
         """The graph pickle (the blob's single entry), read once into its own buffer."""
@@ -388,6 +395,19 @@ class StorageLoader:
             return host_view(_address(self._buffers[key]), nbytes)
         mapping, offset = self._mapped[key]
         return memoryview(mapping)[offset:offset + nbytes]
+
+
+def _import_first(package: str) -> None:
+    """Import ``package`` (numpy, torch: what the readers make host buffers with) on the
+    calling thread, the one that unpickles, before it imports any of its submodules. CPython
+    takes a submodule's import lock before it imports the parent (importlib._bootstrap,
+    ``_find_and_load``): while a reader imported numpy, the unpickler asking for
+    ``numpy._core.numeric`` held what the reader needed next and waited for what the reader
+    held; the deadlock check handed one of them a partly initialized module, and numpy was
+    broken in that kernel for good. Both importing the top-level package wait on one lock
+    instead. A package that is not installed here is left to fail the records that need it."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module(package)
 
 
 def read_order(manifest: Manifest, concurrency: int) -> list[str]:

@@ -323,3 +323,51 @@ def test_an_object_that_raises_when_looked_at_costs_only_itself(start_kernel):
     out = b.run("%resume")
     assert "not restored: hostile, nested" in out or "not restored: nested, hostile" in out, out
     assert b.run_json("print(json.dumps([kept, type(weird).__name__]))") == [[1, 2], "Weird"]
+
+
+SLOW_FIRST_IMPORTS = r"""
+import sys, threading, time
+
+class SlowInReaders:
+    '''Takes 0.5 s to find numpy's and torch's C extensions when a reader thread of the restore
+    imports them: the moment when the unpickler, on the main thread, asks for a submodule.'''
+    def find_spec(self, name, path=None, target=None):
+        if name in ("numpy._core._multiarray_umath", "torch._C") and \
+                threading.current_thread().name.startswith("gkeresume-read"):
+            time.sleep(0.5)
+        return None
+
+sys.meta_path.insert(0, SlowInReaders())
+print(sorted(m for m in ("numpy", "torch") if m in sys.modules))
+"""
+
+
+def test_first_imports_of_numpy_and_torch_do_not_race_the_readers(start_kernel):
+    """A resume in a fresh kernel imports numpy and torch for the first time: the blob readers
+    (threads) import them to make host buffers while the unpickler (the main thread) imports a
+    submodule its records name (``numpy._core.numeric`` for the saved RNG state,
+    ``torch.nn.modules.linear`` for a layer). CPython takes a
+    submodule's import lock before it imports the parent (importlib._bootstrap,
+    ``_find_and_load``), so the two threads each held what the other waited for; the deadlock
+    check broke the cycle by handing one a partly initialized module: "cannot import name
+    'asanyarray' from partially initialized module 'numpy._core.numeric'", the session state (RNG
+    states, cwd, environment) and every record needing numpy lost, and numpy unusable in that
+    kernel ("cannot load module more than once per process"). Seen in a probe that kept
+    ``torch._dynamo.config`` in a variable, which shifted the timing; here the readers' first
+    imports are slowed to pin the interleaving."""
+    kernel = start_kernel()
+    kernel.run("import numpy, torch\nnumpy.random.seed(3); torch.manual_seed(3)\n"
+               "layer = torch.nn.Linear(2, 2)  # its class: a submodule of torch\n"
+               "del numpy, torch  # the RNG states and the layer's class need them\n"
+               "steps = 7")
+    kernel.run("%checkpoint")
+    draws = ("import numpy, torch\n"
+             "print(numpy.random.rand(2), torch.rand(2), layer.weight.tolist(), steps)")
+    expected = kernel.run(draws)
+    kernel.kill()
+    fresh = start_kernel()
+    assert fresh.run(SLOW_FIRST_IMPORTS) == "[]\n"  # a fresh kernel: neither imported yet
+    resumed = fresh.run("%resume")
+    assert "(exact)" in resumed, resumed
+    assert "warning:" not in resumed and "not restored" not in resumed, resumed
+    assert fresh.run(draws) == expected
