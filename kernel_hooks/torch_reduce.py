@@ -75,6 +75,7 @@ from __future__ import annotations
 import contextlib
 import copyreg
 import functools
+import re
 import sys
 import types
 import warnings
@@ -90,6 +91,13 @@ if TYPE_CHECKING:
 LR_SCHEDULER_MARK = "_wrapped_by_lr_sched"
 #: torch's module-level hook dicts (torch/nn/modules/module.py ``register_module_*_hook``,
 #: torch/optim/optimizer.py ``register_optimizer_step_*_hook``), by module.
+#: A global torch.compile names: ``unique_id(prefix)`` of torch/_dynamo/bytecode_transformation.py
+#: (``f"{prefix}_{n}"``, a uuid after it with ``with_uuid``; every prefix starts with ``__``), or
+#: ``install_global_by_id`` of torch/_dynamo/output_graph.py (``f"{prefix}_{id(value)}_c{n}"``,
+#: the prefix empty or ``___unnamed_scope``: ``id`` must be the value's own).
+DYNAMO_NAME = re.compile(r"\A__\w+?_\d+(?:_[0-9a-f]{8}(?:_[0-9a-f]{4}){3}_[0-9a-f]{12})?\Z"
+                         r"|\A_(?:\w*_)?(?P<id>\d+)_c\d+\Z")
+
 GLOBAL_HOOKS = {
     "torch.nn.modules.module": (
         "_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called",
@@ -115,17 +123,25 @@ def dynamo_globals(namespace: Any) -> set[str]:
     (``__compiled_fn_3_...``, ``__resume_at_20_4``, ``__builtins_dict___2``, ...: each a
     ``CleanupHook`` of torch/_dynamo/utils.py ``CleanupManager``, removed with that code; and
     the ``__import_torch_dot_...`` module aliases). They are dynamo's, not the user's: a compile
-    in the resumed kernel installs its own."""
+    in the resumed kernel installs its own, and refuses a name that is there already ("Name ...
+    already exists in scope"). Also those no hook removes any more (graph breaks in an
+    optimizer step leave ``__builtins_dict___N`` behind), known by how dynamo makes their names
+    (``DYNAMO_NAME``)."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return set()
-    aliases = {name for name, value in list(namespace.items())  # symbolic_convert.py IMPORT_NAME
-               if name.startswith("__import_") and isinstance(value, types.ModuleType)}
+    names = set()
+    for name, value in list(namespace.items()):
+        made = DYNAMO_NAME.match(name)
+        if made and (made["id"] is None or int(made["id"]) == id(value)):
+            names.add(name)
+        elif name.startswith("__import_") and isinstance(value, types.ModuleType):
+            names.add(name)  # symbolic_convert.py IMPORT_NAME
     try:
         hooks = utils.CleanupManager.instance.values.values()
-        return aliases | {hook.name for group in hooks for hook in group if hook.scope is namespace}
+        return names | {hook.name for group in hooks for hook in group if hook.scope is namespace}
     except AttributeError:  # another torch's private names
-        return aliases
+        return names
 
 
 class TorchReductions:

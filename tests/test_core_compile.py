@@ -70,3 +70,54 @@ def json_line(text: str) -> object:
     import json
 
     return json.loads(text.strip().splitlines()[-1])
+
+
+TRAINING = r"""
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+opt = torch.optim.Adam(model.parameters())
+
+def train(mod, data):
+    opt.zero_grad(True)
+    loss = torch.nn.CrossEntropyLoss()(mod(data[0]), data[1])
+    loss.backward()
+    opt.step()
+    return loss
+
+def batch(i):
+    g = torch.Generator().manual_seed(i)
+    return torch.randn(16, 8, generator=g), torch.randint(4, (16,), generator=g)
+
+train_opt = torch.compile(train, backend="eager")
+losses = [round(train_opt(model, batch(i)).item(), 6) for i in range(2)]
+leaked = sorted(n for n in globals() if n.startswith("__builtins_dict__"))
+print(len(leaked) > 0)
+"""
+GOES_ON = ("import json\n"
+           "more = [round(train_opt(model, batch(i)).item(), 6) for i in range(2, 4)]\n"
+           "h = torch.compile(lambda t: t.sin() + 1, backend='eager')\n"
+           "print(json.dumps([losses, more, h(torch.zeros(2)).tolist()]))")
+
+
+def test_names_torch_compile_left_in_the_namespace_stay_behind(start_kernel):
+    """torch.compile puts globals into the namespace of the code it compiles, named by one
+    process-wide counter (torch/_dynamo/bytecode_transformation.py ``unique_id``:
+    ``__builtins_dict___3``, ``__compiled_fn_7_<uuid>``, ``__resume_at_52_10``), and refuses to
+    install a name that is there already (torch/_dynamo/utils.py ``CleanupHook.create``: "Name
+    ... already exists in scope"). Most are removed with their code (``CleanupManager``), but
+    graph breaks in an optimizer step leave ``__builtins_dict___N`` behind for good. Those were
+    saved as the user's and put back; the resumed kernel's counter starts at 0 again, so the
+    next compile, of the training step or of anything else, raised that AssertionError while
+    the verdict said ``exact`` (the torch.compile tutorial, cut after its compiled training)."""
+    kernel = start_kernel()
+    assert kernel.run(TRAINING).endswith("True\n")  # the names this is about are there
+    report = kernel.run("%checkpoint")
+    assert "__builtins_dict__" not in report
+    expected = kernel.run(GOES_ON)
+    kernel.kill()
+    fresh = start_kernel()
+    resumed = fresh.run("%resume")
+    assert "(exact)" in resumed and "__builtins_dict__" not in resumed, resumed
+    # the same losses; the resumed kernel compiles again, and torch's logging says so once
+    assert fresh.run(GOES_ON).splitlines()[-1] == expected.splitlines()[-1]
