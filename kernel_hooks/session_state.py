@@ -1,4 +1,4 @@
-"""Session state beside the objects: RNG states, cwd, sys.path additions, env changes, counts,
+"""Session state beside the objects: RNG states, cwd, sys.path changes, env changes, counts,
 and the string hash seed the kernel started with.
 
 ``remember_baseline()`` runs when the extension loads (at kernel start when auto-loaded): changes
@@ -64,7 +64,9 @@ def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
     state = {
         "rng": rng_states(),
         "cwd": os.getcwd(),
+        "sys_path": list(sys.path),
         "sys_path_added": [p for p in sys.path if p not in _baseline["sys_path"]],
+        "sys_path_removed": [p for p in _baseline["sys_path"] if p not in sys.path],
         "env_set": env_set,
         "env_unset": [n for n in env_before if n not in os.environ],
         "execution_count": execution_count,
@@ -103,6 +105,23 @@ def without_credentials(history: list[str]) -> list[str]:
     return credentials.scrub(history, [v for n, v in env.items() if credentials.env_looks_secret(n, v)])
 
 
+def _sys_path(state: dict[str, Any], here: list[str]) -> list[str]:
+    """``here`` (this kernel's ``sys.path``) with the session's changes made again: what it
+    removed taken out, what it added put where it stood, after the nearest entry before it
+    that is here too (first, when none is): Python imports the first copy of a module on the
+    path, so ``sys.path.insert(0, "src")`` must stay first. A snapshot from before the saved
+    order (no ``sys_path``) had its additions appended."""
+    removed = set(state.get("sys_path_removed", []))
+    added = [p for p in state.get("sys_path_added", []) if p not in removed]
+    path = [p for p in here if p not in removed and p not in added]
+    saved = state.get("sys_path") or [*path, *added]
+    for entry in sorted(added, key=saved.index):
+        before = saved[:saved.index(entry)]
+        anchor = next((p for p in reversed(before) if p in path), None)
+        path.insert(0 if anchor is None else path.index(anchor) + 1, entry)
+    return path
+
+
 def restore(state: dict[str, Any], warnings: list[str]) -> None:
     """Apply a captured session state here; what cannot be applied becomes a warning."""
     rng = state.get("rng", {})
@@ -131,9 +150,7 @@ def restore(state: dict[str, Any], warnings: list[str]) -> None:
             os.chdir(cwd)
         except OSError as exc:
             warnings.append(f"working directory {cwd} not restored: {exc.strerror}")
-    for entry in state.get("sys_path_added", []):
-        if entry not in sys.path:
-            sys.path.append(entry)
+    sys.path[:] = _sys_path(state, sys.path)
     os.environ.update(state.get("env_set", {}))
     for name in state.get("env_unset", []):
         os.environ.pop(name, None)

@@ -594,3 +594,29 @@ def test_messages_transformers_shows_once_are_not_shown_again(start_kernel):
                   + "\nlogger.warning_once('a new message')")
     assert "a new message" in again and "incompatible" not in again, again
     assert "with arguments" not in again, again
+
+
+def test_sys_path_comes_back_in_its_order(start_kernel, tmp_path):
+    """Python imports the first ``which_copy`` on ``sys.path``: a notebook puts its own source
+    first (``sys.path.insert(0, "src")``) to shadow an installed copy. The entries the session
+    added came back appended to the end, so the installed copy won after a resume, and an entry
+    the session had removed (here one from ``PYTHONPATH``) was there again, while the verdict
+    said ``exact`` (found by a probe)."""
+    first, last, env_dir = tmp_path / "first", tmp_path / "last", tmp_path / "from_env"
+    for folder in (first, last, env_dir):
+        folder.mkdir()
+        (folder / "which_copy.py").write_text(f"WHERE = {folder.name!r}\n")
+    env = {"PYTHONPATH": str(env_dir)}
+    a = start_kernel(env)
+    a.run(f"import sys, json\nsys.path.remove({str(env_dir)!r})\n"
+          f"sys.path.insert(0, {str(first)!r})\nsys.path.append({str(last)!r})")
+    observe = ("import which_copy, sys, json\n"
+               f"print(json.dumps([which_copy.WHERE, sys.path[0], sys.path[-1], "
+               f"{str(env_dir)!r} in sys.path]))")
+    a.run("%checkpoint")
+    assert a.run_json(observe) == ["first", str(first), str(last), False]
+    a.kill()
+    b = start_kernel(env)
+    out = b.run("%resume")
+    assert "(exact)" in out, out
+    assert b.run_json(observe) == ["first", str(first), str(last), False]
