@@ -38,10 +38,12 @@ import copyreg
 import enum
 import functools
 import gc
+import importlib
 import io
 import pickle
 import pickletools
 import struct
+import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,6 +145,11 @@ class _GraphPickler(cloudpickle.Pickler):
                 self.note.modules.add(module.split(".", 1)[0])
         if kind is types.CodeType:
             return _code_in_its_file(obj)
+        if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is obj:
+            # a subclass of ModuleType (torch's config modules), which cloudpickle's dispatch on
+            # the exact type misses: by its name, as cloudpickle pickles a plain module
+            self.note.modules.add(obj.__name__.split(".", 1)[0])
+            return importlib.import_module, (obj.__name__,)
         if isinstance(obj, BaseException) and kind not in self.dispatch_table:
             reduced = _exception_reduce(obj, self.note)
             if reduced is not None:

@@ -344,12 +344,14 @@ TORCH_CONFIGS = r"""
 import json, torch, torch._dynamo, torch._inductor.config
 torch._dynamo.config.cache_size_limit = 64          # an alias: recompile_limit is set
 torch._inductor.config.coordinate_descent_tuning = True
+import torch._dynamo.config as dynamo_config        # the module held under a name of its own
 """
 
 OBSERVE_TORCH_CONFIGS = r"""
 import json, torch
 print(json.dumps([torch._dynamo.config.recompile_limit,
-                  torch._inductor.config.coordinate_descent_tuning]))
+                  torch._inductor.config.coordinate_descent_tuning,
+                  dynamo_config is torch._dynamo.config]))
 """
 
 
@@ -357,11 +359,14 @@ def test_torch_config_modules_come_back(start_kernel):
     """What a torch.compile notebook sets on ``torch._dynamo.config`` and
     ``torch._inductor.config`` (torch/utils/_config_module.py keeps it in each option's
     ``user_override``, a ContextVar) holds from cell to cell and is set again in the resumed
-    kernel, which imports those modules itself; it was lost while the resume said exact."""
+    kernel, which imports those modules itself; it was lost while the resume said exact. Such a
+    module held in a variable (``import torch._dynamo.config as dynamo_config``: its class is a
+    subclass of ``ModuleType``, which cloudpickle's dispatch on the exact type misses) was named
+    as not saved; it comes back as the module of the resumed kernel."""
     a = start_kernel()
     a.run(TORCH_CONFIGS)
     before = a.run_json(OBSERVE_TORCH_CONFIGS)
-    assert before == [64, True]
+    assert before == [64, True, True]
     a.run("%checkpoint")
     a.kill()
 
