@@ -1,9 +1,9 @@
 """Built-in ``interpreter_state`` entries for IPython: the source of notebook code, the
 extensions loaded in the session (``autoreload`` with its mode and ``%aimport`` lists), the
 shell aliases it defined or removed (``%alias``, ``%unalias``), ``%config`` and the other
-setting magics (``%precision``, ``%xmode``, ``%pdb``, ...), the magics, event callbacks and
-display printers the notebook registered, and the output history (``Out``, ``_N``, ``_``,
-``__``, ``___``).
+setting magics (``%precision``, ``%xmode``, ``%pdb``, ...), the magics, event callbacks,
+display printers and code transformers the notebook registered, and the output history
+(``Out``, ``_N``, ``_``, ``__``, ``___``).
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it;
 without an IPython shell every capture is ``None``. ``remember_baseline(shell)`` (when the
@@ -181,10 +181,17 @@ def _notebook_made(value: Any) -> bool:
     return getattr(function, "__module__", None) == "__main__"
 
 
+#: The shell's lists of code transformers: of cell text (``input_transformers_cleanup``,
+#: ``input_transformers_post``: functions of a list of lines) and of the parsed cell
+#: (``ast_transformers``: ``ast.NodeTransformer`` instances).
+_TRANSFORMERS = ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")
+
+
 def _shell_hooks() -> Any:
     """What the notebook registered in the shell: its magics (``@register_line_magic``,
-    ``register_magics`` of a notebook class), event callbacks (``events.register``) and display
-    printers (``formatter.for_type``). A fresh shell has only its own and its libraries'."""
+    ``register_magics`` of a notebook class), event callbacks (``events.register``), display
+    printers (``formatter.for_type``) and code transformers (``_TRANSFORMERS``). A fresh shell
+    has only its own and its libraries'."""
     from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
 
     shell = _shell()
@@ -204,6 +211,8 @@ def _shell_hooks() -> Any:
                      for kind in ("type_printers", "deferred_printers")
                      for key, printer in getattr(formatter, kind).items()
                      if _notebook_made(printer)],
+        "transformers": [(kind, transformer) for kind in _TRANSFORMERS
+                         for transformer in getattr(shell, kind, ()) if _notebook_made(transformer)],
     }
     # each that would not come back whole is named at resume, alone (a callback over the shell)
     hooks: dict[str, list] = {kind: [] for kind in found}
@@ -236,6 +245,8 @@ def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
             shell.events.register(event, callback)
     for mime, kind, key, printer in hooks["printers"]:
         getattr(shell.display_formatter.formatters[mime], kind)[key] = printer
+    for kind, transformer in hooks.get("transformers", ()):  # after the fresh shell's own
+        getattr(shell, kind).append(transformer)
     return ", ".join(hooks["lost"]) or None
 
 

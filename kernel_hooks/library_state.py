@@ -18,6 +18,7 @@ filters and logging configuration a fresh kernel has, so only the session's chan
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import functools
 import gc
 import locale
@@ -533,11 +534,15 @@ def _restore_shown_once(shown: dict[str, list[tuple[str, tuple]]]) -> str | None
 def _python_settings_now() -> dict[str, Any]:
     """The recursion limit, the int-to-str digit limit (3.11+), the cyclic collector's switch and
     thresholds, the process's umask (the permissions of every file it creates), its resource
-    limits (``RLIMIT_NOFILE`` raised for DataLoader workers: "too many open files") and its
-    locale (``setlocale`` without a value reads it)."""
+    limits (``RLIMIT_NOFILE`` raised for DataLoader workers: "too many open files"), its
+    locale (``setlocale`` without a value reads it), the thread switch interval and whether
+    ``faulthandler`` dumps tracebacks on a crash (``faulthandler.enable()``, which then writes
+    to the kernel's stderr: its file and ``all_threads`` cannot be read back)."""
     now: dict[str, Any] = {"recursion_limit": sys.getrecursionlimit(),
                            "gc": (gc.isenabled(), gc.get_threshold()), "umask": _umask(),
-                           "rlimits": _rlimits(), "locale": locale.setlocale(locale.LC_ALL)}
+                           "rlimits": _rlimits(), "locale": locale.setlocale(locale.LC_ALL),
+                           "switch_interval": sys.getswitchinterval(),
+                           "faulthandler": faulthandler.is_enabled()}
     if hasattr(sys, "get_int_max_str_digits"):
         now["int_max_str_digits"] = sys.get_int_max_str_digits()
     return now
@@ -612,8 +617,15 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
         except locale.Error as exc:  # not installed on this pod
             raise ValueError(exc) from None
 
+    def crash_tracebacks(enabled: bool) -> None:
+        if not enabled:
+            faulthandler.disable()
+        elif not faulthandler.is_enabled():
+            faulthandler.enable(sys.__stderr__)  # the kernel's own stderr, as in the session
+
     setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector, "umask": os.umask,
                "rlimits": rlimits, "locale": locale_setting,
+               "switch_interval": sys.setswitchinterval, "faulthandler": crash_tracebacks,
                "int_max_str_digits": getattr(sys, "set_int_max_str_digits", None),
                "decimal_context": decimal_context, "start_method": start_method}
     refused = []

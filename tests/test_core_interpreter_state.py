@@ -198,7 +198,8 @@ SESSION = [
     # the interpreter's own settings
     "import decimal, gc, sys\nsys.setrecursionlimit(4321); decimal.getcontext().prec = 50\n"
     "decimal.getcontext().rounding = decimal.ROUND_DOWN; gc.set_threshold(5000, 20, 30)\n"
-    "sys.set_int_max_str_digits(9000)",
+    "sys.set_int_max_str_digits(9000); sys.setswitchinterval(0.001)\n"
+    "import faulthandler; faulthandler.enable()",
     # the process's own: umask, time zone, signal handlers (a notebook's, an ignored signal)
     "import os, signal, time\nos.umask(0o027); os.environ['TZ'] = 'Asia/Tokyo'; time.tzset()\n"
     "def on_usr1(number, frame):\n    print('usr1', number)\n"
@@ -280,7 +281,8 @@ print(json.dumps({
               torch.backends.cuda.flash_sdp_enabled(), str(torch.get_default_device()),
               repr(torch.tensor([1 / 3], device='cpu')), torch.backends.mkldnn.enabled],
     "python": [sys.getrecursionlimit(), str(__import__('decimal').Decimal(2).sqrt()),
-               __import__('gc').get_threshold(), sys.get_int_max_str_digits()],
+               __import__('gc').get_threshold(), sys.get_int_max_str_digits(),
+               sys.getswitchinterval(), __import__('faulthandler').is_enabled()],
     "process": [oct((lambda m: (os.umask(m), m)[1])(os.umask(0))), time.tzname,
                 time.localtime(0).tm_hour, signal.getsignal(signal.SIGUSR1).__name__,
                 signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN,
@@ -306,7 +308,8 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     the cell's file and lines, IPython names it ``Cell In[N]``); a kernel whose hash seed is not
     the snapshot's says so in one line. The umask, a time zone set with ``time.tzset()``, the
     signal handlers, the locale and the resource limits the session set came back as the fresh
-    process had them, while the verdict said ``exact`` (found by a probe)."""
+    process had them, while the verdict said ``exact`` (found by a probe); so did the thread
+    switch interval and ``faulthandler.enable()`` (found by a later probe)."""
     a = start_kernel({"PYTHONHASHSEED": "1234"})  # as the server starts it (HashSeeds)
     a.run(f"LOG_PATH = {str(tmp_path / 'gke.log')!r}")
     counts = {}
@@ -323,6 +326,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
     assert before["aliases"] == ["echo hello %s", False]
     assert before["process"][:7] == ["0o27", ["JST", "JST"], 9, "on_usr1", True, "on_usr1", "C"]
+    assert before["python"][-2:] == [0.001, True]
     out = a.run("%checkpoint")
     assert "interpreter state" not in out, out
     a.kill()
@@ -409,6 +413,19 @@ get_ipython().display_formatter.formatters["text/plain"].for_type(Box, lambda o,
 %precision 3
 %xmode Minimal
 """
+TRANSFORMERS = r"""
+import ast
+
+def shout_to_print(lines):  # an input transformer: the cell's text
+    return [line.replace("SHOUT(", "print(") for line in lines]
+
+class Doubler(ast.NodeTransformer):  # an AST transformer: the parsed cell
+    def visit_Constant(self, node):
+        return ast.copy_location(ast.Constant(42), node) if node.value == 21 else node
+
+get_ipython().input_transformers_post.append(shout_to_print)
+get_ipython().ast_transformers.append(Doubler())
+"""
 
 OBSERVE_HOOKS = r"""
 calls.clear(); ran.clear()
@@ -419,7 +436,8 @@ print(json.dumps([multiprocessing.get_start_method(allow_none=True), calls,
                   get_ipython().display_formatter.formatters["text/plain"].float_precision,
                   get_ipython().InteractiveTB.mode, get_ipython().run_line_magic("shout", "hi"),
                   get_ipython().run_line_magic("twice", "ab"),
-                  get_ipython().display_formatter.formatters["text/plain"](Box())]))
+                  get_ipython().display_formatter.formatters["text/plain"](Box()),
+                  "SHOUT(".lower(), 21]))
 """
 
 
@@ -430,12 +448,15 @@ def test_shell_hooks_global_hooks_and_the_start_method_come_back(start_kernel):
     in the shell, not in the namespace), a global module forward hook and a global optimizer hook
     (torch/nn/modules/module.py, torch/optim/optimizer.py keep them in module dicts; their handles
     pickled a copy torch never looked at), and multiprocessing's start method (``spawn``, which
-    CUDA needs in DataLoader workers). All were lost while the resume said exact. The handles
-    still remove their hooks."""
+    CUDA needs in DataLoader workers). All were lost while the resume said exact; so were, found
+    later by a probe, the code transformers it added to the shell (an input transformer of the
+    cell's text, an AST transformer). The handles still remove their hooks."""
     a = start_kernel()
     a.run(SHELL_AND_GLOBAL_HOOKS)
+    a.run(TRANSFORMERS)
     before = a.run_json(OBSERVE_HOOKS)
-    assert before == ["spawn", ["stepped", "Linear"], "3", "Minimal", "HI", "abab", "BOX!"]
+    assert before == ["spawn", ["stepped", "Linear"], "3", "Minimal", "HI", "abab", "BOX!",
+                      "print(", 42]
     assert len(a.run_json("print(json.dumps(ran))")) == 1  # OBSERVE_HOOKS' own run
     a.run("%checkpoint")
     a.kill()
