@@ -679,13 +679,36 @@ def _signal_name(number: int) -> str:
 
 
 def _the_sessions(handler: Any) -> bool:
-    """``SIG_IGN``, ``SIG_DFL``, or a callable defined in the notebook or its own modules
-    (through a bound method or a ``functools.partial``)."""
+    """``SIG_IGN``, ``SIG_DFL``, or a callable (a class) defined in the notebook or its own
+    modules (through a bound method or a ``functools.partial``)."""
     if isinstance(handler, signal.Handlers):
         return True
     code = getattr(handler, "func", handler)  # a partial
     module = getattr(getattr(code, "__func__", code), "__module__", None)
     return module == "__main__" or module in local_modules.local_modules()
+
+
+def _copyreg_reducers() -> Any:
+    """The reducers the session registered with ``copyreg.pickle`` (for its own class, or a
+    function of its own for a library's): ``pickle``, ``copy`` and every process that unpickles
+    (DataLoader workers, multiprocessing) use them. A fresh process has the libraries' only."""
+    import copyreg
+
+    mine = {kind: reducer for kind, reducer in list(copyreg.dispatch_table.items())
+            if _the_sessions(kind) or _the_sessions(reducer)}
+    return mine or None
+
+
+def _restore_copyreg_reducers(reducers: dict[type, Any]) -> str | None:
+    import copyreg
+
+    refused = []
+    for kind, reducer in reducers.items():
+        try:
+            copyreg.pickle(kind, reducer)
+        except TypeError as exc:
+            refused.append(f"{getattr(kind, '__qualname__', kind)} ({exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
 
 
 def _restore_signal_handlers(handlers: dict[str, Any]) -> str | None:
@@ -842,6 +865,7 @@ ENTRIES = (
     ("messages shown once", _shown_once, _restore_shown_once),
     ("python settings", _python_settings, _restore_python_settings),
     ("signal handlers", _signal_handlers, _restore_signal_handlers),
+    ("copyreg reducers", _copyreg_reducers, _restore_copyreg_reducers),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),
     ("logging switches", _logging_switches, _restore_logging_switches),

@@ -425,6 +425,17 @@ class Doubler(ast.NodeTransformer):  # an AST transformer: the parsed cell
 
 get_ipython().input_transformers_post.append(shout_to_print)
 get_ipython().ast_transformers.append(Doubler())
+
+import copyreg
+
+class Meters:
+    def __init__(self, value, cache=None):
+        self.value, self.cache = value, cache
+
+def meters_without_cache(m):  # pickle and copy leave the cache out
+    return (Meters, (m.value,))
+
+copyreg.pickle(Meters, meters_without_cache)
 """
 
 OBSERVE_HOOKS = r"""
@@ -437,7 +448,8 @@ print(json.dumps([multiprocessing.get_start_method(allow_none=True), calls,
                   get_ipython().InteractiveTB.mode, get_ipython().run_line_magic("shout", "hi"),
                   get_ipython().run_line_magic("twice", "ab"),
                   get_ipython().display_formatter.formatters["text/plain"](Box()),
-                  "SHOUT(".lower(), 21]))
+                  "SHOUT(".lower(), 21,
+                  __import__("copy").copy(Meters(3, cache=[1])).cache]))
 """
 
 
@@ -449,14 +461,15 @@ def test_shell_hooks_global_hooks_and_the_start_method_come_back(start_kernel):
     (torch/nn/modules/module.py, torch/optim/optimizer.py keep them in module dicts; their handles
     pickled a copy torch never looked at), and multiprocessing's start method (``spawn``, which
     CUDA needs in DataLoader workers). All were lost while the resume said exact; so were, found
-    later by a probe, the code transformers it added to the shell (an input transformer of the
-    cell's text, an AST transformer). The handles still remove their hooks."""
+    later by probes, the code transformers it added to the shell (an input transformer of the
+    cell's text, an AST transformer) and a reducer it registered with ``copyreg.pickle``, which
+    ``copy`` and ``pickle`` use. The handles still remove their hooks."""
     a = start_kernel()
     a.run(SHELL_AND_GLOBAL_HOOKS)
     a.run(TRANSFORMERS)
     before = a.run_json(OBSERVE_HOOKS)
     assert before == ["spawn", ["stepped", "Linear"], "3", "Minimal", "HI", "abab", "BOX!",
-                      "print(", 42]
+                      "print(", 42, None]
     assert len(a.run_json("print(json.dumps(ran))")) == 1  # OBSERVE_HOOKS' own run
     a.run("%checkpoint")
     a.kill()
