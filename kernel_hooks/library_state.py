@@ -29,7 +29,7 @@ import sys
 import warnings
 from typing import Any
 
-from . import local_modules
+from . import exit_handlers, local_modules
 
 _baseline: dict[str, Any] = {}
 
@@ -711,6 +711,22 @@ def _restore_copyreg_reducers(reducers: dict[type, Any]) -> str | None:
     return f"not accepted here: {', '.join(refused)}" if refused else None
 
 
+def _exit_handlers() -> Any:
+    """The exit handlers the session registered (``atexit.register`` of a function of the
+    notebook or of its own modules, with its arguments), oldest first: a library registers its
+    own again when it is imported."""
+    mine = [entry for entry in exit_handlers.registered() if _the_sessions(entry[0])]
+    return mine or None
+
+
+def _restore_exit_handlers(handlers: list[tuple[Any, tuple, dict[str, Any]]]) -> str | None:
+    import atexit
+
+    for func, args, kwargs in handlers:
+        atexit.register(func, *args, **kwargs)
+    return None
+
+
 def _restore_signal_handlers(handlers: dict[str, Any]) -> str | None:
     refused = []
     for name, handler in handlers.items():
@@ -866,6 +882,7 @@ ENTRIES = (
     ("python settings", _python_settings, _restore_python_settings),
     ("signal handlers", _signal_handlers, _restore_signal_handlers),
     ("copyreg reducers", _copyreg_reducers, _restore_copyreg_reducers),
+    ("exit handlers", _exit_handlers, _restore_exit_handlers),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("logging configuration", _logging_config, _restore_logging_config),
     ("logging switches", _logging_switches, _restore_logging_switches),

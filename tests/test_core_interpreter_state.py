@@ -659,3 +659,39 @@ def test_sys_path_comes_back_in_its_order(start_kernel, tmp_path):
     out = b.run("%resume")
     assert "(exact)" in out, out
     assert b.run_json(observe) == ["first", str(first), str(last), False]
+
+
+EXIT_HANDLERS = r"""
+import atexit
+
+def save_results(path, text="saved"):
+    with open(path, "a") as f:
+        f.write(text + "\n")
+
+atexit.register(save_results, {done!r}, text="results")
+atexit.register(save_results, {dropped!r})
+atexit.unregister(lambda: None)  # unregistering what was never registered changes nothing
+"""
+
+
+def test_the_sessions_exit_handlers_run_when_the_resumed_kernel_exits(start_kernel, tmp_path):
+    """``atexit.register(save_results, ...)`` in a notebook runs at the kernel's clean exit. It
+    was not carried (CPython keeps exit handlers where Python cannot list them), so after a
+    resume the kernel's exit saved nothing, under an exact verdict (found by a probe). Each
+    registration is noted as it is made (``kernel_hooks.exit_handlers``), with its arguments;
+    one unregistered is forgotten."""
+    done, dropped = tmp_path / "done.txt", tmp_path / "dropped.txt"
+    a = start_kernel()
+    a.run(EXIT_HANDLERS.format(done=str(done), dropped=str(dropped)))
+    a.run("atexit.unregister(save_results)\n"  # both of its registrations go
+          f"atexit.register(save_results, {str(done)!r}, text='results')")
+    a.run("%checkpoint")
+    a.kill()  # the pod is gone: nothing ran at exit
+    assert not done.exists()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out and "exit handlers" in out, out
+    b.client.stop_channels()
+    b.manager.shutdown_kernel(now=False)  # a clean exit runs the handlers
+    assert done.read_text() == "results\n" and not dropped.exists()
