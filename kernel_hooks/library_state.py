@@ -270,7 +270,14 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
         "num_threads": torch.get_num_threads(),
         "mkldnn": torch.backends.mkldnn.enabled,
         "opt_einsum": (torch.backends.opt_einsum.enabled, torch.backends.opt_einsum.strategy),
+        "warn_always": torch.is_warn_always_enabled(),
+        # torch has no getter: with it set, a subnormal float32 comes out as zero (x86 only)
+        "flush_denormal": torch.tensor([1e-40], dtype=torch.float32, device="cpu").item() == 0.0,
     }
+    future = torch.__future__  # conversions (module.to(), _apply) swap or overwrite parameters
+    if hasattr(future, "get_swap_module_params_on_conversion"):
+        now["future"] = (future.get_overwrite_module_params_on_conversion(),
+                         future.get_swap_module_params_on_conversion())
     try:  # the float32 precision as the session set it: the legacy API's view, if it has one
         now["cudnn"]["allow_tf32"] = cudnn.allow_tf32
         now["float32_matmul_precision"] = torch.get_float32_matmul_precision()
@@ -326,6 +333,7 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         "num_threads": now["num_threads"] if now["num_threads"] in _default_thread_counts() else None,
         "mkldnn": True,
         "opt_einsum": ((True, "auto") if torch.backends.opt_einsum.is_available() else (False, None)),
+        "warn_always": False, "flush_denormal": False, "future": (False, False),
     }
 
 
@@ -373,6 +381,10 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "mkldnn": lambda v: setattr(torch.backends.mkldnn, "enabled", v),
         "opt_einsum": lambda v: [setattr(torch.backends.opt_einsum, "enabled", v[0]),
                                  setattr(torch.backends.opt_einsum, "strategy", v[1])],
+        "warn_always": torch.set_warn_always,
+        "flush_denormal": torch.set_flush_denormal,
+        "future": lambda v: [torch.__future__.set_overwrite_module_params_on_conversion(v[0]),
+                             torch.__future__.set_swap_module_params_on_conversion(v[1])],
     }
     refused = []
     for key, value in changed.items():

@@ -194,7 +194,9 @@ SESSION = [
     "torch.backends.cudnn.allow_tf32 = False\n"
     "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False\n"
     "torch.backends.cuda.enable_flash_sdp(False); torch.set_default_device('meta')\n"
-    "torch.set_printoptions(precision=2, sci_mode=False); torch.backends.mkldnn.enabled = False",
+    "torch.set_printoptions(precision=2, sci_mode=False); torch.backends.mkldnn.enabled = False\n"
+    "torch.set_warn_always(True); torch.set_flush_denormal(True)\n"
+    "torch.__future__.set_swap_module_params_on_conversion(True)",
     # the interpreter's own settings
     "import decimal, gc, sys\nsys.setrecursionlimit(4321); decimal.getcontext().prec = 50\n"
     "decimal.getcontext().rounding = decimal.ROUND_DOWN; gc.set_threshold(5000, 20, 30)\n"
@@ -279,7 +281,10 @@ print(json.dumps({
               torch.is_anomaly_enabled(), torch.backends.cudnn.allow_tf32,
               torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
               torch.backends.cuda.flash_sdp_enabled(), str(torch.get_default_device()),
-              repr(torch.tensor([1 / 3], device='cpu')), torch.backends.mkldnn.enabled],
+              repr(torch.tensor([1 / 3], device='cpu')), torch.backends.mkldnn.enabled,
+              torch.is_warn_always_enabled(),
+              torch.tensor([1e-40], dtype=torch.float32, device='cpu').item(),
+              torch.__future__.get_swap_module_params_on_conversion()],
     "python": [sys.getrecursionlimit(), str(__import__('decimal').Decimal(2).sqrt()),
                __import__('gc').get_threshold(), sys.get_int_max_str_digits(),
                sys.getswitchinterval(), __import__('faulthandler').is_enabled()],
@@ -309,7 +314,9 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     the snapshot's says so in one line. The umask, a time zone set with ``time.tzset()``, the
     signal handlers, the locale and the resource limits the session set came back as the fresh
     process had them, while the verdict said ``exact`` (found by a probe); so did the thread
-    switch interval and ``faulthandler.enable()`` (found by a later probe)."""
+    switch interval, ``faulthandler.enable()``, ``torch.set_warn_always``,
+    ``torch.set_flush_denormal`` and ``torch.__future__``'s conversion switches (found by later
+    probes)."""
     a = start_kernel({"PYTHONHASHSEED": "1234"})  # as the server starts it (HashSeeds)
     a.run(f"LOG_PATH = {str(tmp_path / 'gke.log')!r}")
     counts = {}
@@ -327,6 +334,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["aliases"] == ["echo hello %s", False]
     assert before["process"][:7] == ["0o27", ["JST", "JST"], 9, "on_usr1", True, "on_usr1", "C"]
     assert before["python"][-2:] == [0.001, True]
+    assert before["torch"][-3:] == [True, 0.0, True]  # warn always, denormals flushed, swap
     out = a.run("%checkpoint")
     assert "interpreter state" not in out, out
     a.kill()
