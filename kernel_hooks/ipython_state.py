@@ -46,7 +46,8 @@ def remember_baseline(shell: Any) -> None:
         _baseline["aliases"] = dict(shell.alias_manager.aliases)
 
 
-def _shell() -> Any:
+def the_shell() -> Any:
+    """This kernel's IPython shell, or None (IPython not loaded, or no shell running)."""
     if "IPython" not in sys.modules:
         return None
     from IPython import get_ipython
@@ -58,7 +59,7 @@ def _shell() -> Any:
 
 def _cell_sources() -> Any:
     """Every cell file IPython compiled (and the restored ones): its count and its lines."""
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return None
     sources = {name: (number, without_credentials(linecache.cache[name][2]))
@@ -67,7 +68,7 @@ def _cell_sources() -> Any:
 
 
 def _restore_cell_sources(sources: dict[str, tuple[int, list[str]]]) -> str | None:
-    shell = _shell()
+    shell = the_shell()
     for name, (number, lines) in sources.items():
         linecache.cache[name] = (sum(map(len, lines)), None, lines, name)  # mtime None: kept
         if shell is not None:
@@ -78,7 +79,7 @@ def _restore_cell_sources(sources: dict[str, tuple[int, list[str]]]) -> str | No
 # -- extensions ------------------------------------------------------------------------------
 
 def _extensions() -> Any:
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return None
     remember_baseline(shell)
@@ -96,7 +97,7 @@ def _extensions() -> Any:
 
 
 def _restore_extensions(state: dict[str, Any]) -> str | None:
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return "no IPython shell here"
     failed = []
@@ -121,7 +122,7 @@ def _restore_extensions(state: dict[str, Any]) -> str | None:
 def _aliases() -> Any:
     """The shell aliases the session defined or changed (``%alias``) and those it removed
     (``%unalias``), against a fresh shell's."""
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return None
     remember_baseline(shell)
@@ -132,7 +133,7 @@ def _aliases() -> Any:
 
 
 def _restore_aliases(state: dict[str, Any]) -> str | None:
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return "no IPython shell here"
     failed = []
@@ -152,7 +153,7 @@ def _restore_aliases(state: dict[str, Any]) -> str | None:
 def _config_changes() -> Any:
     """The setting magics' lines of the input history (``_SETTING_LINE``), in order: run again
     from a fresh shell's settings, toggles (``%pdb``) end where they did."""
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return None
     lines = [match.rstrip() for cell in shell.history_manager.input_hist_raw if "%" in cell
@@ -161,7 +162,7 @@ def _config_changes() -> Any:
 
 
 def _restore_config_changes(lines: list[str]) -> str | None:
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return "no IPython shell here"
     with contextlib.redirect_stdout(io.StringIO()):  # "Exception reporting mode: ..." was said
@@ -194,7 +195,7 @@ def _shell_hooks() -> Any:
     has only its own and its libraries'."""
     from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
 
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return None
     magics = [(kind, name, magic) for kind, table in shell.magics_manager.magics.items()
@@ -233,7 +234,7 @@ def _hook_name(item: Any) -> str:
 
 
 def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return "no IPython shell here"
     for magics_class in hooks["magic_classes"]:
@@ -277,7 +278,7 @@ def _outputs() -> Any:
     noted, so that one such value costs itself, named at resume, not the whole history."""
     from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
 
-    shell = _shell()
+    shell = the_shell()
     if shell is None or not shell.history_manager.output_hist:
         return None
     variables = {id(value): name for name, value in shell.user_ns.items()
@@ -309,7 +310,7 @@ def _scrubbed(values: list[Any]) -> list[Any]:
 
 
 def _restore_outputs(state: dict[str, Any]) -> str | None:
-    shell = _shell()
+    shell = the_shell()
     if shell is None:
         return "no IPython shell here"
     lost: list[str] = []

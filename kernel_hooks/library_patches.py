@@ -27,7 +27,8 @@ the session's own modules (``local_modules`` carries all of theirs):
 
 Those present before the session's first code ran (``remember_baseline``: the kernel's own
 machinery) do not count, nor what this product sets. Data attributes (numbers, strings) set on
-a library are not found: nothing tells them from the library's own values (``builtins`` aside).
+a library are not found here: nothing in the objects tells them from the library's own values
+(``builtins`` aside); ``library_values`` finds those the cells assigned, from their text.
 
 At resume (``_restore_patches``, after the variables): each attribute is set again on its owner
 (its module imported if the resume has not: the session had it) unless the owner already has that

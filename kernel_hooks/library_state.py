@@ -30,6 +30,7 @@ import warnings
 from typing import Any
 
 from . import exit_handlers, local_modules
+from .ipython_state import the_shell
 
 _baseline: dict[str, Any] = {}
 
@@ -72,7 +73,7 @@ def _restore_matplotlib_backend(state: dict[str, Any]) -> str | None:
 
     backend = state["backend"]
     if backend and backend.lower() != (matplotlib.rcParams._get_backend_or_none() or "").lower():
-        shell = _shell()
+        shell = the_shell()
         if shell is None:
             import matplotlib.pyplot as plt
 
@@ -870,14 +871,6 @@ def _restore_logging_switches(switches: dict[str, Any]) -> str | None:
     if switches.get("capture_warnings"):
         logging.captureWarnings(True)
     return None
-
-
-def _shell() -> Any:
-    if "IPython" not in sys.modules:
-        return None
-    from IPython import get_ipython
-
-    return get_ipython()
 
 
 ENTRIES = (

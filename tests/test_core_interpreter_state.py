@@ -703,3 +703,49 @@ def test_the_sessions_exit_handlers_run_when_the_resumed_kernel_exits(start_kern
     b.client.stop_channels()
     b.manager.shutdown_kernel(now=False)  # a clean exit runs the handlers
     assert done.read_text() == "results\n" and not dropped.exists()
+
+
+LIBRARY_VALUES = r"""
+import json, logging, sys
+import tqdm
+from PIL import Image, ImageFile
+import PIL.Image
+
+Image.MAX_IMAGE_PIXELS = None                  # a module's value, through an alias
+PIL.ImageFile.LOAD_TRUNCATED_IMAGES = True     # through the package
+tqdm.tqdm.monitor_interval = 0                 # a class's value
+logging.raiseExceptions, logging.logThreads = False, False
+
+def configure(every):
+    ImageFile.SAFEBLOCK += every               # in a function the notebook called
+
+configure(1)
+json.service_token = "ghp_" + "x" * 36         # looks like a credential: not saved
+"""
+OBSERVE_LIBRARY_VALUES = r"""
+import json, logging, tqdm
+from PIL import Image, ImageFile
+print(json.dumps([Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES,
+                  tqdm.tqdm.monitor_interval, logging.raiseExceptions, logging.logThreads,
+                  ImageFile.SAFEBLOCK, hasattr(json, "service_token")]))
+"""
+
+
+def test_values_the_cells_set_on_libraries_come_back(start_kernel):
+    """A fresh kernel imports each library with the values it ships: what the cells assigned
+    (``Image.MAX_IMAGE_PIXELS = None`` and ``ImageFile.LOAD_TRUNCATED_IMAGES = True`` in vision
+    notebooks, tqdm's ``monitor_interval = 0``, ``logging.raiseExceptions = False``) was lost
+    under an exact verdict (found by probes). The cells' own assignments name what the session
+    set (``kernel_hooks.library_values``); a credential-looking value stays out, named."""
+    a = start_kernel()
+    a.run(LIBRARY_VALUES)
+    before = a.run_json(OBSERVE_LIBRARY_VALUES)
+    assert before[:5] == [None, True, 0, False, False] and before[6] is True
+    out = a.run("%checkpoint")
+    a.kill()
+
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "values set on libraries" in out, out
+    assert "json.service_token (looks like a credential: not saved)" in out, out
+    assert b.run_json(OBSERVE_LIBRARY_VALUES) == [*before[:6], False]

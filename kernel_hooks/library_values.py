@@ -1,0 +1,172 @@
+"""Values the notebook's cells assigned to attributes of library modules and classes
+(``Image.MAX_IMAGE_PIXELS = None``, ``ImageFile.LOAD_TRUNCATED_IMAGES = True``,
+``tqdm.tqdm.monitor_interval = 0``, ``logging.raiseExceptions = False``): found at checkpoint,
+set again at resume.
+
+A fresh kernel imports each library with the values it ships, and nothing in the objects tells a
+value a cell assigned from one the library computed or changed itself (``library_patches`` finds
+the functions and classes of the notebook set on libraries, not data). The cells' text does:
+``assigned(sources)`` reads every assignment whose target is an attribute of a chain of names
+(``a.b = ...``, ``a.b.c += 1``, annotated ones, each part of an unpacking), in every cell of the
+input history, the bodies of the functions it defines included. ``capture()`` looks each chain's
+owner up in the namespace now, through modules and classes only (attributes read from their
+``__dict__``: no property runs): an owner that is a library module (``sys.modules`` has it under
+its name) or a class of one (found again by its module and qualified name), the attribute in its
+own ``__dict__``, is the session's setting, carried with the value it has now. Not the
+notebook's own modules (``local_modules`` carries theirs), this product's, ``builtins``
+(``library_patches``), ``sys`` (the kernel's streams, ``sys.path``: ``session_state``). What a
+module keeps outside its ``__dict__`` (torch's ``backends`` flags, config modules) has its own
+entries; setter functions (``torch.hub.set_dir``) are not assignments and are not seen here.
+
+A string value whose attribute name or text looks like a credential (``openai.api_key``) is not
+saved, as with environment variables (``jupyter_gkeresume.credentials``), and named; so is a
+value that would not come back whole. At resume (after the variables) each owner is imported
+again where the resume has not (the session had it) and the attribute set.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import types
+from typing import Any
+
+from . import local_modules
+from .ipython_state import the_shell
+from .library_patches import OWN
+
+#: Modules whose attributes this entry leaves alone (see the module docstring).
+_NOT_HERE = frozenset({"__main__", "builtins", "sys"}) | OWN
+_parsed: dict[str, list[tuple[str, ...]]] = {}  # cell source -> its assigned chains
+
+
+def assigned(source: str) -> list[tuple[str, ...]]:
+    """The attribute chains ``source`` assigns to (``("Image", "MAX_IMAGE_PIXELS")``); none
+    when it does not parse."""
+    if source not in _parsed:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            tree = None
+        _parsed[source] = [] if tree is None else [
+            chain for node in ast.walk(tree) for target in _targets(node)
+            if (chain := _chain(target)) is not None]
+    return _parsed[source]
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.Assign):
+        found = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+        found = [node.target]
+    else:
+        return []
+    flat = []
+    while found:
+        target = found.pop()
+        if isinstance(target, (ast.Tuple, ast.List)):
+            found.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            found.append(target.value)
+        else:
+            flat.append(target)
+    return flat
+
+
+def _chain(target: ast.expr) -> tuple[str, ...] | None:
+    """``a.b.c`` as ``("a", "b", "c")``; None for anything else (a subscript, a call)."""
+    names = []
+    while isinstance(target, ast.Attribute):
+        names.append(target.attr)
+        target = target.value
+    if not names or not isinstance(target, ast.Name):
+        return None
+    return (target.id, *reversed(names))
+
+
+def _owner(namespace: dict[str, Any], names: tuple[str, ...]) -> Any:
+    """The module or class ``names`` leads to from ``namespace``, read from ``__dict__``s only;
+    None when a step is anything else."""
+    owner = namespace.get(names[0])
+    for name in names[1:]:
+        if not isinstance(owner, (types.ModuleType, type)):
+            return None
+        owner = vars(owner).get(name)
+    return owner if isinstance(owner, (types.ModuleType, type)) else None
+
+
+def _library_place(owner: Any) -> tuple[str, str | None] | None:
+    """``(module, class qualified name or None)`` of a library module or class, found again
+    there by those names; None for the notebook's, its own modules', this product's."""
+    if isinstance(owner, types.ModuleType):
+        module, qualname = owner.__name__, None
+        if sys.modules.get(module) is not owner:
+            return None
+    else:
+        module, qualname = owner.__module__, owner.__qualname__
+        found: Any = sys.modules.get(module)
+        for part in qualname.split("."):
+            found = vars(found).get(part) if found is not None else None
+        if found is not owner:
+            return None
+    if module in _NOT_HERE or module.split(".")[0] in OWN or module in local_modules.local_modules():
+        return None
+    return module, qualname
+
+
+def _capture() -> dict[str, Any] | None:
+    shell = the_shell()
+    if shell is None:
+        return None
+    return capture(shell.user_ns, shell.history_manager.input_hist_parsed)
+
+
+def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | None:
+    """``{"values": {(module, class or None, attribute): value}, "lost": [label (why)]}`` for
+    what the cells ``sources`` assigned on libraries (see the module docstring); None when
+    nothing."""
+    from jupyter_gkeresume import credentials
+
+    from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
+
+    values: dict[tuple[str, str | None, str], Any] = {}
+    lost: list[str] = []
+    seen: set[tuple[str, str | None, str]] = set()
+    for source in sources:
+        for chain in assigned(source):
+            owner = _owner(namespace, chain[:-1])
+            place = _library_place(owner) if owner is not None else None
+            attribute = chain[-1]
+            if place is None or attribute not in vars(owner) or (*place, attribute) in seen:
+                continue
+            key = (*place, attribute)
+            seen.add(key)
+            value = vars(owner)[attribute]
+            label = ".".join(p for p in key if p)
+            if isinstance(value, str) and credentials.env_looks_secret(attribute, value):
+                lost.append(f"{label} (looks like a credential: not saved)")
+            elif (why := why_not_whole(value)) is not None:
+                lost.append(f"{label} ({why})")
+            else:
+                values[key] = value
+    return {"values": values, "lost": lost} if values or lost else None
+
+
+def restore(state: dict[str, Any]) -> str | None:
+    """Set each value again on its owner, imported where the resume has not; what cannot be
+    set, and what was not saved, is named."""
+    refused = list(state["lost"])
+    for (module, qualname, attribute), value in state["values"].items():
+        label = ".".join(p for p in (module, qualname, attribute) if p)
+        try:
+            owner: Any = importlib.import_module(module)
+            for part in qualname.split(".") if qualname else ():
+                owner = getattr(owner, part)
+            setattr(owner, attribute, value)
+        except Exception as exc:  # gone from this version of the library, or refused
+            refused.append(f"{label} ({type(exc).__name__}: {exc})")
+    return ", ".join(refused) or None
+
+
+ENTRIES = (("values set on libraries", _capture, restore),)
