@@ -823,24 +823,40 @@ def _rebuild_handler(recipe: dict[str, Any]) -> logging.Handler | None:
         handler = logging.StreamHandler(getattr(sys, recipe["stream"]))
     else:
         return None
+    _apply_recipe(handler, recipe)
+    return handler
+
+
+def _apply_recipe(handler: logging.Handler, recipe: dict[str, Any]) -> None:
     handler.setLevel(recipe["level"])
     if "format" in recipe:
         fmt, datefmt, style = recipe["format"]
         handler.setFormatter(logging.Formatter(fmt, datefmt, style))
-    return handler
+
+
+def _writes_to(recipe: dict[str, Any]) -> tuple[str, Any]:
+    """A handler's kind and where it writes (a stream's name, a file's path; None: unknown)."""
+    return recipe["type"], recipe.get("stream") or recipe.get("file")
 
 
 def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
-    """Levels and flags set; each handler rebuilt unless the logger has one of the same recipe
-    already (a library that adds its handler at import did so again here)."""
+    """Levels and flags set; each handler rebuilt unless the logger has one that writes to the
+    same place already (a library that adds its handler at import did so again here): that one
+    takes the recipe's level and format, which the session may have changed (transformers'
+    ``enable_explicit_format``), rather than a second handler printing every message again."""
     lost = []
     for name, config in changed.items():
         logger = logging.getLogger(name or None)
         logger.setLevel(config["level"])
         logger.propagate, logger.disabled = config["propagate"], config["disabled"]
-        present = [_handler_recipe(h) for h in logger.handlers]
+        recipes = [(_handler_recipe(h), h) for h in logger.handlers]
         for recipe in config["handlers"]:
-            if recipe in present:
+            if any(recipe == made for made, _ in recipes):
+                continue
+            made_again = next((h for made, h in recipes if _writes_to(made) == _writes_to(recipe)
+                               and _writes_to(recipe)[1] is not None), None)
+            if made_again is not None:
+                _apply_recipe(made_again, recipe)
                 continue
             try:
                 handler = _rebuild_handler(recipe)

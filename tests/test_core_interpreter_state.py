@@ -99,6 +99,35 @@ def test_logging_handlers_are_rebuilt_once(tmp_path):
         logger.setLevel(logging.NOTSET)
 
 
+def test_a_librarys_own_handler_made_again_takes_the_sessions_format_and_level():
+    """A library adds its handler when it is imported (transformers' ``_default_handler``, on
+    stderr); the session changed its format (``transformers.utils.logging.
+    enable_explicit_format()``). The resumed kernel's import made that handler again with the
+    library's format, and the session's was rebuilt beside it: every message came out twice,
+    under an exact verdict (found by a probe). The handler the library made again takes the
+    session's format and level instead."""
+    logger = logging.getLogger("gkeresume.test.library")
+    library_state.remember_baseline()
+    imported = logging.StreamHandler()  # as the library makes it at import
+    imported.setFormatter(logging.Formatter("[lib] %(message)s"))
+    logger.addHandler(imported)
+    try:
+        imported.setFormatter(logging.Formatter("[%(levelname)s|%(name)s] %(message)s"))
+        imported.setLevel(logging.INFO)
+        changed = library_state._logging_config()["gkeresume.test.library"]
+        logger.removeHandler(imported)
+        again = logging.StreamHandler()  # the resumed kernel's import
+        again.setFormatter(logging.Formatter("[lib] %(message)s"))
+        logger.addHandler(again)
+        assert library_state._restore_logging_config({"gkeresume.test.library": changed}) is None
+        assert logger.handlers == [again]
+        assert (again.formatter._fmt, again.level) == ("[%(levelname)s|%(name)s] %(message)s",
+                                                       logging.INFO)
+    finally:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+
+
 def test_logging_switches_travel():
     """``logging.disable(level)`` (notebooks quiet every library so) and
     ``logging.captureWarnings(True)`` came back off while the verdict said ``exact`` (found by a
