@@ -275,6 +275,12 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
         # torch has no getter: with it set, a subnormal float32 comes out as zero (x86 only)
         "flush_denormal": torch.tensor([1e-40], dtype=torch.float32, device="cpu").item() == 0.0,
     }
+    sharing = sys.modules.get("torch.multiprocessing")
+    if sharing is not None:  # how tensors go to DataLoader workers ("file_system": too many fds)
+        now["sharing_strategy"] = sharing.get_sharing_strategy()
+    hub = sys.modules.get("torch.hub")
+    if hub is not None:  # torch.hub.set_dir: set, it wins over $TORCH_HOME
+        now["hub_dir"] = vars(hub).get("_hub_dir")
     future = torch.__future__  # conversions (module.to(), _apply) swap or overwrite parameters
     if hasattr(future, "get_swap_module_params_on_conversion"):
         now["future"] = (future.get_overwrite_module_params_on_conversion(),
@@ -335,6 +341,10 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         "mkldnn": True,
         "opt_einsum": ((True, "auto") if torch.backends.opt_einsum.is_available() else (False, None)),
         "warn_always": False, "flush_denormal": False, "future": (False, False),
+        # torch/multiprocessing/__init__.py: file_system on macOS and Windows
+        "sharing_strategy": ("file_system" if sys.platform in ("darwin", "win32")
+                             else "file_descriptor"),
+        "hub_dir": None,
     }
 
 
@@ -383,6 +393,8 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "opt_einsum": lambda v: [setattr(torch.backends.opt_einsum, "enabled", v[0]),
                                  setattr(torch.backends.opt_einsum, "strategy", v[1])],
         "warn_always": torch.set_warn_always,
+        "sharing_strategy": torch.multiprocessing.set_sharing_strategy,
+        "hub_dir": torch.hub.set_dir,
         "flush_denormal": torch.set_flush_denormal,
         "future": lambda v: [torch.__future__.set_overwrite_module_params_on_conversion(v[0]),
                              torch.__future__.set_swap_module_params_on_conversion(v[1])],
