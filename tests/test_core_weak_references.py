@@ -81,13 +81,14 @@ def test_weak_references_come_back_to_the_objects_the_namespace_holds(start_kern
 
 
 def test_a_referent_nothing_else_brings_back_is_named(start_kernel):
-    """Held on the old pod only by something the snapshot does not carry (here a library
-    module's attribute), the referent dies at the resume: the reference comes back dead, and
-    the resume names it instead of saying ``exact``."""
+    """Held on the old pod only by something the snapshot does not carry (here an attribute a
+    call set on a library module: ``library_values`` reads assignments in the cells' text, not
+    ``setattr`` calls), the referent dies at the resume: the reference comes back dead, and the
+    resume names it instead of saying ``exact``."""
     a = start_kernel()
     a.run("import json, weakref\n"
           "class Model: pass\n"
-          "json._kept = Model()\n"
+          "setattr(json, '_kept', Model())\n"
           "latest = weakref.ref(json._kept)\n"
           "cache = weakref.WeakValueDictionary({'model': json._kept})")
     b, out = resumed_elsewhere(a, start_kernel)
@@ -97,3 +98,18 @@ def test_a_referent_nothing_else_brings_back_is_named(start_kernel):
     assert re.search(r"cache: its weakref\.WeakValueDictionary lost 1 of its 1 entries "
                      r"\(__main__\.Model\)", out), out
     assert b.run("print(latest(), len(cache))").strip() == "None 0"
+
+
+def test_a_referent_a_cell_set_on_a_library_comes_back_alive(start_kernel):
+    """Assigned in a cell to a library module's attribute, the referent is carried with that
+    value (``library_values``) as the same object: the references come back alive to it."""
+    a = start_kernel()
+    a.run("import json, weakref\n"
+          "class Model: pass\n"
+          "json._kept = Model()\n"
+          "latest = weakref.ref(json._kept)\n"
+          "cache = weakref.WeakValueDictionary({'model': json._kept})")
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run("print(latest() is json._kept is cache['model'], type(json._kept).__name__)"
+                 ).strip() == "True Model"
