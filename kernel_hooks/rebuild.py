@@ -251,6 +251,32 @@ def array_view(base: Any, dtype: Any, shape: tuple, strides: tuple, offset: int,
     return view
 
 
+def tensor_view(base: Any, dtype: Any, size: tuple, stride: tuple, offset: int,
+                bits: tuple[bool, bool] = (False, False)) -> Any:
+    """The view of ``base`` (a tensor) as ``dtype`` with these strides and ``bits`` (conjugate,
+    negative: ``x.conj()``) (``torch_reduce``), made without autograd: ``_base`` is ``base``, and
+    the two share the version counter. Only views torch makes (``view_as_real``,
+    ``view_as_complex``) change the dtype; any other is a ``ValueError``."""
+    import torch
+
+    with torch.no_grad():
+        if dtype == base.dtype:
+            view = base.as_strided(size, stride, offset)
+        elif base.is_complex() and not dtype.is_complex:
+            view = torch.view_as_real(base).as_strided(size, stride, offset)
+        elif dtype.is_complex and not base.is_complex():
+            pairs = base.as_strided((*size, 2), (*(2 * step for step in stride), 1), 2 * offset)
+            view = torch.view_as_complex(pairs)
+        else:
+            raise ValueError(f"no view of a {base.dtype} tensor is a {dtype} one")
+        conjugate, negative = bits
+        if view.is_conj() != conjugate:
+            view = view.conj()
+        if view.is_neg() != negative:
+            view = view._neg_view()
+        return view
+
+
 def storage_in_array(array: Any, offset: int, nbytes: int, dtype: str | None) -> Any:
     """A torch storage over the restored NumPy ``array``'s memory (``host_regions``): typed when
     ``dtype`` is given."""

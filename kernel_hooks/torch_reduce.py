@@ -67,6 +67,15 @@ a graph ``backward()`` already freed is not (``_graph_used``). A module's weight
 ``torch.nn.utils.prune`` is the exception: where the hook computes the same weight from what is
 saved, the resume computes it again, graph and all (``_recomputed_reduce``).
 
+A view (``row = base[1]``, ``base.T``, ``base.view(torch.int32)``) pickles in torch as a tensor
+of its own over the shared storage: after a resume it shared the memory but was no view
+(``_base`` ``None``, a version counter of its own, so autograd no longer saw an in-place change
+of the base through it). A view that does not require grad pickles as its base (its root: the
+one torch's ``_base`` names, itself a tensor of the graph) and the strides over it
+with its dtype and its conjugate and negative bits (``rebuild.tensor_view``), where that call
+made now gives back the very tensor (a view of the same base at the same memory, of the same
+dtype, bits and type); else as torch does.
+
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
 
@@ -89,8 +98,6 @@ if TYPE_CHECKING:
 
 #: The attribute torch's LR scheduler marks its ``optimizer.step`` wrapper with.
 LR_SCHEDULER_MARK = "_wrapped_by_lr_sched"
-#: torch's module-level hook dicts (torch/nn/modules/module.py ``register_module_*_hook``,
-#: torch/optim/optimizer.py ``register_optimizer_step_*_hook``), by module.
 #: A global torch.compile names: ``unique_id(prefix)`` of torch/_dynamo/bytecode_transformation.py
 #: (``f"{prefix}_{n}"``, a uuid after it with ``with_uuid``; every prefix starts with ``__``), or
 #: ``install_global_by_id`` of torch/_dynamo/output_graph.py (``f"{prefix}_{id(value)}_c{n}"``,
@@ -98,6 +105,8 @@ LR_SCHEDULER_MARK = "_wrapped_by_lr_sched"
 DYNAMO_NAME = re.compile(r"\A__\w+?_\d+(?:_[0-9a-f]{8}(?:_[0-9a-f]{4}){3}_[0-9a-f]{12})?\Z"
                          r"|\A_(?:\w*_)?(?P<id>\d+)_c\d+\Z")
 
+#: torch's module-level hook dicts (torch/nn/modules/module.py ``register_module_*_hook``,
+#: torch/optim/optimizer.py ``register_optimizer_step_*_hook``), by module.
 GLOBAL_HOOKS = {
     "torch.nn.modules.module": (
         "_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called",
@@ -221,6 +230,8 @@ class TorchReductions:
         return rebuild.global_hook_handle, (*where, handle.id, extra)
 
     def _tensor_reduce(self, tensor: Any) -> tuple | None:
+        if tensor._base is not None and not tensor.requires_grad:
+            return _view_reduce(tensor)
         # Reading .grad of a non-leaf tensor that does not retain it warns: such a tensor has none.
         grad = tensor.grad if tensor.is_leaf or tensor.retains_grad else None
         hooks = _hooks(tensor) if tensor.is_leaf else {}
@@ -261,6 +272,23 @@ class TorchReductions:
         called = bool(vars(optimizer).get("_opt_called", False))
         return (make, args, ({**state, **extra}, called, wrapped), None, None,
                 rebuild.optimizer_state)
+
+
+def _view_reduce(view: Any) -> tuple | None:
+    """``rebuild.tensor_view``'s call for ``view`` (see the module docstring), or None when it
+    would not make the same tensor again."""
+    if vars(view):  # attributes torch's own reduction carries besides the data
+        return None
+    args = (view._base, view.dtype, tuple(view.shape), view.stride(), view.storage_offset(),
+            (view.is_conj(), view.is_neg()))
+    try:
+        again = rebuild.tensor_view(*args)
+    except (RuntimeError, ValueError):  # a layout or dtype the base cannot be viewed as
+        return None
+    same = (type(again) is type(view) and again._base is view._base
+            and again.data_ptr() == view.data_ptr() and again.dtype == view.dtype
+            and (again.is_conj(), again.is_neg()) == args[-1])
+    return (rebuild.tensor_view, args) if same else None
 
 
 def _graph_used(root: Any, tensor_type: type, limit: int = 256) -> bool:
