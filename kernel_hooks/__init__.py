@@ -44,23 +44,23 @@ if TYPE_CHECKING:
 
 def load_ipython_extension(ipython) -> None:
     """Register the magics, shorten the kernel's exit (``teardown``), note the exit handlers
-    registered from now on (``exit_handlers``), keep the banner from drawing random numbers
-    (``enable_tip``) and remember the session's
+    and codec search functions registered from now on (``registrations``), keep the banner from
+    drawing random numbers (``enable_tip``) and remember the session's
     starting sys.path, environment, warnings filters, loggers and extensions
     (``interpreter_state``), installed distributions (``distributions.remember_environment``) and
     threads (``left_behind``). Opens no store: the first checkpoint or resume does."""
     from . import (
         distributions,
-        exit_handlers,
         interpreter_state,
         left_behind,
+        registrations,
         session_state,
         teardown,
     )
     from .magics import ResumeMagics
 
     teardown.install(ipython)
-    exit_handlers.track()
+    registrations.track()
     # IPython's banner picks its "Tip:" with the global ``random`` (IPython/core/tips.py
     # pick_tip), and ipykernel builds the banner for every kernel_info_request: each client
     # that connects (the server's own calls, every lab tab) would move the user's generator.

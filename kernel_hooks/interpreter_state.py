@@ -4,11 +4,11 @@ Each entry has a ``name`` (what the reports say), ``capture() -> state`` (pickla
 when there is nothing to carry: the library is not loaded, nothing changed in the session) and
 ``restore(state) -> None | str`` (``None``: restored; a string: what was not, and why).
 ``register_state(name, capture=, restore=)`` adds one (a library's or the user's); the built-in
-entries (``ipython_state``, ``library_state``, ``warnings_shown``, ``library_patches``,
-``library_values``, ``local_modules``) come first, in that order, and are restored in
-registration order (IPython's ``%config`` before the matplotlib backend, the backend before the
-figures drawn with it, the warnings filters before the warnings shown, library patches before
-the session's own modules).
+entries (``ipython_state``, ``library_state``, ``stdlib_registries``, ``warnings_shown``,
+``library_patches``, ``library_values``, ``local_modules``) come first, in that order, and are
+restored in registration order (IPython's ``%config`` before the matplotlib backend, the backend
+before the figures drawn with it, the warnings filters before the warnings shown, library
+patches before the session's own modules).
 
 Call order: ``capture_all()`` at checkpoint gives one state per entry, each pickled as its own
 graph record (``record_name``) after the variables, so a figure a variable also names is one
@@ -36,6 +36,7 @@ from . import (
     library_state,
     library_values,
     local_modules,
+    stdlib_registries,
     warnings_shown,
 )
 
@@ -72,8 +73,9 @@ def register_state(name: str, *, capture: Callable[[], Any],
 
 
 for _name, _capture, _restore in (*ipython_state.ENTRIES, *library_state.ENTRIES,
-                                  *warnings_shown.ENTRIES, *library_patches.ENTRIES,
-                                  *library_values.ENTRIES, *local_modules.ENTRIES):
+                                  *stdlib_registries.ENTRIES, *warnings_shown.ENTRIES,
+                                  *library_patches.ENTRIES, *library_values.ENTRIES,
+                                  *local_modules.ENTRIES):
     register_state(_name, capture=_capture, restore=_restore)
 
 
@@ -82,6 +84,7 @@ def remember_baseline(shell: Any) -> None:
     libraries: before the first code runs): later changes are the session's (warnings filters,
     loggers, IPython extensions, attributes set on libraries, modules imported)."""
     library_state.remember_baseline()
+    stdlib_registries.remember_baseline()
     local_modules.remember_baseline()
     library_patches.remember_baseline_before_code(shell)
     ipython_state.remember_baseline(shell)

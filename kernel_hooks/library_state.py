@@ -25,11 +25,12 @@ import locale
 import logging
 import os
 import signal
+import socket
 import sys
 import warnings
 from typing import Any
 
-from . import exit_handlers, local_modules
+from . import local_modules, registrations
 from .ipython_state import the_shell
 
 _baseline: dict[str, Any] = {}
@@ -167,9 +168,11 @@ def _numpy_options() -> Any:
     numpy = sys.modules.get("numpy")
     if numpy is None:
         return None
-    state = {"print": numpy.get_printoptions(), "err": numpy.geterr()}
+    state = {"print": numpy.get_printoptions(), "err": numpy.geterr(),
+             "errcall": numpy.geterrcall()}
     default = _numpy_print_defaults(numpy)
-    if not _differs(state["print"], default) and state["err"] == _NUMPY_ERR_DEFAULT:
+    if (not _differs(state["print"], default) and state["err"] == _NUMPY_ERR_DEFAULT
+            and state["errcall"] is None):
         return None
     return state
 
@@ -188,6 +191,7 @@ def _restore_numpy_options(state: dict[str, Any]) -> str | None:
 
     numpy.set_printoptions(**state["print"])
     numpy.seterr(**state["err"])
+    numpy.seterrcall(state.get("errcall"))  # older snapshots have none
     return None
 
 
@@ -560,14 +564,16 @@ def _python_settings_now() -> dict[str, Any]:
     """The recursion limit, the int-to-str digit limit (3.11+), the cyclic collector's switch and
     thresholds, the process's umask (the permissions of every file it creates), its resource
     limits (``RLIMIT_NOFILE`` raised for DataLoader workers: "too many open files"), its
-    locale (``setlocale`` without a value reads it), the thread switch interval and whether
+    locale (``setlocale`` without a value reads it), the thread switch interval, whether
     ``faulthandler`` dumps tracebacks on a crash (``faulthandler.enable()``, which then writes
-    to the kernel's stderr: its file and ``all_threads`` cannot be read back)."""
+    to the kernel's stderr: its file and ``all_threads`` cannot be read back) and the sockets'
+    default timeout (``socket.setdefaulttimeout``: every HTTP client without its own)."""
     now: dict[str, Any] = {"recursion_limit": sys.getrecursionlimit(),
                            "gc": (gc.isenabled(), gc.get_threshold()), "umask": _umask(),
                            "rlimits": _rlimits(), "locale": locale.setlocale(locale.LC_ALL),
                            "switch_interval": sys.getswitchinterval(),
-                           "faulthandler": faulthandler.is_enabled()}
+                           "faulthandler": faulthandler.is_enabled(),
+                           "socket_timeout": socket.getdefaulttimeout()}
     if hasattr(sys, "get_int_max_str_digits"):
         now["int_max_str_digits"] = sys.get_int_max_str_digits()
     return now
@@ -651,6 +657,7 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
     setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector, "umask": os.umask,
                "rlimits": rlimits, "locale": locale_setting,
                "switch_interval": sys.setswitchinterval, "faulthandler": crash_tracebacks,
+               "socket_timeout": socket.setdefaulttimeout,
                "int_max_str_digits": getattr(sys, "set_int_max_str_digits", None),
                "decimal_context": decimal_context, "start_method": start_method}
     refused = []
@@ -691,7 +698,7 @@ def _signal_handlers() -> Any:
     changed = {_signal_name(number): handler
                for number, handler in _handlers_now().items()
                if handler is not None and handler != _HANDLERS_AT_START.get(number)
-               and _the_sessions(handler)}
+               and the_sessions(handler)}
     return changed or None
 
 
@@ -703,7 +710,7 @@ def _signal_name(number: int) -> str:
         return str(number)
 
 
-def _the_sessions(handler: Any) -> bool:
+def the_sessions(handler: Any) -> bool:
     """``SIG_IGN``, ``SIG_DFL``, or a callable (a class) defined in the notebook or its own
     modules (through a bound method or a ``functools.partial``)."""
     if isinstance(handler, signal.Handlers):
@@ -720,7 +727,7 @@ def _copyreg_reducers() -> Any:
     import copyreg
 
     mine = {kind: reducer for kind, reducer in list(copyreg.dispatch_table.items())
-            if _the_sessions(kind) or _the_sessions(reducer)}
+            if the_sessions(kind) or the_sessions(reducer)}
     return mine or None
 
 
@@ -740,7 +747,7 @@ def _exit_handlers() -> Any:
     """The exit handlers the session registered (``atexit.register`` of a function of the
     notebook or of its own modules, with its arguments), oldest first: a library registers its
     own again when it is imported."""
-    mine = [entry for entry in exit_handlers.registered() if _the_sessions(entry[0])]
+    mine = [entry for entry in registrations.registered("atexit") if the_sessions(entry[0])]
     return mine or None
 
 

@@ -718,7 +718,7 @@ def test_the_sessions_exit_handlers_run_when_the_resumed_kernel_exits(start_kern
     """``atexit.register(save_results, ...)`` in a notebook runs at the kernel's clean exit. It
     was not carried (CPython keeps exit handlers where Python cannot list them), so after a
     resume the kernel's exit saved nothing, under an exact verdict (found by a probe). Each
-    registration is noted as it is made (``kernel_hooks.exit_handlers``), with its arguments;
+    registration is noted as it is made (``kernel_hooks.registrations``), with its arguments;
     one unregistered is forgotten."""
     done, dropped = tmp_path / "done.txt", tmp_path / "dropped.txt"
     a = start_kernel()
