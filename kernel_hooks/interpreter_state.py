@@ -5,10 +5,10 @@ when there is nothing to carry: the library is not loaded, nothing changed in th
 ``restore(state) -> None | str`` (``None``: restored; a string: what was not, and why).
 ``register_state(name, capture=, restore=)`` adds one (a library's or the user's); the built-in
 entries (``ipython_state``, ``library_state``, ``stdlib_registries``, ``warnings_shown``,
-``library_patches``, ``library_values``, ``local_modules``) come first, in that order, and are
-restored in registration order (IPython's ``%config`` before the matplotlib backend, the backend
-before the figures drawn with it, the warnings filters before the warnings shown, library
-patches before the session's own modules).
+``library_patches``, ``library_values``, ``library_registries``, ``local_modules``) come first, in
+that order, and are restored in registration order (IPython's ``%config`` before the matplotlib
+backend, the backend before the figures drawn with it, the warnings filters before the warnings
+shown, library patches before the session's own modules).
 
 Call order: ``capture_all()`` at checkpoint gives one state per entry, each pickled as its own
 graph record (``record_name``) after the variables, so a figure a variable also names is one
@@ -33,6 +33,7 @@ from jupyter_gkeresume.errors import InvalidInputError
 from . import (
     ipython_state,
     library_patches,
+    library_registries,
     library_state,
     library_values,
     local_modules,
@@ -75,7 +76,7 @@ def register_state(name: str, *, capture: Callable[[], Any],
 for _name, _capture, _restore in (*ipython_state.ENTRIES, *library_state.ENTRIES,
                                   *stdlib_registries.ENTRIES, *warnings_shown.ENTRIES,
                                   *library_patches.ENTRIES, *library_values.ENTRIES,
-                                  *local_modules.ENTRIES):
+                                  *library_registries.ENTRIES, *local_modules.ENTRIES):
     register_state(_name, capture=_capture, restore=_restore)
 
 
