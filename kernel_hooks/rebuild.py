@@ -277,6 +277,14 @@ def tensor_view(base: Any, dtype: Any, size: tuple, stride: tuple, offset: int,
         return view
 
 
+def array_subclass_state(array: Any, state: tuple) -> None:
+    """State setter of an array subclass pickled with its attributes (``storages``): NumPy's
+    own state, then the attributes."""
+    numpy_state, attributes = state
+    array.__setstate__(numpy_state)
+    vars(array).update(attributes)
+
+
 def storage_in_array(array: Any, offset: int, nbytes: int, dtype: str | None) -> Any:
     """A torch storage over the restored NumPy ``array``'s memory (``host_regions``): typed when
     ``dtype`` is given."""

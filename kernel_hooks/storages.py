@@ -100,11 +100,27 @@ class StorageCollector:
                 return self._numpy_reduce(obj)
             if not isinstance(obj.base, self._ndarray):  # a small root: pickled by NumPy
                 self._regions.add(obj.__array_interface__["data"][0], obj.nbytes, "numpy", obj)
+        if self._ndarray is not None and t is not self._ndarray and isinstance(obj, self._ndarray):
+            return self._subclass_reduce(obj)
         if getattr(t, "__cuda_array_interface__", None) is not None and not isinstance(
             obj, self._tensor  # torch's CUDA tensors leave through their storages above
         ):
             return self._cuda_array_reduce(obj)
         return None
+
+    def _subclass_reduce(self, array: Any) -> tuple | None:
+        """An array of a subclass with attributes that pickles by ``ndarray``'s own reduction,
+        which keeps its type and data, not its ``__dict__`` (NumPy's ``InfoArray`` lost its
+        ``info``): that reduction, and the attributes beside its state
+        (``rebuild.array_subclass_state``); else None (as NumPy pickles it)."""
+        kind, ndarray = type(array), self._ndarray
+        attributes = getattr(array, "__dict__", None)
+        if (not attributes or kind.__reduce__ is not ndarray.__reduce__
+                or kind.__reduce_ex__ is not ndarray.__reduce_ex__
+                or kind.__setstate__ is not ndarray.__setstate__):
+            return None
+        make, args, state = ndarray.__reduce__(array)
+        return make, args, (state, dict(attributes)), None, None, rebuild.array_subclass_state
 
     def _torch_reduce(self, storage: Any, dtype: str | None) -> tuple | None:
         """A typed (``dtype``) or untyped storage: over the NumPy array whose memory it is
