@@ -96,6 +96,29 @@ def _restore_matplotlib_backend(state: dict[str, Any]) -> str | None:
 _NOT_RC = frozenset({"backend", "backend_fallback"})  # the backend entry owns these
 
 
+def _matplotlib_colormaps() -> Any:
+    """The colormaps registered besides matplotlib's own (``matplotlib.colormaps.register``; a
+    library that registers its own when imported, seaborn, is carried too: it does no harm)."""
+    registry = getattr(sys.modules.get("matplotlib"), "colormaps", None)
+    builtin = getattr(registry, "_builtin_cmaps", None)
+    if builtin is None:
+        return None
+    added = {name: registry[name] for name in list(registry) if name not in builtin}
+    return added or None
+
+
+def _restore_matplotlib_colormaps(added: dict[str, Any]) -> str | None:
+    import matplotlib
+
+    refused = []
+    for name, colormap in added.items():
+        try:
+            matplotlib.colormaps.register(colormap, name=name, force=True)
+        except ValueError as exc:  # a built-in name in this matplotlib
+            refused.append(f"{name} ({exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
 def _matplotlib_rc() -> Any:
     if "matplotlib" not in sys.modules:
         return None
@@ -910,6 +933,7 @@ def _restore_logging_switches(switches: dict[str, Any]) -> str | None:
 
 ENTRIES = (
     ("matplotlib backend", _matplotlib_backend, _restore_matplotlib_backend),
+    ("matplotlib colormaps", _matplotlib_colormaps, _restore_matplotlib_colormaps),
     ("matplotlib rcParams", _matplotlib_rc, _restore_matplotlib_rc),
     ("matplotlib figures", _matplotlib_figures, _restore_matplotlib_figures),
     ("numpy print options and seterr", _numpy_options, _restore_numpy_options),

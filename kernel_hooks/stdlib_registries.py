@@ -2,7 +2,8 @@
 a fresh process has without the session's entries: ``sqlite3`` adapters and converters, codec
 search functions (``codecs.register``), the opener ``urllib.request.urlopen`` uses
 (``install_opener``), ``shutil``'s archive and unpack formats, the MIME types ``mimetypes``
-learnt (``add_type``) and ``asyncio``'s event loop policy.
+learnt (``add_type``), ``asyncio``'s event loop policy and ``logging``'s level names
+(``addLevelName``).
 
 Only what the session added travels: an adapter or converter the kernel did not have when the
 extension loaded (``remember_baseline``), an adapter, converter or format whose function is not
@@ -17,6 +18,7 @@ not (a policy class that needs arguments).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -29,10 +31,14 @@ _baseline: dict[str, dict] = {}
 
 def remember_baseline() -> None:
     """Record the sqlite3 adapters and converters the kernel has when the extension loads
-    (IPython's history registers one), idempotent: those are not the session's."""
+    (IPython's history registers one) and logging's level names, idempotent: those are not the
+    session's."""
+    if _baseline:
+        return
     sqlite3 = sys.modules.get("sqlite3")
-    if not _baseline and sqlite3 is not None:
+    if sqlite3 is not None:
         _baseline.update(adapters=dict(sqlite3.adapters), converters=dict(sqlite3.converters))
+    _baseline["level_names"] = dict(logging._levelToName)
 
 
 def _added(registry: dict, baseline: dict, module: str) -> dict:
@@ -68,6 +74,19 @@ def _restore_sqlite_adapters(state: tuple[dict[type, Callable], dict[str, Callab
         sqlite3.register_adapter(kind, adapt)
     for name, convert in converters.items():
         sqlite3.register_converter(name, convert)
+
+
+def _level_names() -> Any:
+    """The level names the session gave (``logging.addLevelName(25, "NOTICE")``)."""
+    before = _baseline.get("level_names", {})
+    added = {level: name for level, name in list(logging._levelToName.items())
+             if before.get(level) != name}
+    return added or None
+
+
+def _restore_level_names(added: dict[int, str]) -> None:
+    for level, name in added.items():
+        logging.addLevelName(level, name)
 
 
 def _codec_search_functions() -> Any:
@@ -167,6 +186,7 @@ def _restore_event_loop_policy(policy_class: type) -> str | None:
 
 
 ENTRIES = (
+    ("logging level names", _level_names, _restore_level_names),
     ("sqlite3 adapters and converters", _sqlite_adapters, _restore_sqlite_adapters),
     ("codec search functions", _codec_search_functions, _restore_codec_search_functions),
     ("urllib opener", _urllib_opener, _restore_urllib_opener),

@@ -9,7 +9,9 @@ module-level ``CONFIG_MAPPING`` and ``MODEL_MAPPING`` keep them in ``_extra_cont
 ``pandas.api.extensions.register_extension_dtype`` (pandas/core/dtypes/base.py, ``_registry.dtypes``).
 A fresh process has none of them, so after a resume ``AutoModel.from_config`` raised
 "Unrecognized model identifier", ``torch.load(weights_only=True)`` refused the class, pytree
-took the class for a leaf, all under an ``exact`` verdict (found by probes). Kernel A registers and
+took the class for a leaf, all under an ``exact`` verdict (found by probes). A colormap the
+notebook registered (``matplotlib.colormaps.register``: a library object, not the notebook's
+class) has its own entry, restored before the rcParams that may name it. Kernel A registers and
 observes, checkpoints and dies; kernel B resumes and observes the same."""
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ def doubled(x):
     return x * 2
 
 doubled(torch.ones(2))
+
+import matplotlib
+from matplotlib.colors import ListedColormap
+matplotlib.colormaps.register(ListedColormap(["red", "blue"], name="notebook-map"))
+matplotlib.rcParams["image.cmap"] = "notebook-map"
 """
 OBSERVE = r"""
 import json, torch
@@ -67,6 +74,8 @@ print(json.dumps([
     torch.load("box.pt", weights_only=True)["box"].value,
     pytree.tree_flatten(Pair(1, 2))[0],
     doubled(torch.ones(2)).tolist(),
+    __import__("matplotlib").colormaps["notebook-map"].N,
+    __import__("matplotlib.pyplot").pyplot.get_cmap().name,
 ]))
 """
 
@@ -75,10 +84,10 @@ def test_what_the_notebook_registered_with_libraries_comes_back(start_kernel):
     a = start_kernel()
     a.run(SESSION)
     expected = a.run_json(OBSERVE)
-    assert expected == ["TinyConfig", "TinyModel", 3, [1, 2], [2.0, 2.0]]
+    assert expected == ["TinyConfig", "TinyModel", 3, [1, 2], [2.0, 2.0], 2, "notebook-map"]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
-    assert "library registries" in out, out
+    assert "library registries" in out and "matplotlib colormaps" in out, out
     assert b.run_json(OBSERVE) == expected
 
 

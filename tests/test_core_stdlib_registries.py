@@ -7,7 +7,8 @@ Each lived in the old process only, so after a resume it was gone while the verd
 'decimal.Decimal' is not supported"), ``'x'.encode('myalias')`` raised ``LookupError``, requests
 went out without the opener's headers or the default timeout, ``shutil.make_archive`` refused the
 format, ``mimetypes`` no longer knew the extension, ``asyncio`` made loops with its default
-policy and NumPy's error callback was gone. Kernel A sets them over several cells and observes
+policy, NumPy's error callback was gone and a level ``addLevelName`` named printed as
+"Level 25". Kernel A sets them over several cells and observes
 them, checkpoints and dies; kernel B resumes and observes the same."""
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class NotebookPolicy(asyncio.DefaultEventLoopPolicy):
 
 asyncio.set_event_loop_policy(NotebookPolicy())
 np.seterrcall(print)
+import logging
+logging.addLevelName(25, "NOTICE")
 """
 OBSERVE = r"""
 import asyncio, codecs, decimal, json, mimetypes, shutil, socket, sqlite3, urllib.request
@@ -63,7 +66,7 @@ print(json.dumps([
     [name for name, *_ in shutil.get_unpack_formats() if name == "probe"],
     mimetypes.guess_type("model.probe")[0], mimetypes.guess_extension("application/x-probe"),
     type(asyncio.get_event_loop_policy()).__name__, np.geterrcall() is print,
-    mimetypes.guess_type("page.html")[0],
+    mimetypes.guess_type("page.html")[0], __import__("logging").getLevelName(25),
 ]))
 """
 
@@ -74,12 +77,12 @@ def test_the_registries_a_notebook_added_to_come_back(start_kernel):
     expected = a.run_json(OBSERVE)
     assert expected == ["Decimal('1.5')", "x", [["User-agent", "notebook/1"]], 7.0, ["probe"],
                         ["probe"], "application/x-probe", ".probe", "NotebookPolicy", True,
-                        "text/html"]
+                        "text/html", "NOTICE"]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     for entry in ("python settings", "numpy print options and seterr", "sqlite3 adapters",
                   "codec search functions", "urllib opener", "shutil archive formats",
-                  "MIME types", "asyncio event loop policy"):
+                  "MIME types", "asyncio event loop policy", "logging level names"):
         assert entry in out, (entry, out)
     assert b.run_json(OBSERVE) == expected
 
@@ -93,5 +96,6 @@ def test_a_fresh_kernel_carries_none_of_them(start_kernel):
     _, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     for entry in ("sqlite3 adapters", "codec search functions", "urllib opener",
-                  "shutil archive formats", "MIME types", "asyncio event loop policy"):
+                  "shutil archive formats", "MIME types", "asyncio event loop policy",
+                  "logging level names"):
         assert entry not in out, (entry, out)
