@@ -93,6 +93,38 @@ def _restore_matplotlib_backend(state: dict[str, Any]) -> str | None:
     return None
 
 
+def _figure_formats() -> Any:
+    """The shell's figure printers by MIME type (``set_matplotlib_formats("svg")`` registers
+    them with the display formatters, not in ``%config``), unless they are the inline backend's
+    default: PNG only, with ``InlineBackend.print_figure_kwargs``."""
+    figure, inline, shell = (sys.modules.get("matplotlib.figure"), sys.modules.get(INLINE_MODULE),
+                             the_shell())
+    if figure is None or inline is None or shell is None:
+        return None
+    printers = {mime: formatter.type_printers[figure.Figure]
+                for mime, formatter in shell.display_formatter.formatters.items()
+                if figure.Figure in formatter.type_printers}
+    png = printers.get("image/png")
+    default = {"fmt": "png", "base64": True, **inline.InlineBackend.instance().print_figure_kwargs}
+    if list(printers) == ["image/png"] and getattr(png, "keywords", None) == default:
+        return None
+    return printers
+
+
+def _restore_figure_formats(printers: dict[str, Any]) -> str | None:
+    """After the backend entry (whose inline backend registers its default printers)."""
+    from matplotlib.figure import Figure
+
+    formatters = the_shell().display_formatter.formatters
+    for formatter in formatters.values():
+        formatter.pop(Figure, None)
+    missing = [mime for mime in printers if mime not in formatters]
+    for mime, printer in printers.items():
+        if mime in formatters:
+            formatters[mime].for_type(Figure, printer)
+    return f"no display formatter here for {', '.join(missing)}" if missing else None
+
+
 _NOT_RC = frozenset({"backend", "backend_fallback"})  # the backend entry owns these
 
 
@@ -933,6 +965,7 @@ def _restore_logging_switches(switches: dict[str, Any]) -> str | None:
 
 ENTRIES = (
     ("matplotlib backend", _matplotlib_backend, _restore_matplotlib_backend),
+    ("matplotlib figure formats", _figure_formats, _restore_figure_formats),
     ("matplotlib colormaps", _matplotlib_colormaps, _restore_matplotlib_colormaps),
     ("matplotlib rcParams", _matplotlib_rc, _restore_matplotlib_rc),
     ("matplotlib figures", _matplotlib_figures, _restore_matplotlib_figures),
