@@ -14,13 +14,15 @@ hold. One ``gc.get_referrers`` pass finds the plain dicts, lists and sets that h
 the loaded library modules (``_registries``: each module's attributes, and the attributes of the
 objects and classes it defines, read from their ``__dict__``: no property or ``__getattr__``
 runs) names those that are a library's: ``(module, attribute chain, kind, entries)``, the entries
-that hold a candidate (for a dict, its key or value). Not the session's own modules, this
-product's, IPython's (``ipython_state`` carries what the notebook registered there), nor the
-registries other entries carry (``copyreg``'s dispatch table, torch's global hooks). At resume
-(after the variables: the candidates are the restored classes) ``restore_registries`` imports
-each module again where the resume has not, finds the registry by its chain, and puts the
-entries back (a dict's key set, a list's item appended and a set's added unless there already);
-a registry this kernel lacks is named with how many entries it held.
+that hold a candidate (for a dict, its key or value) and are made of definitions only
+(``_definition``: a cache keyed by the notebook's class, torch.jit's, is not a registry). Not
+the session's own modules, this product's, IPython's (``ipython_state`` carries what the
+notebook registered there), nor the registries other entries carry (``copyreg``'s dispatch
+table, torch's global hooks). At resume (after the variables: the candidates are the restored
+classes) ``restore_registries`` imports each module again where the resume has not, finds the
+registry by its chain, and puts the entries back (a dict's key set, a list's item appended and
+a set's added unless there already); a registry this kernel lacks is named with how many
+entries it held.
 
 Invariant: nothing is imported at capture, and with no candidate, or none that a dict, list or
 set outside the namespaces holds, nothing is walked (the walk took 0.12 s with torch,
@@ -29,6 +31,7 @@ transformers and pandas loaded, about 3,000 modules).
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import sys
@@ -49,6 +52,8 @@ _NOT_HERE = frozenset({"__main__", "builtins", "sys", "copyreg", "IPython", "ipy
                                                                       for name in OWN}
 _ATTRIBUTE_SKIP = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
                    *weakref.ProxyTypes)
+
+_LITERALS = frozenset({type(None), bool, int, float, complex, str, bytes})
 
 Registry = tuple[str, tuple[str, ...], str, list]
 
@@ -82,12 +87,33 @@ def capture() -> list[Registry] | None:
     registries = []
     for module, chain, registry in _registries(held, ours):
         if type(registry) is dict:
-            entries = [(k, v) for k, v in list(registry.items()) if id(k) in ids or id(v) in ids]
+            entries = [(k, v) for k, v in list(registry.items())
+                       if (id(k) in ids or id(v) in ids) and _definition((k, v))]
         else:
             entries = [item for item in list(registry) if id(item) in ids]
         if entries:
             registries.append((module, chain, _KINDS[type(registry)], entries))
     return registries or None
+
+
+def _definition(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is made of definitions only: classes, functions (also in a
+    ``functools.partial``), literals, and tuples (named ones too), lists, sets and dicts of
+    those. A registry maps to definitions (pytree's ``NodeDef`` of a class and two functions);
+    a cache maps to what the library computed from them (torch.jit's store of each scripted
+    class's ``ConcreteModuleType``), which it computes again, and which may not pickle."""
+    kind = type(value)
+    if kind in _LITERALS or issubclass(kind, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return True
+    if depth > 3:
+        return False
+    if kind is functools.partial:
+        return _definition((value.func, value.args, value.keywords), depth + 1)
+    if issubclass(kind, dict):
+        return all(_definition(item, depth + 1) for item in value.items())
+    if issubclass(kind, (tuple, list, set, frozenset)):
+        return all(_definition(item, depth + 1) for item in value)
+    return False
 
 
 def _registries(held: dict[int, Any], ours: set[int]) -> list[tuple[str, tuple[str, ...], Any]]:

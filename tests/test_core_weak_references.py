@@ -80,18 +80,22 @@ def test_weak_references_come_back_to_the_objects_the_namespace_holds(start_kern
     assert after == [["finalized", "forgot"], ["encoder"], 1, True, True, False]
 
 
+def _held_by_json(start_kernel, holding: str):
+    """A ``Model`` held by ``json._kept`` (set by ``holding``) and weak references to it, resumed
+    in a fresh kernel: that kernel and the resume's report."""
+    a = start_kernel()
+    a.run(f"import json, weakref\nclass Model: pass\n{holding}\n"
+          "latest = weakref.ref(json._kept)\n"
+          "cache = weakref.WeakValueDictionary({'model': json._kept})")
+    return resumed_elsewhere(a, start_kernel)
+
+
 def test_a_referent_nothing_else_brings_back_is_named(start_kernel):
     """Held on the old pod only by something the snapshot does not carry (here an attribute a
     call set on a library module: ``library_values`` reads assignments in the cells' text, not
     ``setattr`` calls), the referent dies at the resume: the reference comes back dead, and the
     resume names it instead of saying ``exact``."""
-    a = start_kernel()
-    a.run("import json, weakref\n"
-          "class Model: pass\n"
-          "setattr(json, '_kept', Model())\n"
-          "latest = weakref.ref(json._kept)\n"
-          "cache = weakref.WeakValueDictionary({'model': json._kept})")
-    b, out = resumed_elsewhere(a, start_kernel)
+    b, out = _held_by_json(start_kernel, "setattr(json, '_kept', Model())")
     assert "(partial)" in out.splitlines()[0], out
     assert re.search(r"latest: its weakref\.ReferenceType to a __main__\.Model came back dead: "
                      r"nothing else held the __main__\.Model after the resume", out), out
@@ -103,13 +107,7 @@ def test_a_referent_nothing_else_brings_back_is_named(start_kernel):
 def test_a_referent_a_cell_set_on_a_library_comes_back_alive(start_kernel):
     """Assigned in a cell to a library module's attribute, the referent is carried with that
     value (``library_values``) as the same object: the references come back alive to it."""
-    a = start_kernel()
-    a.run("import json, weakref\n"
-          "class Model: pass\n"
-          "json._kept = Model()\n"
-          "latest = weakref.ref(json._kept)\n"
-          "cache = weakref.WeakValueDictionary({'model': json._kept})")
-    b, out = resumed_elsewhere(a, start_kernel)
+    b, out = _held_by_json(start_kernel, "json._kept = Model()")
     assert "(exact)" in out.splitlines()[0], out
     assert b.run("print(latest() is json._kept is cache['model'], type(json._kept).__name__)"
                  ).strip() == "True Model"
