@@ -2,8 +2,8 @@
 a fresh process has without the session's entries: ``sqlite3`` adapters and converters, codec
 search functions (``codecs.register``), the opener ``urllib.request.urlopen`` uses
 (``install_opener``), ``shutil``'s archive and unpack formats, the MIME types ``mimetypes``
-learnt (``add_type``), ``asyncio``'s event loop policy and ``logging``'s level names
-(``addLevelName``).
+learnt (``add_type``), ``asyncio``'s event loop policy, ``logging``'s level names
+(``addLevelName``) and the notebook's import finders (``sys.meta_path``, ``sys.path_hooks``).
 
 Only what the session added travels: an adapter or converter the kernel did not have when the
 extension loaded (``remember_baseline``), an adapter, converter or format whose function is not
@@ -101,6 +101,24 @@ def _restore_codec_search_functions(functions: list[Callable]) -> None:
         codecs.register(function)
 
 
+def _import_finders() -> Any:
+    """The notebook's finders in ``sys.meta_path`` (a class of its own, or an instance of one),
+    with their places, and its ``sys.path_hooks``."""
+    finders = [(place, finder) for place, finder in enumerate(sys.meta_path)
+               if the_sessions(finder) or the_sessions(type(finder))]
+    hooks = [(place, hook) for place, hook in enumerate(sys.path_hooks) if the_sessions(hook)]
+    return (finders, hooks) if finders or hooks else None
+
+
+def _restore_import_finders(state: tuple[list[tuple[int, Any]], list[tuple[int, Any]]]) -> None:
+    finders, hooks = state
+    for place, finder in finders:
+        sys.meta_path.insert(place, finder)
+    for place, hook in hooks:
+        sys.path_hooks.insert(place, hook)
+    sys.path_importer_cache.clear()  # made with the hooks before
+
+
 def _urllib_opener() -> Any:
     request = sys.modules.get("urllib.request")
     return getattr(request, "_opener", None)  # install_opener's, None until one is used
@@ -189,6 +207,7 @@ ENTRIES = (
     ("logging level names", _level_names, _restore_level_names),
     ("sqlite3 adapters and converters", _sqlite_adapters, _restore_sqlite_adapters),
     ("codec search functions", _codec_search_functions, _restore_codec_search_functions),
+    ("import finders", _import_finders, _restore_import_finders),
     ("urllib opener", _urllib_opener, _restore_urllib_opener),
     ("shutil archive formats", _shutil_formats, _restore_shutil_formats),
     ("MIME types", _mime_types, _restore_mime_types),

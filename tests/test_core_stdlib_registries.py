@@ -8,8 +8,9 @@ Each lived in the old process only, so after a resume it was gone while the verd
 went out without the opener's headers or the default timeout, ``shutil.make_archive`` refused the
 format, ``mimetypes`` no longer knew the extension, ``asyncio`` made loops with its default
 policy, NumPy's error callback was gone and a level ``addLevelName`` named printed as
-"Level 25". Kernel A sets them over several cells and observes
-them, checkpoints and dies; kernel B resumes and observes the same."""
+"Level 25", and a module a finder of the notebook made could not be imported. Kernel A sets
+them over several cells and observes them, checkpoints and dies; kernel B resumes and observes
+the same."""
 
 from __future__ import annotations
 
@@ -48,6 +49,19 @@ asyncio.set_event_loop_policy(NotebookPolicy())
 np.seterrcall(print)
 import logging
 logging.addLevelName(25, "NOTICE")
+
+import importlib.abc, importlib.util, sys
+
+class GeneratedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name == "generated_config":
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def exec_module(self, module):
+        module.VALUE = 42
+
+sys.meta_path.insert(0, GeneratedModules())
 """
 OBSERVE = r"""
 import asyncio, codecs, decimal, json, mimetypes, shutil, socket, sqlite3, urllib.request
@@ -67,6 +81,7 @@ print(json.dumps([
     mimetypes.guess_type("model.probe")[0], mimetypes.guess_extension("application/x-probe"),
     type(asyncio.get_event_loop_policy()).__name__, np.geterrcall() is print,
     mimetypes.guess_type("page.html")[0], __import__("logging").getLevelName(25),
+    __import__("generated_config").VALUE,
 ]))
 """
 
@@ -77,12 +92,13 @@ def test_the_registries_a_notebook_added_to_come_back(start_kernel):
     expected = a.run_json(OBSERVE)
     assert expected == ["Decimal('1.5')", "x", [["User-agent", "notebook/1"]], 7.0, ["probe"],
                         ["probe"], "application/x-probe", ".probe", "NotebookPolicy", True,
-                        "text/html", "NOTICE"]
+                        "text/html", "NOTICE", 42]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     for entry in ("python settings", "numpy print options and seterr", "sqlite3 adapters",
                   "codec search functions", "urllib opener", "shutil archive formats",
-                  "MIME types", "asyncio event loop policy", "logging level names"):
+                  "MIME types", "asyncio event loop policy", "logging level names",
+                  "import finders"):
         assert entry in out, (entry, out)
     assert b.run_json(OBSERVE) == expected
 
@@ -97,5 +113,5 @@ def test_a_fresh_kernel_carries_none_of_them(start_kernel):
     assert "(exact)" in out.splitlines()[0], out
     for entry in ("sqlite3 adapters", "codec search functions", "urllib opener",
                   "shutil archive formats", "MIME types", "asyncio event loop policy",
-                  "logging level names"):
+                  "logging level names", "import finders"):
         assert entry not in out, (entry, out)
