@@ -334,6 +334,11 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
         # torch has no getter: with it set, a subnormal float32 comes out as zero (x86 only)
         "flush_denormal": torch.tensor([1e-40], dtype=torch.float32, device="cpu").item() == 0.0,
     }
+    if hasattr(torch._C, "_get_deterministic_fill_uninitialized_memory"):
+        now["fill_uninitialized_memory"] = torch._C._get_deterministic_fill_uninitialized_memory()
+    logs = sys.modules.get("torch._logging._internal")
+    if logs is not None and "TORCH_LOGS" not in os.environ:  # with it set, set_logs does nothing
+        now["logs"] = (dict(logs.log_state.log_qname_to_level), sorted(logs.log_state.artifact_names))
     sharing = sys.modules.get("torch.multiprocessing")
     if sharing is not None:  # how tensors go to DataLoader workers ("file_system": too many fds)
         now["sharing_strategy"] = sharing.get_sharing_strategy()
@@ -403,7 +408,7 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         # torch/multiprocessing/__init__.py: file_system on macOS and Windows
         "sharing_strategy": ("file_system" if sys.platform in ("darwin", "win32")
                              else "file_descriptor"),
-        "hub_dir": None,
+        "hub_dir": None, "fill_uninitialized_memory": True, "logs": ({}, []),
     }
 
 
@@ -430,6 +435,20 @@ def _set_default_device(device: str) -> None:
     torch.set_default_device(device)
 
 
+def _set_torch_logs(state: tuple[dict[str, int], list[str]]) -> None:
+    """What ``torch._logging.set_logs`` leaves: the levels by logger and the artifacts on, then
+    the loggers set up from them (``_init_logs``; TORCH_LOGS set here wins, as it does there)."""
+    from torch._logging import _internal
+
+    if "TORCH_LOGS" in os.environ:
+        raise ValueError("TORCH_LOGS is set here, and wins over the session's set_logs")
+    levels, artifacts = state
+    _internal.log_state.clear()
+    _internal.log_state.log_qname_to_level.update(levels)
+    _internal.log_state.artifact_names.update(artifacts)
+    _internal._init_logs()
+
+
 def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
     import torch
 
@@ -454,6 +473,8 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "warn_always": torch.set_warn_always,
         "sharing_strategy": torch.multiprocessing.set_sharing_strategy,
         "hub_dir": torch.hub.set_dir,
+        "fill_uninitialized_memory": torch._C._set_deterministic_fill_uninitialized_memory,
+        "logs": _set_torch_logs,
         "flush_denormal": torch.set_flush_denormal,
         "future": lambda v: [torch.__future__.set_overwrite_module_params_on_conversion(v[0]),
                              torch.__future__.set_swap_module_params_on_conversion(v[1])],

@@ -821,3 +821,29 @@ def test_the_figure_formats_a_notebook_chose_come_back(start_kernel):
         "plt.plot([1, 2])\nplt.show()", timeout=60,
         output_hook=lambda msg: shown.extend(msg["content"].get("data", {})))
     assert "image/svg+xml" in shown and "image/png" not in shown, shown
+
+
+TORCH_SWITCHES = r"""
+import json, logging, torch
+from torch._logging import _internal
+print(json.dumps([torch.utils.deterministic.fill_uninitialized_memory,
+                  sorted(_internal.log_state.artifact_names),
+                  logging.getLogger("torch._dynamo").level]))
+"""
+
+
+def test_torchs_log_settings_and_fill_switch_come_back(start_kernel):
+    """``torch._logging.set_logs(recompiles=True, dynamo=logging.INFO)`` (torch.compile's
+    tutorials ask for it to see recompilations) and ``torch.utils.deterministic.
+    fill_uninitialized_memory = False`` (a module property over torch._C, which
+    ``library_values`` cannot read from the module's ``__dict__``) were lost under an exact
+    verdict (found by a probe)."""
+    a = start_kernel()
+    a.run("import logging, torch\n"
+          "torch._logging.set_logs(recompiles=True, dynamo=logging.INFO)\n"
+          "torch.utils.deterministic.fill_uninitialized_memory = False")
+    expected = a.run_json(TORCH_SWITCHES)
+    assert expected == [False, ["recompiles"], logging.INFO]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "torch settings" in out, out
+    assert b.run_json(TORCH_SWITCHES) == expected
