@@ -1,7 +1,8 @@
 """Built-in ``interpreter_state`` entries for IPython: the source of notebook code, the
 extensions loaded in the session (``autoreload`` with its mode and ``%aimport`` lists), the
 shell aliases it defined or removed (``%alias``, ``%unalias``), ``%config`` and the other
-setting magics (``%precision``, ``%xmode``, ``%pdb``, ...), the magics, event callbacks,
+setting magics (``%precision``, ``%xmode``, ``%pdb``, ...) and the settings assigned to the
+shell's objects, the magics, event callbacks,
 display printers and code transformers the notebook registered, and the output history
 (``Out``, ``_N``, ``_``, ``__``, ``___``).
 
@@ -44,6 +45,8 @@ def remember_baseline(shell: Any) -> None:
     if "extensions" not in _baseline:
         _baseline["extensions"] = {*shell.extension_manager.loaded, __package__}
         _baseline["aliases"] = dict(shell.alias_manager.aliases)
+        _baseline["settings"] = {which: _settings(made) for which, made in
+                                 _configurables(shell).items()}
 
 
 def the_shell() -> Any:
@@ -172,6 +175,73 @@ def _restore_config_changes(lines: list[str]) -> str | None:
                                   else ("config", "", line))
             shell.run_line_magic(magic, argument.strip())
     return None
+
+
+# -- settings set on the shell's objects -------------------------------------------------------
+
+#: The simple values a setting of the shell's objects may hold to be carried.
+_SIMPLE = (str, int, float, bool, type(None), list, tuple, dict, set)
+
+
+def _configurables(shell: Any) -> dict[str, Any]:
+    """The shell's objects whose settings a notebook sets by assignment: the shell, its
+    completer, its plain-text formatter, and the inline backend's settings once made."""
+    found = {"shell": shell, "completer": shell.Completer,
+             "plain text": shell.display_formatter.formatters.get("text/plain")}
+    inline = sys.modules.get("matplotlib_inline.backend_inline")
+    if inline is not None and inline.InlineBackend.initialized():
+        found["inline backend"] = inline.InlineBackend.instance()
+    return {which: made for which, made in found.items() if made is not None}
+
+
+def _settings(configurable: Any) -> dict[str, Any]:
+    """``configurable``'s configurable traits of simple values, by name."""
+    values = {name: getattr(configurable, name) for name in configurable.trait_names(config=True)}
+    return {name: value for name, value in values.items() if isinstance(value, _SIMPLE)}
+
+
+def _expected(configurable: Any, shell: Any) -> dict[str, Any]:
+    """What a configurable made after the extension loaded starts with: its defaults, under
+    the kernel's configuration."""
+    section = shell.config.get(type(configurable).__name__, {})
+    return {name: section[name] if name in section else trait.default()
+            for name, trait in configurable.traits(config=True).items()}
+
+
+def _shell_settings() -> Any:
+    """The settings of the shell's objects (``_configurables``) that differ from when the
+    extension loaded, as set by assignment (``get_ipython().ast_node_interactivity = "all"``,
+    ``shell.Completer.use_jedi = False``, ``set_matplotlib_close(False)``); ``%config`` lines
+    are that entry's, and come back the same."""
+    shell = the_shell()
+    if shell is None:
+        return None
+    changed = {}
+    for which, configurable in _configurables(shell).items():
+        before = _baseline.get("settings", {}).get(which) or _expected(configurable, shell)
+        now = {name: value for name, value in _settings(configurable).items()
+               if name in before and value != before[name]}
+        if now:
+            changed[which] = now
+    return changed or None
+
+
+def _restore_shell_settings(changed: dict[str, dict[str, Any]]) -> str | None:
+    shell = the_shell()
+    if shell is None:
+        return "no IPython shell here"
+    if "inline backend" in changed:  # made as the session's was
+        from matplotlib_inline.backend_inline import InlineBackend
+
+        InlineBackend.instance()
+    configurables, refused = _configurables(shell), []
+    for which, settings in changed.items():
+        for name, value in settings.items():
+            try:
+                setattr(configurables[which], name, value)
+            except Exception as exc:  # a TraitError, or what the setting's observer raised
+                refused.append(f"{which} {name} ({type(exc).__name__}: {exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
 
 
 # -- the notebook's own hooks in the shell --------------------------------------------------
@@ -345,6 +415,7 @@ ENTRIES = (
     ("source of notebook code", _cell_sources, _restore_cell_sources),
     ("IPython extensions", _extensions, _restore_extensions),
     ("IPython %config", _config_changes, _restore_config_changes),
+    ("IPython settings", _shell_settings, _restore_shell_settings),
     ("IPython aliases", _aliases, _restore_aliases),
     ("IPython hooks of the notebook", _shell_hooks, _restore_shell_hooks),
     ("IPython output history", _outputs, _restore_outputs),

@@ -847,3 +847,35 @@ def test_torchs_log_settings_and_fill_switch_come_back(start_kernel):
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0] and "torch settings" in out, out
     assert b.run_json(TORCH_SWITCHES) == expected
+
+
+SHELL_SETTINGS = r"""
+import json
+from matplotlib_inline.backend_inline import InlineBackend
+print(json.dumps([get_ipython().ast_node_interactivity, get_ipython().Completer.use_jedi,
+                  InlineBackend.instance().close_figures]))
+"""
+
+
+def test_settings_assigned_to_the_shells_objects_come_back(start_kernel):
+    """``get_ipython().ast_node_interactivity = "all"`` (show every expression of a cell),
+    ``get_ipython().Completer.use_jedi = False`` (the usual fix for slow completion) and
+    ``set_matplotlib_close(False)`` set traits of the shell's objects without ``%config``, so
+    that entry's replay missed them: each was lost under an exact verdict (found by a probe).
+    A session that sets nothing carries nothing."""
+    a = start_kernel()
+    a.run("x = 1")
+    _, out = resumed_elsewhere(a, start_kernel)
+    assert "IPython settings" not in out, out
+
+    a = start_kernel()
+    a.run("get_ipython().ast_node_interactivity = 'all'\n"
+          "get_ipython().Completer.use_jedi = False\n"
+          "from matplotlib_inline.backend_inline import set_matplotlib_close\n"
+          "set_matplotlib_close(False)")
+    expected = a.run_json(SHELL_SETTINGS)
+    assert expected == ["all", False, False]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "IPython settings" in out, out
+    assert b.run_json(SHELL_SETTINGS) == expected
+    assert b.run("1 + 1\n2 + 2") == "24"  # every expression shown, as before
