@@ -10,7 +10,8 @@ extension loaded (``remember_baseline``), an adapter, converter or format whose 
 the registering module's own (``_own``: the module registers those itself when it is imported), a
 codec search function of the notebook or its own modules (``registrations`` notes each
 ``codecs.register``), an installed opener, a MIME type a fresh ``mimetypes.init()`` does not
-read from the system's files, a policy of another class than the default. Each capture answers
+read from the system's files, a policy of another class than the default, a level name the
+kernel did not have at load, a finder or path hook of the notebook. Each capture answers
 ``None`` when its module is not loaded (``sys.modules``, never an import) or nothing was added;
 each restore sets the entries again through the module's own functions, or names what it could
 not (a policy class that needs arguments).
