@@ -334,6 +334,8 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
         # torch has no getter: with it set, a subnormal float32 comes out as zero (x86 only)
         "flush_denormal": torch.tensor([1e-40], dtype=torch.float32, device="cpu").item() == 0.0,
     }
+    if hasattr(torch._C, "_is_multithreading_enabled"):  # set_multithreading_enabled(False)
+        now["autograd_multithreading"] = torch._C._is_multithreading_enabled()
     if hasattr(torch._C, "_get_deterministic_fill_uninitialized_memory"):
         now["fill_uninitialized_memory"] = torch._C._get_deterministic_fill_uninitialized_memory()
     logs = sys.modules.get("torch._logging._internal")
@@ -409,6 +411,7 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         "sharing_strategy": ("file_system" if sys.platform in ("darwin", "win32")
                              else "file_descriptor"),
         "hub_dir": None, "fill_uninitialized_memory": True, "logs": ({}, []),
+        "autograd_multithreading": True,
     }
 
 
@@ -475,6 +478,7 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "hub_dir": torch.hub.set_dir,
         "fill_uninitialized_memory": torch._C._set_deterministic_fill_uninitialized_memory,
         "logs": _set_torch_logs,
+        "autograd_multithreading": torch._C._set_multithreading_enabled,
         "flush_denormal": torch.set_flush_denormal,
         "future": lambda v: [torch.__future__.set_overwrite_module_params_on_conversion(v[0]),
                              torch.__future__.set_swap_module_params_on_conversion(v[1])],
@@ -877,8 +881,8 @@ _FRESH_LOGGER = (logging.NOTSET, True, False, [])
 
 def _logging_config() -> Any:
     """Per logger changed in the session (or since a library made it): level, propagate,
-    disabled, and the handlers it gained (stream and file handlers as recipes, the others by
-    type name only)."""
+    disabled, the handlers it gained (stream and file handlers as recipes, the others by type
+    name only), and where each of its handlers writes."""
     remember_baseline()
     before = _baseline["logging"]
     changed = {}
@@ -890,6 +894,7 @@ def _logging_config() -> Any:
             "level": logger.level, "propagate": logger.propagate, "disabled": logger.disabled,
             "handlers": [_handler_recipe(h) for h in logger.handlers
                          if id(h) in facts[3] and id(h) not in old[3]],
+            "writes_to": [_writes_to(_handler_recipe(h)) for h in logger.handlers],
         }
     return changed or None
 
@@ -934,9 +939,25 @@ def _writes_to(recipe: dict[str, Any]) -> tuple[str, Any]:
     return recipe["type"], recipe.get("stream") or recipe.get("file")
 
 
+def _remove_handlers_made_again(logger: logging.Logger, writes_to: list | None) -> None:
+    """Remove the stream and file handlers of ``logger`` that write where none of the
+    session's did (``writes_to``, None in older snapshots): a library's import made them again
+    after the session had removed them (``transformers.utils.logging.disable_default_handler``).
+    A handler the recipe cannot tell (another type, a stream of its own) stays."""
+    if writes_to is None:
+        return
+    kept = {tuple(target) for target in writes_to}
+    for handler in list(logger.handlers):
+        target = _writes_to(_handler_recipe(handler))
+        if (type(handler) in (logging.StreamHandler, logging.FileHandler)
+                and target[1] is not None and target not in kept):
+            logger.removeHandler(handler)
+
+
 def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
-    """Levels and flags set; each handler rebuilt unless the logger has one that writes to the
-    same place already (a library that adds its handler at import did so again here): that one
+    """Levels and flags set; handlers made again that the session had removed, removed
+    (``_remove_handlers_made_again``); each handler rebuilt unless the logger has one that writes
+    to the same place already (a library that adds its handler at import did so again here): that one
     takes the recipe's level and format, which the session may have changed (transformers'
     ``enable_explicit_format``), rather than a second handler printing every message again."""
     lost = []
@@ -944,6 +965,7 @@ def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
         logger = logging.getLogger(name or None)
         logger.setLevel(config["level"])
         logger.propagate, logger.disabled = config["propagate"], config["disabled"]
+        _remove_handlers_made_again(logger, config.get("writes_to"))
         recipes = [(_handler_recipe(h), h) for h in logger.handlers]
         for recipe in config["handlers"]:
             if any(recipe == made for made, _ in recipes):

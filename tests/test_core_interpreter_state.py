@@ -128,6 +128,30 @@ def test_a_librarys_own_handler_made_again_takes_the_sessions_format_and_level()
             logger.removeHandler(handler)
 
 
+def test_a_handler_the_session_removed_stays_removed():
+    """``transformers.utils.logging.disable_default_handler()`` removes the handler transformers
+    adds at import; the resumed kernel's import added it again and nothing removed it: every
+    message went to stderr again, under an exact verdict (found by a probe). A handler made
+    again that the session's logger did not have is removed; one of a kind the snapshot cannot
+    tell apart stays."""
+    logger = logging.getLogger("gkeresume.test.removed")
+    library_state.remember_baseline()
+    imported = logging.StreamHandler()  # as the library makes it at import
+    logger.addHandler(imported)
+    logger.setLevel(logging.WARNING)
+    try:
+        logger.removeHandler(imported)  # disable_default_handler()
+        changed = library_state._logging_config()["gkeresume.test.removed"]
+        again, other = logging.StreamHandler(), logging.NullHandler()
+        logger.addHandler(again)  # the resumed kernel's import
+        logger.addHandler(other)
+        assert library_state._restore_logging_config({"gkeresume.test.removed": changed}) is None
+        assert logger.handlers == [other]
+    finally:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+
+
 def test_logging_switches_travel():
     """``logging.disable(level)`` (notebooks quiet every library so) and
     ``logging.captureWarnings(True)`` came back off while the verdict said ``exact`` (found by a
@@ -827,6 +851,7 @@ TORCH_SWITCHES = r"""
 import json, logging, torch
 from torch._logging import _internal
 print(json.dumps([torch.utils.deterministic.fill_uninitialized_memory,
+                  torch._C._is_multithreading_enabled(),
                   sorted(_internal.log_state.artifact_names),
                   logging.getLogger("torch._dynamo").level]))
 """
@@ -836,14 +861,16 @@ def test_torchs_log_settings_and_fill_switch_come_back(start_kernel):
     """``torch._logging.set_logs(recompiles=True, dynamo=logging.INFO)`` (torch.compile's
     tutorials ask for it to see recompilations) and ``torch.utils.deterministic.
     fill_uninitialized_memory = False`` (a module property over torch._C, which
-    ``library_values`` cannot read from the module's ``__dict__``) were lost under an exact
-    verdict (found by a probe)."""
+    ``library_values`` cannot read from the module's ``__dict__``) and
+    ``torch.autograd.set_multithreading_enabled(False)`` were lost under an exact verdict (found
+    by probes)."""
     a = start_kernel()
     a.run("import logging, torch\n"
           "torch._logging.set_logs(recompiles=True, dynamo=logging.INFO)\n"
-          "torch.utils.deterministic.fill_uninitialized_memory = False")
+          "torch.utils.deterministic.fill_uninitialized_memory = False\n"
+          "torch.autograd.set_multithreading_enabled(False)")
     expected = a.run_json(TORCH_SWITCHES)
-    assert expected == [False, ["recompiles"], logging.INFO]
+    assert expected == [False, False, ["recompiles"], logging.INFO]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0] and "torch settings" in out, out
     assert b.run_json(TORCH_SWITCHES) == expected
