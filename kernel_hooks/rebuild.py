@@ -285,6 +285,34 @@ def array_subclass_state(array: Any, state: tuple) -> None:
     vars(array).update(attributes)
 
 
+def custom_op(namespace: str, name: str, schema: str, function: Any,
+              tags: tuple[str, ...]) -> Any:
+    """A ``torch.library.custom_op`` defined again (``torch_reduce``): its ``CustomOpDef``, made
+    as ``custom_op`` makes it, before its kernels are registered."""
+    import torch
+    from torch._library.custom_ops import CustomOpDef
+
+    return CustomOpDef(namespace, name, schema, function,
+                       [getattr(torch.Tag, tag) for tag in tags] or None)
+
+
+def custom_op_registrations(op: Any, registered: dict[str, Any]) -> None:
+    """State setter of a custom operator: each registration made again through its method."""
+    for device_type, kernel in registered["kernels"].items():
+        op.register_kernel(device_type, kernel)
+    if registered["fake"] is not None:
+        op.register_fake(registered["fake"])
+    backward, setup_context = registered["autograd"]
+    if backward is not None:
+        op.register_autograd(backward, setup_context=setup_context)
+    for dispatch_class, rule in registered["torch_dispatch"].items():
+        op.register_torch_dispatch(dispatch_class, rule)
+    if registered["vmap"] is not None:
+        op.register_vmap(registered["vmap"])
+    for device_type, cast_inputs in registered["autocast"].items():
+        op.register_autocast(device_type, cast_inputs)
+
+
 def storage_in_array(array: Any, offset: int, nbytes: int, dtype: str | None) -> Any:
     """A torch storage over the restored NumPy ``array``'s memory (``host_regions``): typed when
     ``dtype`` is given."""

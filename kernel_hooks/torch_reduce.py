@@ -76,6 +76,13 @@ with its dtype and its conjugate and negative bits (``rebuild.tensor_view``), wh
 made now gives back the very tensor (a view of the same base at the same memory, of the same
 dtype, bits and type); else as torch does.
 
+A custom operator (``torch.library.custom_op``) lives in torch's dispatcher; its ``CustomOpDef``
+holds the dispatcher's library, which does not pickle: the name was lost and
+``torch.ops.<namespace>.<name>`` was gone. It pickles as what defines it and the functions
+registered on it (kernels, fake kernel, autograd formula, vmap and torch_dispatch rules, autocast);
+``rebuild.custom_op`` defines it again in the resumed kernel's dispatcher and registers them
+through the same methods.
+
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
 
@@ -179,6 +186,8 @@ class TorchReductions:
         self._script_function = torch._C.ScriptFunction if torch is not None else None
         exported = sys.modules.get("torch.export.exported_program")
         self._exported = getattr(exported, "ExportedProgram", None)
+        custom_ops = sys.modules.get("torch._library.custom_ops")
+        self._custom_op = getattr(custom_ops, "CustomOpDef", None)
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
@@ -209,6 +218,8 @@ class TorchReductions:
             return rebuild.script_function, (_archive(obj),)
         if self._exported is not None and isinstance(obj, self._exported):
             return _exported_program_reduce(obj)
+        if self._custom_op is not None and type(obj) is self._custom_op:
+            return _custom_op_reduce(obj)
         return None
 
     def _compiled_function_reduce(self, function: Any) -> tuple | None:
@@ -272,6 +283,19 @@ class TorchReductions:
         called = bool(vars(optimizer).get("_opt_called", False))
         return (make, args, ({**state, **extra}, called, wrapped), None, None,
                 rebuild.optimizer_state)
+
+
+def _custom_op_reduce(op: Any) -> tuple:
+    """A ``torch.library.custom_op`` as what defines it (namespace, name, schema, function, tags
+    by name) and what was registered on it since (``rebuild.custom_op_registrations``)."""
+    registered = {
+        "kernels": dict(op._backend_fns), "fake": op._abstract_fn,
+        "autograd": (op._backward_fn, op._setup_context_fn),
+        "torch_dispatch": dict(op._torch_dispatch_fns), "vmap": op._vmap_fn,
+        "autocast": dict(op._autocast_dtype)}
+    tags = tuple(tag.name for tag in op._tags)
+    return (rebuild.custom_op, (op._namespace, op._name, op._schema, op._init_fn, tags),
+            registered, None, None, rebuild.custom_op_registrations)
 
 
 def _view_reduce(view: Any) -> tuple | None:

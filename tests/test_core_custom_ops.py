@@ -1,0 +1,51 @@
+"""A custom operator the notebook defined (``torch.library.custom_op``, PyTorch's "Python custom
+operators" tutorial, advanced_source/python_custom_ops.py), carried across a cut
+(``kernel_hooks.torch_reduce``, ``rebuild.custom_op``).
+
+The operator lives in torch's C++ dispatcher; its ``CustomOpDef`` (torch/_library/custom_ops.py)
+holds the dispatcher's library and did not pickle ("cannot pickle 'torch._C._DispatchModule'"):
+the name was not restored and ``torch.ops.nb.scaled`` was gone. It comes back defined again in the
+resumed kernel's dispatcher, with its kernels, fake kernel and autograd formula."""
+
+from __future__ import annotations
+
+from fixtures_kernels import resumed_elsewhere
+
+SESSION = r"""
+import torch
+
+@torch.library.custom_op("nb::scaled", mutates_args=())
+def scaled(x: torch.Tensor, factor: float) -> torch.Tensor:
+    return x * factor
+
+@scaled.register_fake
+def _(x, factor):
+    return torch.empty_like(x)
+
+def setup_context(ctx, inputs, output):
+    ctx.factor = inputs[1]
+
+def backward(ctx, grad):
+    return grad * ctx.factor * 10, None  # not the true gradient: proves this formula runs
+
+scaled.register_autograd(backward, setup_context=setup_context)
+"""
+OBSERVE = r"""
+import json, torch
+x = torch.ones(3, requires_grad=True)
+torch.ops.nb.scaled(x, 2.0).sum().backward()
+compiled = torch.compile(lambda t: scaled(t, 3.0) + 1, backend="aot_eager", fullgraph=True)
+print(json.dumps([scaled(torch.ones(2), 2.0).tolist(), x.grad.tolist(),
+                  compiled(torch.ones(2)).tolist(), type(scaled).__name__]))
+del x, compiled
+"""
+
+
+def test_a_custom_operator_comes_back_with_its_registrations(start_kernel):
+    a = start_kernel()
+    a.run(SESSION)
+    expected = a.run_json(OBSERVE)
+    assert expected == [[2.0, 2.0], [20.0, 20.0, 20.0], [4.0, 4.0], "CustomOpDef"]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run_json(OBSERVE) == expected
