@@ -530,6 +530,29 @@ def _restore_torch_configs(changed: dict[str, dict[str, Any]]) -> str | None:
 
 # -- torch's global hooks ----------------------------------------------------------------------
 
+def _torch_library_operators() -> Any:
+    """The operators the cells defined or implemented with torch.library's functional API
+    (``torch.library.define("ns::op", ...)``, ``@torch.library.impl("ns::op", ...)``): torch
+    keeps their ``Library`` in ``_keep_alive`` and the functions in its dispatcher, where they
+    cannot be read back. An operator counts as the cells' when its qualified name is in their
+    text (torch's own and other libraries' are not). Not carried: the resume names them."""
+    library, shell = sys.modules.get("torch.library"), the_shell()
+    if library is None or shell is None:
+        return None
+    names = {name for kept in getattr(library, "_keep_alive", ())
+             for name in [*getattr(kept, "_op_defs", ()),
+                          *("::".join(key.split("/")[:2]) for key in getattr(kept, "_op_impls", ()))]}
+    cells = "\n".join(shell.history_manager.input_hist_raw)
+    mine = sorted(name for name in names if name in cells)
+    return mine or None
+
+
+def _name_torch_library_operators(operators: list[str]) -> str:
+    return (f"{', '.join(operators)} (made with torch.library.define/impl, which keep the "
+            "functions in the old kernel's dispatcher): run their cells again, or define them "
+            "with torch.library.custom_op, which comes back")
+
+
 def _torch_global_hooks() -> Any:
     """The hooks the session registered for every module or optimizer
     (``register_module_forward_hook``, ``register_optimizer_step_pre_hook``, ...), by the dict
@@ -1017,6 +1040,7 @@ ENTRIES = (
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),
+    ("torch.library operators", _torch_library_operators, _name_torch_library_operators),
     ("Hugging Face progress bars", _hf_progress_bars, _restore_hf_progress_bars),
     ("messages shown once", _shown_once, _restore_shown_once),
     ("python settings", _python_settings, _restore_python_settings),

@@ -49,3 +49,20 @@ def test_a_custom_operator_comes_back_with_its_registrations(start_kernel):
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     assert b.run_json(OBSERVE) == expected
+
+
+def test_operators_the_cells_made_with_torch_library_are_named(start_kernel):
+    """``torch.library.define`` and ``@torch.library.impl`` (the functional API) keep their
+    ``Library`` where the Python functions cannot be read back (torch/library.py ``_keep_alive``;
+    the functions live in the dispatcher): the operator was gone after a resume, under an exact
+    verdict (found by a probe). It is not carried; the resume names it."""
+    a = start_kernel()
+    a.run("import torch\n"
+          "torch.library.define('nbdef::plus_one', '(Tensor x) -> Tensor')\n"
+          "@torch.library.impl('nbdef::plus_one', 'cpu')\n"
+          "def plus_one(x):\n"
+          "    return x + 1\n"
+          "torch.ops.nbdef.plus_one(torch.ones(1))")
+    _, out = resumed_elsewhere(a, start_kernel)
+    assert "(partial)" in out.splitlines()[0], out
+    assert "nbdef::plus_one" in out, out
