@@ -807,6 +807,14 @@ def test_values_the_cells_set_on_libraries_come_back(start_kernel):
     assert b.run_json(OBSERVE_LIBRARY_VALUES) == [*before[:6], False]
 
 
+def _assert_not_carried(start_kernel, cell: str, entry: str) -> None:
+    """A session that ran ``cell`` only resumes without ``entry`` in its report."""
+    a = start_kernel()
+    a.run(cell)
+    _, out = resumed_elsewhere(a, start_kernel)
+    assert entry not in out, out
+
+
 FIGURE_FORMATS = r"""
 def _figure_printers():
     import json
@@ -827,10 +835,8 @@ def test_the_figure_formats_a_notebook_chose_come_back(start_kernel):
     printers with the shell's display formatters, not in ``%config``: after a resume figures
     showed as PNG again under an exact verdict (found by a probe). The printers come back as the
     session had them, after the backend; a session with the default PNG printer carries none."""
-    a = start_kernel()
-    a.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
-    _, out = resumed_elsewhere(a, start_kernel)
-    assert "matplotlib figure formats" not in out, out
+    _assert_not_carried(start_kernel, "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+                        "plt.show()", "matplotlib figure formats")
 
     a = start_kernel()
     a.run("import matplotlib.pyplot as plt\nfrom matplotlib_inline import backend_inline\n"
@@ -890,10 +896,7 @@ def test_settings_assigned_to_the_shells_objects_come_back(start_kernel):
     ``set_matplotlib_close(False)`` set traits of the shell's objects without ``%config``, so
     that entry's replay missed them: each was lost under an exact verdict (found by a probe).
     A session that sets nothing carries nothing."""
-    a = start_kernel()
-    a.run("x = 1")
-    _, out = resumed_elsewhere(a, start_kernel)
-    assert "IPython settings" not in out, out
+    _assert_not_carried(start_kernel, "x = 1", "IPython settings")
 
     a = start_kernel()
     a.run("get_ipython().ast_node_interactivity = 'all'\n"
