@@ -54,9 +54,14 @@ INLINE_MODULE = "matplotlib_inline.backend_inline"
 def _matplotlib_backend() -> Any:
     """The pyplot backend and interactive mode (the ``%matplotlib`` choice), and whether the
     backend was loaded (the first plot loads it); None when it is what a kernel starts with
-    (``MPLBACKEND``, interactive: ipykernel's inline backend) and not loaded yet."""
+    (``MPLBACKEND``, interactive: ipykernel's inline backend) and not loaded yet. Before pyplot
+    is imported, only a backend chosen with ``matplotlib.use`` (``"pyplot": False``)."""
     if "matplotlib.pyplot" not in sys.modules:
-        return None
+        backend = getattr(sys.modules.get("matplotlib"), "rcParams", None)
+        backend = backend._get_backend_or_none() if backend is not None else None
+        if not backend or backend.lower() == os.environ.get("MPLBACKEND", "").lower():
+            return None
+        return {"backend": backend, "pyplot": False}
     import matplotlib
 
     backend = matplotlib.rcParams._get_backend_or_none()
@@ -73,6 +78,9 @@ def _restore_matplotlib_backend(state: dict[str, Any]) -> str | None:
     import matplotlib
 
     backend = state["backend"]
+    if not state.get("pyplot", True):  # matplotlib.use before pyplot: pyplot takes it later
+        matplotlib.use(backend)
+        return None
     if backend and backend.lower() != (matplotlib.rcParams._get_backend_or_none() or "").lower():
         shell = the_shell()
         if shell is None:

@@ -909,3 +909,22 @@ def test_settings_assigned_to_the_shells_objects_come_back(start_kernel):
     assert "(exact)" in out.splitlines()[0] and "IPython settings" in out, out
     assert b.run_json(SHELL_SETTINGS) == expected
     assert b.run("1 + 1\n2 + 2") == "24"  # every expression shown, as before
+
+
+def test_a_backend_chosen_before_pyplot_comes_back(start_kernel):
+    """``matplotlib.use("Agg")`` before pyplot is imported (scripts and notebooks that draw to
+    files do it first) was not carried, since the backend entry looked at pyplot only: after a
+    resume pyplot took the kernel's inline backend and every figure displayed, under an exact
+    verdict (found by a probe). A session that only imported matplotlib carries nothing."""
+    _assert_not_carried(start_kernel, "import matplotlib", "matplotlib backend")
+    a = start_kernel()
+    a.run("import matplotlib\nmatplotlib.use('Agg')")
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "matplotlib backend" in out, out
+    shown: list[str] = []
+    b.client.execute_interactive(
+        "import matplotlib.pyplot as plt\nprint(plt.get_backend().lower())\nplt.plot([1, 2])\n"
+        "plt.show()", timeout=60, output_hook=lambda msg: shown.extend(
+            {"stream": [msg["content"].get("text", "").strip()], "display_data": ["display"],
+             "execute_result": ["result"]}.get(msg["msg_type"], [])))
+    assert shown == ["agg"], shown  # nothing displayed: the figure stays with Agg
