@@ -8,7 +8,8 @@ optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``); DataLoaders
 iterators and sqlite3 connections go through ``live_objects``, what pickle refuses but its
 constructor's arguments make again through ``remade``, weak references and weak
 containers through ``weak_references``, accelerate's process states and the kernel's own objects
-(the shell, the event loop) through ``singletons``.
+(the shell, the event loop) through ``singletons``, matplotlib's callback registries with the
+notebook's callbacks through ``callbacks``.
 A name whose pickling raises is dropped and the stream is rebuilt without it, so one bad
 object never sinks the snapshot.
 
@@ -52,6 +53,7 @@ from typing import Any
 import cloudpickle
 
 from . import rebuild, registry, weak_references
+from .callbacks import CallbackRegistries
 from .left_behind import held_key
 from .live_objects import LiveObjects
 from .placeholders import SHOWN_CHARS, Uncaptured, type_name, uncapturable_reason
@@ -100,6 +102,7 @@ class _GraphPickler(cloudpickle.Pickler):
         self.live = LiveObjects()
         self.remade = Remade()
         self.accelerate = AccelerateStates()
+        self.callbacks = CallbackRegistries()
         self.kernel = KernelSingletons()
         self.note = RecordNote()
         self._app_saving: set[int] = set()
@@ -133,7 +136,7 @@ class _GraphPickler(cloudpickle.Pickler):
         if reason is not None:
             return self.note.placeholder(obj, reason)
         reduced = (self.torch.reduce(obj, self.note) or self.accelerate.reduce(obj)
-                   or self.kernel.reduce(obj))
+                   or self.callbacks.reduce(obj) or self.kernel.reduce(obj))
         if reduced is not None:
             return reduced
         if isinstance(obj, _BY_REFERENCE):
