@@ -5,7 +5,8 @@ matplotlib's ``CallbackRegistry.__getstate__`` (lib/matplotlib/cbook.py) keeps o
 whose ids are in its ``_pickled_cids`` (those matplotlib connected itself as picklable) and drops
 the rest: the notebook's never fired after a resume. ``CallbackRegistries.reduce`` pickles a
 registry with the notebook's callbacks (functions, lambdas, methods and partials of the notebook
-or its own modules: ``library_state.the_sessions``) added to those ids for the while; matplotlib's
+or its own modules: ``library_state.the_sessions``, or a library's closure over one, as a
+widget's ``on_changed`` makes) added to those ids for the while; matplotlib's
 own ``__setstate__`` connects them again (a method weakly, as ``connect`` does), and since the
 ids stay in ``_pickled_cids``, a later checkpoint keeps them too. A library's callbacks stay
 matplotlib's choice.
@@ -35,7 +36,7 @@ class CallbackRegistries:
             return None
         registry: Any = obj
         mine = {cid for callbacks in registry.callbacks.values()
-                for cid, reference in callbacks.items() if the_sessions(reference())}
+                for cid, reference in callbacks.items() if _the_notebooks(reference())}
         kept = registry._pickled_cids
         if mine <= kept:
             return None
@@ -45,3 +46,19 @@ class CallbackRegistries:
         finally:
             registry._pickled_cids = kept
         return rebuild.new_object, (type(registry), ()), state
+
+
+def _the_notebooks(callback: Any) -> bool:
+    """A callback of the notebook or its own modules, or a library's closure over one (a
+    widget's ``on_changed`` connects ``lambda val: func(val)``)."""
+    if callback is None:  # a method whose object is gone
+        return False
+    cells = getattr(callback, "__closure__", None) or ()
+    return the_sessions(callback) or any(the_sessions(_contents(cell)) for cell in cells)
+
+
+def _contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
