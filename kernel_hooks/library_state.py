@@ -902,18 +902,21 @@ def _loggers() -> dict[str, logging.Logger]:
 
 
 def _logger_facts(logger: logging.Logger) -> tuple:
-    """level, propagate, disabled, and the handlers (ids) that matter (not NullHandlers)."""
+    """level, propagate, disabled, the handlers (ids) that matter (not NullHandlers), and the
+    filters (ids)."""
     return (logger.level, logger.propagate, logger.disabled,
-            [id(h) for h in logger.handlers if not isinstance(h, logging.NullHandler)])
+            [id(h) for h in logger.handlers if not isinstance(h, logging.NullHandler)],
+            [id(f) for f in logger.filters])
 
 
-_FRESH_LOGGER = (logging.NOTSET, True, False, [])
+_FRESH_LOGGER = (logging.NOTSET, True, False, [], [])
 
 
 def _logging_config() -> Any:
     """Per logger changed in the session (or since a library made it): level, propagate,
-    disabled, the handlers it gained (stream and file handlers as recipes, the others by type
-    name only), and where each of its handlers writes."""
+    disabled, the handlers it gained (stream and file handlers as recipes, with their filters;
+    the others by type name only), where each of its handlers writes, and the filters it gained
+    (``logger.addFilter``: a function or a ``logging.Filter``)."""
     remember_baseline()
     before = _baseline["logging"]
     changed = {}
@@ -926,6 +929,7 @@ def _logging_config() -> Any:
             "handlers": [_handler_recipe(h) for h in logger.handlers
                          if id(h) in facts[3] and id(h) not in old[3]],
             "writes_to": [_writes_to(_handler_recipe(h)) for h in logger.handlers],
+            "filters": [f for f in logger.filters if id(f) not in old[4]],
         }
     return changed or None
 
@@ -937,6 +941,8 @@ def _handler_recipe(handler: logging.Handler) -> dict[str, Any]:
         style = next((s for s, (cls, _f) in logging._STYLES.items()
                       if type(formatter._style) is cls), "%")
         recipe["format"] = (formatter._style._fmt, formatter.datefmt, style)
+    if handler.filters:
+        recipe["filters"] = list(handler.filters)
     if type(handler) is logging.FileHandler:
         recipe["file"] = (handler.baseFilename, handler.encoding)
     elif type(handler) is logging.StreamHandler:
@@ -960,6 +966,8 @@ def _rebuild_handler(recipe: dict[str, Any]) -> logging.Handler | None:
 
 def _apply_recipe(handler: logging.Handler, recipe: dict[str, Any]) -> None:
     handler.setLevel(recipe["level"])
+    for kept in recipe.get("filters", ()):
+        handler.addFilter(kept)  # a filter already there is not added twice
     if "format" in recipe:
         fmt, datefmt, style = recipe["format"]
         handler.setFormatter(logging.Formatter(fmt, datefmt, style))
@@ -997,6 +1005,8 @@ def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
         logger.setLevel(config["level"])
         logger.propagate, logger.disabled = config["propagate"], config["disabled"]
         _remove_handlers_made_again(logger, config.get("writes_to"))
+        for kept in config.get("filters", ()):
+            logger.addFilter(kept)  # a filter already there is not added twice
         recipes = [(_handler_recipe(h), h) for h in logger.handlers]
         for recipe in config["handlers"]:
             if any(recipe == made for made, _ in recipes):

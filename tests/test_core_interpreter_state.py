@@ -152,6 +152,40 @@ def test_a_handler_the_session_removed_stays_removed():
             logger.removeHandler(handler)
 
 
+def _no_secrets(record):
+    return "secret" not in record.getMessage()
+
+
+def test_the_filters_a_session_added_to_loggers_and_handlers_come_back():
+    """``logger.addFilter(fn)`` and ``handler.addFilter(logging.Filter("app"))`` were not carried:
+    after a resume the filtered records were logged again, under an exact verdict (found by a
+    probe). The state travels through pickle, as in a snapshot; the filters come back on the
+    logger and on the handler rebuilt for it."""
+    import pickle
+
+    logger = logging.getLogger("gkeresume.test.filters")
+    library_state.remember_baseline()
+    handler = logging.StreamHandler()
+    handler.addFilter(logging.Filter("gkeresume.test"))
+    logger.addHandler(handler)
+    logger.addFilter(_no_secrets)
+    try:
+        changed = pickle.loads(pickle.dumps(library_state._logging_config()))
+        logger.removeHandler(handler)
+        logger.removeFilter(_no_secrets)  # a fresh kernel's logger
+        assert library_state._restore_logging_config(changed) is None
+        assert logger.filters == [_no_secrets]
+        (rebuilt,) = logger.handlers
+        assert [f.name for f in rebuilt.filters] == ["gkeresume.test"]
+        assert library_state._restore_logging_config(changed) is None  # again: nothing doubled
+        assert len(logger.filters) == 1 and len(logger.handlers[0].filters) == 1
+    finally:
+        for kept in list(logger.handlers):
+            logger.removeHandler(kept)
+        for kept in list(logger.filters):
+            logger.removeFilter(kept)
+
+
 def test_logging_switches_travel():
     """``logging.disable(level)`` (notebooks quiet every library so) and
     ``logging.captureWarnings(True)`` came back off while the verdict said ``exact`` (found by a
