@@ -1,7 +1,8 @@
 """What a snapshot cannot carry, named at checkpoint time: the kernel's child processes (a
 ``multiprocessing`` child by its name), the threads the session started, the asyncio tasks it left
 pending on the kernel's event loop (those of the kernel's own modules, and those pending when the
-extension loaded, are the kernel's), the files it has open for writing outside the persistent
+extension loaded, are the kernel's) and the callbacks of its own it scheduled there
+(``call_later``), the files it has open for writing outside the persistent
 volume (and outside the directories stored with each snapshot: ``extra_paths``; ``comes_back``
 says what is on them).
 
@@ -53,7 +54,7 @@ RESTARTED_BY_LIBRARY = ("tqdm._monitor.TMonitor",
 SHOWN_CHARS = 120
 
 #: The ``Skipped.type`` of each kind of thing named here.
-KINDS = ("child process", "thread", "open file", "asyncio task")
+KINDS = ("child process", "thread", "open file", "asyncio task", "asyncio callback")
 
 #: Coroutines of the kernel's machinery: its tasks, never the session's.
 KERNEL_TASK_MODULES = ("ipykernel.", "IPython.", "tornado.", "zmq.", "jupyter_client.", "anyio.",
@@ -93,7 +94,7 @@ def left_behind() -> list[Found]:
     each with its ``held_key``. Without the extension loaded (the API used in a plain process)
     the first call takes the baseline."""
     remember_baseline()
-    return [*_processes(), *_threads(), *_tasks(), *_open_files()]
+    return [*_processes(), *_threads(), *_tasks(), *_callbacks(), *_open_files()]
 
 
 def named_under(found: list[Found], held: Mapping[tuple[str, int], str]) -> list[Skipped]:
@@ -210,15 +211,46 @@ def _tasks() -> list[Found]:
     return out
 
 
-def _pending_tasks() -> list:
+def _callbacks() -> list[Found]:
+    """One ``Skipped`` per callback of the session scheduled on the kernel's loop and not run
+    yet (``loop.call_later(600, save)``, ``call_soon``, ``call_at``): a function of the notebook
+    or its own modules (``library_state.the_sessions``); the kernel's own timers are not."""
+    from .library_state import the_sessions
+
+    loop = _running_loop()
+    if loop is None:
+        return []
+    out = []
+    handles = [*getattr(loop, "_scheduled", ()), *getattr(loop, "_ready", ())]
+    for handle in handles:
+        callback = getattr(handle, "_callback", None)
+        if handle.cancelled() or not the_sessions(callback):
+            continue
+        name = getattr(getattr(callback, "func", callback), "__qualname__", repr(callback))
+        when = getattr(handle, "when", None)
+        due = f" in {max(0.0, when() - loop.time()):.0f} s" if when is not None else ""
+        out.append((None, Skipped(
+            f"callback {name}", "asyncio callback",
+            f"{name} is scheduled on the kernel's event loop{due}: it does not run after a "
+            "resume (schedule it again)")))
+    return out
+
+
+def _running_loop() -> Any:
     asyncio = sys.modules.get("asyncio")
     if asyncio is None:
-        return []
+        return None
     try:
-        loop = asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:  # no loop runs in this thread: the API used in a plain process
+        return None
+
+
+def _pending_tasks() -> list:
+    loop = _running_loop()
+    if loop is None:
         return []
-    return [task for task in asyncio.all_tasks(loop) if not task.done()]
+    return [task for task in sys.modules["asyncio"].all_tasks(loop) if not task.done()]
 
 
 def _coroutine_of(task: Any) -> tuple[str, str]:

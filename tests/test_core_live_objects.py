@@ -13,6 +13,8 @@ fresh kernel (issue 28 item 8, ``kernel_hooks.live_objects``), with the real lib
   one to a file outside it and ones with uncommitted changes are named
   (``PRAGMA database_list`` gives the file, sqlite.org/pragma.html#pragma_database_list);
 - asyncio: tasks left pending on the kernel's event loop (ipykernel runs cells on it) are named,
+  and so are callbacks of the notebook scheduled there (``call_later``: they ran nowhere after a
+  resume, under an exact verdict, found by a probe),
   a task held in a variable and one nobody holds;
 - TensorBoard: torch's ``SummaryWriter`` goes on logging into its run;
 - the kernel's own objects (the shell, the kernel, its event loop) come back as the resumed
@@ -101,8 +103,14 @@ async def heartbeat():
 async def fetch_forever():
     await asyncio.Event().wait()
 
+def save_results():
+    pass
+
+asyncio.get_event_loop().call_later(600, save_results)  # runs in 10 minutes: not after a resume
+asyncio.get_event_loop().call_later(600, print, "a library's callback")  # not the session's
+
 held = asyncio.ensure_future(heartbeat())
-asyncio.ensure_future(fetch_forever())  # nobody holds it
+asyncio.ensure_future(fetch_forever())  # no variable holds it (the cell's Out does)
 """
 
 
@@ -131,6 +139,9 @@ def test_sqlite_connections_reopen_on_the_home_volume_and_tasks_are_named(tmp_pa
     assert "not saved: pending [sqlite3.Connection]: " in report and "uncommitted changes" in report
     tasks = re.findall(r"not saved: task \S+ \[asyncio task\]: (\S+) is pending", report)
     assert sorted(tasks) == ["fetch_forever", "heartbeat"], report
+    callbacks = re.findall(r"not saved: callback (\S+) \[asyncio callback\]: \S+ is scheduled on the "
+                           r"kernel's event loop in \d+ s", report)
+    assert callbacks == ["save_results"], report
     kernel.kill()
 
     fresh = start_kernel(env=env)
