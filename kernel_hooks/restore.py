@@ -310,9 +310,10 @@ class _AfterReads:
 
 def _continue_numbering(shell: Any, manifest: Manifest, state: dict, continuing_cell: bool) -> None:
     """Give the next cell the number it would have had (the snapshot's ``execution_count``: see
-    ``api.next_cell_number``), with the input history up to it. Inside a counted cell (a magic)
-    that cell moves the count once more: before this runs with IPython 9, after with IPython 8
-    (when the count is one past the history, the cell has moved it already)."""
+    ``api.next_cell_number``), with the input history up to it and its ``_iN`` variables.
+    Inside a counted cell (a magic) that cell moves the count once more: before this runs with
+    IPython 9, after with IPython 8 (when the count is one past the history, the cell has moved
+    it already)."""
     if shell is None:
         return
     following = int(state.get("execution_count") or manifest.execution_count)
@@ -326,4 +327,20 @@ def _continue_numbering(shell: Any, manifest: Manifest, state: dict, continuing_
         padded = (list(history) + [""] * following)[:following]
         manager.input_hist_parsed[:] = padded
         manager.input_hist_raw[:] = padded
+        _input_variables(shell, padded)
     shell.execution_count = following - 1 if continuing_cell and not moved else following
+
+
+def _input_variables(shell: Any, history: list[str]) -> None:
+    """``_i1`` ... ``_iN`` and ``_i``, ``_ii``, ``_iii`` as IPython's ``store_inputs`` leaves them
+    after the history's last cell (``history[0]`` is IPython's empty line 0), on the shell's
+    history manager too, so that the next cell moves them on from there."""
+    manager, last = shell.history_manager, len(history) - 1
+    shell.user_ns.update({f"_i{number}": history[number] for number in range(1, last + 1)})
+
+    def before(steps: int) -> str:
+        return history[last - steps] if last - steps > 0 else ""
+
+    manager._i00, manager._i, manager._ii, manager._iii = (before(0), before(1), before(2),
+                                                            before(3))
+    shell.user_ns.update(_i=manager._i, _ii=manager._ii, _iii=manager._iii)

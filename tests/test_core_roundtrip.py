@@ -4,6 +4,7 @@ the next training steps are bit-identical to an uninterrupted run in kernel C.""
 from __future__ import annotations
 
 import pytest
+from fixtures_kernels import resumed_elsewhere
 
 SETUP = r'''
 import json, random, hashlib, numpy as np, torch
@@ -168,6 +169,21 @@ def test_history_and_session_state_come_back(start_kernel, tmp_path):
         f" {str(extra)!r} in sys.path, os.getcwd(), In[2]]))"
     )
     assert state == ["on", None, True, str(tmp_path), "marker = 'first cell output'"]
+
+
+def test_the_input_variables_follow_the_restored_history(start_kernel):
+    """``In`` came back with the session's cells, but ``_i1`` was still the resumed kernel's
+    own first cell (``%resume``) and ``_i``/``_ii`` its latest, under an exact verdict (found by
+    a probe): ``_iN``, ``_i``, ``_ii``, ``_iii`` follow ``In``, and the next cell moves them on
+    as IPython does."""
+    a = start_kernel()
+    a.run("first = 1")
+    a.run("second = 2")
+    a.run("third = 3")
+    b, _ = resumed_elsewhere(a, start_kernel)
+    assert b.run_json("import json\nprint(json.dumps([_i1, _i2, _i3, In[-2],"
+                      " [_i, _ii, _iii] == In[-2:-5:-1]]))") == [
+        "first = 1", "second = 2", "third = 3", "%checkpoint", True]
 
 
 @pytest.mark.parametrize("flag", ["--bogus", "-n"])
