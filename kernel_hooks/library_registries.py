@@ -31,6 +31,7 @@ transformers and pandas loaded, about 3,000 modules).
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import importlib
@@ -44,8 +45,9 @@ from .ipython_state import the_shell
 from .library_patches import OWN
 from .library_state import the_sessions
 
-#: The registries' kinds, exactly (a dict subclass instance of the notebook is no registry).
-_KINDS = {dict: "dict", list: "list", set: "set"}
+#: The registries' kinds, by exact type (a dict subclass of the notebook is no registry).
+_KINDS = {dict: "dict", collections.OrderedDict: "dict", collections.defaultdict: "dict",
+          list: "list", set: "set"}
 #: Top-level packages whose registries this entry leaves alone (see the module docstring).
 _NOT_HERE = frozenset({"__main__", "builtins", "sys", "copyreg", "IPython", "ipykernel",
                        "traitlets", "jupyter_client", "comm"}) | {name.partition(".")[0]
@@ -86,7 +88,7 @@ def capture() -> list[Registry] | None:
         return None
     registries = []
     for module, chain, registry in _registries(held, ours):
-        if type(registry) is dict:
+        if _KINDS[type(registry)] == "dict":
             entries = [(k, v) for k, v in list(registry.items())
                        if (id(k) in ids or id(v) in ids) and _definition((k, v))]
         else:

@@ -16,6 +16,8 @@ observes, checkpoints and dies; kernel B resumes and observes the same."""
 
 from __future__ import annotations
 
+import collections
+
 from fixtures_kernels import resumed_elsewhere
 
 from kernel_hooks import library_registries
@@ -96,17 +98,18 @@ def test_a_registry_this_kernel_lacks_is_named():
     the entries are named with the registry, not dropped; the others are restored."""
     import json
 
-    kept: dict = {}
-    json.REGISTRY_OF_THIS_TEST = kept
+    kept, ordered = {}, collections.OrderedDict()
+    json.REGISTRY_OF_THIS_TEST, json.ORDERED_OF_THIS_TEST = kept, ordered
     try:
         why = library_registries.restore_registries([
             ("json", ("NO_SUCH_REGISTRY",), "dict", [("mine", Plugin)]),
             ("json", ("REGISTRY_OF_THIS_TEST",), "dict", [("mine", Plugin)]),
+            ("json", ("ORDERED_OF_THIS_TEST",), "dict", [(Plugin, "plugin")]),
         ])
     finally:
-        del json.REGISTRY_OF_THIS_TEST
+        del json.REGISTRY_OF_THIS_TEST, json.ORDERED_OF_THIS_TEST
     assert why == "not restored: json.NO_SUCH_REGISTRY (1 entries: no such registry here)"
-    assert kept == {"mine": Plugin}
+    assert kept == {"mine": Plugin} and ordered == {Plugin: "plugin"}
 
 
 class Plugin:
