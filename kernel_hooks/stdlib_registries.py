@@ -148,8 +148,8 @@ def _restore_shutil_formats(state: tuple[dict[str, tuple], dict[str, tuple]]) ->
     archive, unpack = state
     refused = []
     for name, entry in archive.items():
-        shutil._ARCHIVE_FORMATS[name] = entry  # register_archive_format's, with the function's
-        # supports_root_dir flag (shutil.py sets it for its own)
+        # as register_archive_format sets it, with the supports_root_dir flag it cannot take
+        shutil._ARCHIVE_FORMATS[name] = entry
     for name, (extensions, function, extra_args, *description) in unpack.items():
         try:
             shutil.register_unpack_format(name, extensions, function, extra_args, *description)
