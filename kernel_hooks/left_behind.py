@@ -36,6 +36,7 @@ from typing import Any
 import psutil
 
 from .distributions import persistent_dirs
+from .library_state import the_sessions
 from .results import Skipped
 
 #: Threads of jupyter-gkeresume itself and of the store's filesystem (fsspec's event loop).
@@ -215,8 +216,6 @@ def _callbacks() -> list[Found]:
     """One ``Skipped`` per callback of the session scheduled on the kernel's loop and not run
     yet (``loop.call_later(600, save)``, ``call_soon``, ``call_at``): a function of the notebook
     or its own modules (``library_state.the_sessions``); the kernel's own timers are not."""
-    from .library_state import the_sessions
-
     loop = _running_loop()
     if loop is None:
         return []

@@ -265,13 +265,21 @@ def _wraps_notebook_code(value: Any) -> bool:
     of the notebook: what ``pd.api.extensions.register_dataframe_accessor("geo")`` sets on
     ``DataFrame`` (pandas' accessor descriptor over the notebook's class). It was lost at the
     resume while the verdict said ``exact``."""
-    try:  # a library object may refuse even this (pydantic's raise on a bare BaseModel)
-        attributes = object.__getattribute__(value, "__dict__")
-    except Exception:
-        return False
+    attributes = own_attributes(value)
     return type(attributes) is dict and any(
         (type(held) is _FUNCTION or isinstance(held, type)) and held.__module__ == NOTEBOOK
         for held in list(attributes.values()))
+
+
+def own_attributes(value: Any) -> dict | types.MappingProxyType:
+    """``value``'s own ``__dict__`` (a class's: its mapping proxy), read without running its
+    class's code (no ``__getattribute__``, property or ``__getattr__``), or {} where it has none
+    or refuses even this (pydantic raises on a bare ``BaseModel``, a dead weak proxy too)."""
+    try:
+        attributes = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return {}
+    return attributes if isinstance(attributes, (dict, types.MappingProxyType)) else {}
 
 
 def _foreign(package: str | None, origin: Any) -> bool:

@@ -42,7 +42,7 @@ from typing import Any
 
 from . import local_modules
 from .ipython_state import the_shell
-from .library_patches import OWN
+from .library_patches import OWN, own_attributes
 from .library_state import the_sessions
 
 #: The registries' kinds, by exact type (a dict subclass of the notebook is no registry).
@@ -127,30 +127,21 @@ def _registries(held: dict[int, Any], ours: set[int]) -> list[tuple[str, tuple[s
     found: dict[int, tuple[str, tuple[str, ...], Any]] = {}
     for name, module in list(sys.modules.items()):
         if (not isinstance(module, types.ModuleType) or name.partition(".")[0] in _NOT_HERE
-                or name in local or id(_own_dict(module)) in ours):
+                or name in local or id(own_attributes(module)) in ours):
             continue
-        for attribute, value in list(_own_dict(module).items()):
+        for attribute, value in list(own_attributes(module).items()):
             if id(value) in held:
                 found.setdefault(id(value), (name, (attribute,), value))
                 continue
             kind = type(value)  # not isinstance: it reads __class__, which may run code
             if issubclass(kind, _ATTRIBUTE_SKIP) or kind in _KINDS:
                 continue
-            if issubclass(kind, type) and _own_dict(value).get("__module__") != name:
+            if issubclass(kind, type) and own_attributes(value).get("__module__") != name:
                 continue  # a class another module defines: walked there
-            for inner_name, inner in list(_own_dict(value).items()):
+            for inner_name, inner in list(own_attributes(value).items()):
                 if id(inner) in held:
                     found.setdefault(id(inner), (name, (attribute, inner_name), inner))
     return [entry for key, entry in found.items() if key not in skip]
-
-
-def _own_dict(value: Any) -> dict:
-    """``value``'s ``__dict__`` as it is (no ``__getattribute__`` of its class runs), or {}."""
-    try:
-        space = object.__getattribute__(value, "__dict__")
-    except (AttributeError, TypeError, ReferenceError):  # ReferenceError: a dead weak proxy
-        return {}
-    return space if isinstance(space, (dict, types.MappingProxyType)) else {}
 
 
 def _carried_elsewhere() -> set[int]:

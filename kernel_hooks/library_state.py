@@ -536,7 +536,7 @@ def _restore_torch_configs(changed: dict[str, dict[str, Any]]) -> str | None:
     return f"not accepted here: {', '.join(refused)}" if refused else None
 
 
-# -- torch's global hooks ----------------------------------------------------------------------
+# -- operators of torch.library's functional API ---------------------------------------------
 
 def _torch_library_operators() -> Any:
     """The operators the cells defined or implemented with torch.library's functional API
@@ -560,6 +560,8 @@ def _name_torch_library_operators(operators: list[str]) -> str:
             "functions in the old kernel's dispatcher): run their cells again, or define them "
             "with torch.library.custom_op, which comes back")
 
+
+# -- torch's global hooks ----------------------------------------------------------------------
 
 def _torch_global_hooks() -> Any:
     """The hooks the session registered for every module or optimizer
@@ -924,11 +926,12 @@ def _logging_config() -> Any:
         facts, old = _logger_facts(logger), before.get(name, _FRESH_LOGGER)
         if facts == old:
             continue
+        recipes = [(_handler_recipe(h), h) for h in logger.handlers]
         changed[name] = {
             "level": logger.level, "propagate": logger.propagate, "disabled": logger.disabled,
-            "handlers": [_handler_recipe(h) for h in logger.handlers
+            "handlers": [recipe for recipe, h in recipes
                          if id(h) in facts[3] and id(h) not in old[3]],
-            "writes_to": [_writes_to(_handler_recipe(h)) for h in logger.handlers],
+            "writes_to": [_writes_to(recipe) for recipe, _ in recipes],
             "filters": [f for f in logger.filters if id(f) not in old[4]],
         }
     return changed or None

@@ -78,7 +78,7 @@ class StorageCollector:
         self._untyped = torch.UntypedStorage if torch else None
         self._tensor = torch.Tensor if torch else ()
         self._ndarray = numpy.ndarray if numpy else None
-        self._memmap = numpy.memmap if numpy else ()
+        self._memmap = numpy.memmap if numpy else None
         self._regions = HostRegions()
 
     def reduce(self, obj: object) -> tuple | None:
@@ -101,8 +101,8 @@ class StorageCollector:
                 return self._numpy_reduce(obj)
             if not isinstance(obj.base, self._ndarray):  # a small root: pickled by NumPy
                 self._regions.add(obj.__array_interface__["data"][0], obj.nbytes, "numpy", obj)
-        if (self._ndarray is not None and t is not self._ndarray and isinstance(obj, self._ndarray)
-                and not isinstance(obj, self._memmap)):  # live_objects reopens a memmap
+        if (self._ndarray is not None and t is not self._ndarray and issubclass(t, self._ndarray)
+                and not issubclass(t, self._memmap)):  # live_objects reopens a memmap
             return self._subclass_reduce(obj)
         if getattr(t, "__cuda_array_interface__", None) is not None and not isinstance(
             obj, self._tensor  # torch's CUDA tensors leave through their storages above
