@@ -296,6 +296,17 @@ def custom_op(namespace: str, name: str, schema: str, function: Any,
                        [getattr(torch.Tag, tag) for tag in tags] or None)
 
 
+def torch_operator(path: tuple[str, ...]) -> Any:
+    """``torch.ops`` followed along ``path``: ``("aten", "add", "Tensor")`` is
+    ``torch.ops.aten.add.Tensor`` of this process (``torch_reduce._operator_reduce``)."""
+    import torch
+
+    found = torch.ops
+    for name in path:
+        found = getattr(found, name)
+    return found
+
+
 def custom_op_registrations(op: Any, registered: dict[str, Any]) -> None:
     """State setter of a custom operator: each registration made again through its method."""
     for device_type, kernel in registered["kernels"].items():

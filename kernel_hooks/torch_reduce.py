@@ -188,6 +188,9 @@ class TorchReductions:
         self._exported = getattr(exported, "ExportedProgram", None)
         custom_ops = sys.modules.get("torch._library.custom_ops")
         self._custom_op = getattr(custom_ops, "CustomOpDef", None)
+        ops = sys.modules.get("torch._ops")
+        self._operators = tuple(getattr(ops, name) for name in _OPERATOR_TYPES
+                                if hasattr(ops, name))
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
@@ -220,6 +223,8 @@ class TorchReductions:
             return _exported_program_reduce(obj)
         if self._custom_op is not None and type(obj) is self._custom_op:
             return _custom_op_reduce(obj)
+        if self._operators and isinstance(obj, self._operators):
+            return _operator_reduce(obj)
         return None
 
     def _compiled_function_reduce(self, function: Any) -> tuple | None:
@@ -283,6 +288,34 @@ class TorchReductions:
         called = bool(vars(optimizer).get("_opt_called", False))
         return (make, args, ({**state, **extra}, called, wrapped), None, None,
                 rebuild.optimizer_state)
+
+
+#: What ``torch.ops`` hands out (torch/_ops.py): namespaces (``torch.ops.aten``), operators
+#: (``aten.add``), their overloads (``aten.add.Tensor``) and higher-order operators. None pickles.
+_OPERATOR_TYPES = ("_OpNamespace", "OpOverloadPacket", "OpOverload", "HigherOrderOperator")
+
+
+def _operator_reduce(operator: Any) -> tuple | None:
+    """A namespace or operator of ``torch.ops`` by its path there, when that path leads back to
+    it now (``rebuild.torch_operator``); else None (pickled as anything else, or named)."""
+    path = _operator_path(operator)
+    try:
+        found = rebuild.torch_operator(path)
+    except (AttributeError, RuntimeError):
+        return None
+    return (rebuild.torch_operator, (path,)) if found is operator else None
+
+
+def _operator_path(operator: Any) -> tuple[str, ...]:
+    if isinstance(operator, types.ModuleType):  # a namespace: "torch.ops.aten"
+        return tuple(operator.__name__.split(".")[2:])
+    packet = getattr(operator, "overloadpacket", None)
+    if packet is not None:  # an overload: "aten::add" and "Tensor"
+        return (*packet._qualified_op_name.split("::"), operator._overloadname)
+    qualified = getattr(operator, "_qualified_op_name", None)
+    if qualified is not None:  # an operator: "aten::add"
+        return tuple(qualified.split("::"))
+    return (operator.namespace, operator.name())  # a higher-order operator
 
 
 def _custom_op_reduce(op: Any) -> tuple:

@@ -66,3 +66,52 @@ def test_operators_the_cells_made_with_torch_library_are_named(start_kernel):
     _, out = resumed_elsewhere(a, start_kernel)
     assert "(partial)" in out.splitlines()[0], out
     assert "nbdef::plus_one" in out, out
+
+
+WRAPPER_SESSION = r"""
+import torch
+aten = torch.ops.aten
+
+class Scaled(torch.Tensor):
+    @staticmethod
+    def __new__(cls, elem, scale):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype,
+                                                   device=elem.device)
+
+    def __init__(self, elem, scale):
+        self.elem, self.scale = elem, scale
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args, kwargs):
+        if func in (aten.detach.default, aten._to_copy.default):
+            return cls(func(args[0].elem, *args[1:], **kwargs), args[0].scale)
+        return OP_TABLE[func](*(a.elem * a.scale if isinstance(a, cls) else a for a in args))
+
+OP_TABLE = {aten.add.Tensor: torch.add, torch.ops.aten.mul.Tensor: torch.mul}
+cond, ops, nb = torch.ops.higher_order.cond, torch.ops, torch.ops.nb
+weight = Scaled(torch.arange(3.0), 0.5)
+"""
+WRAPPER_OBSERVE = r"""
+import json
+print(json.dumps([(weight + 1).tolist(), weight.to(torch.float64).elem.dtype == torch.float64,
+                  aten is torch.ops.aten, ops is torch.ops, nb is torch.ops.nb,
+                  cond is torch.ops.higher_order.cond,
+                  [op is getattr(aten, op.__name__.split(".")[0]).Tensor for op in OP_TABLE]]))
+"""
+
+
+def test_operators_and_namespaces_of_torch_ops_come_back_as_themselves(start_kernel):
+    """``aten = torch.ops.aten`` and a table keyed by ``aten.add.Tensor``, as in every
+    ``__torch_dispatch__`` tensor subclass (pytorch/tutorials
+    recipes_source/recipes/swap_tensors.py @102956ffb0b138738a60a163c979f8a7f7f9c8ff): none of
+    torch's operator namespaces, packets or overloads pickles ("cannot pickle
+    '_OpNamespace' object", torch/_ops.py), so ``aten``, the subclass whose method reads it and
+    every tensor of that subclass were not restored (found by cutting that recipe). They come
+    back as the resumed kernel's own, found along their path under ``torch.ops``."""
+    a = start_kernel()
+    a.run(SESSION + WRAPPER_SESSION)
+    expected = a.run_json(WRAPPER_OBSERVE)
+    assert expected == [[1.0, 1.5, 2.0], True, True, True, True, True, [True, True]]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run_json(WRAPPER_OBSERVE) == expected
