@@ -83,6 +83,12 @@ registered on it (kernels, fake kernel, autograd formula, vmap and torch_dispatc
 ``rebuild.custom_op`` defines it again in the resumed kernel's dispatcher and registers them
 through the same methods.
 
+What ``torch.ops`` hands out (a namespace ``aten = torch.ops.aten``, an operator ``aten.add``,
+an overload ``aten.add.Tensor``, a higher-order operator) does not pickle: ``aten``, the
+``__torch_dispatch__`` subclass whose method read it and its tensors were lost. Each pickles as
+its path under ``torch.ops`` (``rebuild.torch_operator``), where that path leads back to it. A
+dtype's limits (``torch.finfo``, ``torch.iinfo``) pickle as their dtype.
+
 Invariant: nothing is imported; without torch loaded ``reduce`` answers ``None`` for everything.
 """
 
@@ -189,13 +195,16 @@ class TorchReductions:
         custom_ops = sys.modules.get("torch._library.custom_ops")
         self._custom_op = getattr(custom_ops, "CustomOpDef", None)
         ops = sys.modules.get("torch._ops")
+        self._limits = (torch.finfo, torch.iinfo) if torch is not None else ()
         self._operators = tuple(getattr(ops, name) for name in _OPERATOR_TYPES
                                 if hasattr(ops, name))
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
-        module, a global hook's handle or a compiled function (see the module docstring), else
-        None. A tensor's autograd graph that could still be used is noted in ``note``."""
+        module, a global hook's handle, a compiled function, a TorchScript module or function,
+        an exported program, a custom operator, an operator of ``torch.ops`` or a dtype's
+        limits (see the module docstring), else None. A tensor's autograd graph that could
+        still be used is noted in ``note``."""
         if self._tensor is not None and isinstance(obj, self._tensor):
             node = obj.grad_fn
             if node is not None and not _graph_used(node, self._tensor):
@@ -223,6 +232,8 @@ class TorchReductions:
             return _exported_program_reduce(obj)
         if self._custom_op is not None and type(obj) is self._custom_op:
             return _custom_op_reduce(obj)
+        if type(obj) in self._limits:  # a dtype's limits, which do not pickle: by their dtype
+            return type(obj), (getattr(self._torch, obj.dtype),)
         if self._operators and isinstance(obj, self._operators):
             return _operator_reduce(obj)
         return None

@@ -110,3 +110,17 @@ def test_shared_memory_stays_shared(resumed):
     worker.join(60)
     worker.kill()
     assert worker.exitcode == 0 and restored["shared_big"].sum().item() == 1 << 18
+
+
+def test_dtype_limits_come_back(tmp_path):
+    """``torch.finfo``/``torch.iinfo`` objects (``fi = torch.finfo(x.dtype)``, read later for
+    ``fi.eps`` or ``fi.min``) do not pickle ("cannot pickle 'torch.finfo' object"): they were not
+    restored (found by a probe). They come back as the same dtype's limits."""
+    root = str(tmp_path / "store")
+    namespace = {"fi": torch.finfo(torch.bfloat16), "ii": torch.iinfo(torch.uint8)}
+    assert kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws").skipped == []
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert report.not_restored == []
+    assert (restored["fi"].eps, restored["fi"].dtype) == (namespace["fi"].eps, "bfloat16")
+    assert (restored["ii"].max, restored["ii"].dtype) == (255, "uint8")
