@@ -34,6 +34,7 @@ visibly. The rest load.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import copyreg
 import enum
@@ -41,6 +42,7 @@ import functools
 import gc
 import importlib
 import io
+import mmap
 import pickle
 import pickletools
 import struct
@@ -148,6 +150,8 @@ class _GraphPickler(cloudpickle.Pickler):
                 self.note.modules.add(module.split(".", 1)[0])
         if kind is types.CodeType:
             return _code_in_its_file(obj)
+        if kind is memoryview:
+            return _memory_view_reduce(obj, self.note)
         if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is obj:
             # a subclass of ModuleType (torch's config modules), which cloudpickle's dispatch on
             # the exact type misses: by its name, as cloudpickle pickles a plain module
@@ -331,6 +335,41 @@ def _lru_cached_by_value(cached: Any, note: RecordNote) -> Any:
             f"result{'s' * (held != 1)} comes back empty: each is computed again at its next call")
     parameters = cached.cache_parameters()
     return (rebuild.lru_cached, (cached.__wrapped__, parameters["maxsize"], parameters["typed"]))
+
+
+def _memory_view_reduce(view: memoryview, note: RecordNote) -> Any:
+    """A memoryview as the same view of its exporter (``rebuild.memory_view``: a ``bytearray``,
+    an array, ``bytes``, ...), which pickles as itself. cloudpickle pickles it as a ``bytes``
+    copy, which came back as ``bytes``: no longer seeing its exporter's changes, nor taking
+    writes. A view that this cannot make again (strided, of a format ``cast`` refuses, of an
+    exporter not contiguous or without NumPy to read addresses) stays that copy, noted; so does
+    a view of anything but the buffers that pickle as themselves (``_EXPORTERS``, NumPy arrays)."""
+    try:
+        exporter = type(view.obj)
+        if exporter not in _EXPORTERS and exporter.__module__.partition(".")[0] != "numpy":
+            raise TypeError(exporter)
+        offset = _address(view) - _address(memoryview(view.obj))
+        made = rebuild.memory_view(view.obj, offset, view.format, view.shape, view.readonly)
+        if (made.strides, made.readonly) == (view.strides, view.readonly) and (
+                _address(made) == _address(view)):
+            return rebuild.memory_view, (view.obj, offset, view.format, view.shape, view.readonly)
+    except (TypeError, ValueError, ImportError):
+        pass
+    note.without("memoryview", f"a view of {type_name(view.obj)} comes back as a copy of its "
+                 "bytes (bytes), no longer sharing its memory")
+    return bytes, (view.tobytes(),)
+
+
+_EXPORTERS = frozenset({bytes, bytearray, array.array, mmap.mmap})
+
+
+def _address(view: memoryview) -> int:
+    """Where ``view``'s first byte lies (``TypeError`` or ``ValueError`` if not contiguous)."""
+    import numpy
+
+    if not view.c_contiguous:
+        raise ValueError("not contiguous")
+    return numpy.frombuffer(view.cast("B"), numpy.uint8).ctypes.data if view.nbytes else 0
 
 
 def _code_in_its_file(code: types.CodeType) -> Any:

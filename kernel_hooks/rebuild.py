@@ -14,6 +14,8 @@ namespace. Pickle's memo makes each reduced object come back once, so aliases st
 from __future__ import annotations
 
 import functools
+import math
+import struct
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -249,6 +251,17 @@ def array_view(base: Any, dtype: Any, shape: tuple, strides: tuple, offset: int,
     view = numpy.ndarray(shape, dtype, buffer=base, offset=offset, strides=strides)
     view.flags.writeable = writeable
     return view
+
+
+def memory_view(exporter: Any, offset: int, format: str, shape: tuple[int, ...],
+                readonly: bool) -> memoryview:
+    """A contiguous memoryview of ``exporter`` (a ``bytearray``, an array, ...) from byte
+    ``offset`` on, as ``format`` and ``shape`` (``graph._memory_view_reduce``)."""
+    nbytes = math.prod(shape) * struct.calcsize(format)
+    view = memoryview(exporter).cast("B")[offset:offset + nbytes]
+    if (format, shape) != ("B", (nbytes,)):  # cast refuses an empty view
+        view = view.cast(format, shape)
+    return view.toreadonly() if readonly else view
 
 
 def tensor_view(base: Any, dtype: Any, size: tuple, stride: tuple, offset: int,
