@@ -424,7 +424,7 @@ class CommandApp(JupyterApp):
                 raise InvalidInputError(f"{self.name} takes no arguments: {' '.join(given)}")
             return {}
         if (self.nargs == "1" and len(given) != 1) or (self.nargs == "+" and not given):
-            wanted = "one" if self.nargs == "1" else "at least one"
+            wanted = "one" if self.nargs == "1" else "one or more"
             raise InvalidInputError(f"{self.name} needs {wanted} {self.positional}")
         return {self.positional: given[0] if self.nargs == "1" else given}
 

@@ -215,6 +215,8 @@ def test_gc_all_workspaces_reports_an_unreadable_manifest_and_goes_on(tmp_path, 
 def test_bad_options_are_usage_errors(run, three):
     code, _, err = run("show")
     assert code == 2 and "show needs one reference" in err
+    code, _, err = run("rm")
+    assert code == 2 and "rm needs one or more references" in err
     code, _, err = run("list", "extra")
     assert code == 2 and "list takes no arguments" in err
     code, _, err = run("advise", "--thresholds", "5,soon")
