@@ -28,9 +28,15 @@ are named with the other things left behind (``left_behind``).
   so writes after a resume silently no longer reached the file, views no longer shared memory
   with it, and a large read-only dataset was copied into every snapshot.
 - A DataLoader iterator (torch/utils/data/dataloader.py: ``_BaseDataLoaderIter.__getstate__``
-  raises ``NotImplementedError``) becomes an ``Uncaptured`` placeholder that names its position
-  and, with ``num_workers > 0``, its worker processes' pids (they stay on this pod;
-  ``left_behind`` names each among the child processes). A DataLoader comes back without the
+  raises ``NotImplementedError``) without worker processes, over torch's own samplers
+  (``FIXED_ORDER_SAMPLERS``), comes back at its batch (``_iterator_reduce``): those samplers fix
+  an epoch's order when it starts, so the rest of it is read at the checkpoint (this session
+  goes on from that list too) and travels; one not yet started draws its order at its first
+  batch, after the resume as before. Any other (worker processes, an ``IterableDataset``, a
+  sampler of the notebook's, which may yield as it goes and must not be run ahead) becomes an
+  ``Uncaptured`` placeholder that names its position and, with ``num_workers > 0``, its worker
+  processes' pids (they stay on this pod; ``left_behind`` names each among the child
+  processes). A DataLoader comes back without the
   iterator it keeps with ``persistent_workers=True`` (``DataLoader._iterator``, which
   ``__iter__`` resets at every epoch): its next iteration starts its workers again; that is
   named too.
@@ -63,7 +69,9 @@ from __future__ import annotations
 import _io
 import _thread
 import contextlib
+import copyreg
 import functools
+import inspect
 import io
 import os
 import stat
@@ -314,7 +322,7 @@ class LiveObjects:
         if isinstance(obj, STREAMS) and _closed(obj):
             return _closed_stream_reduce(obj)
         if self._iterator is not None and isinstance(obj, self._iterator):
-            return None, _iterator_reason(obj)
+            return _iterator_reduce(obj)
         if self._connection is not None and isinstance(obj, self._connection):
             return _connection_reduce(obj)
         if self._csv_writer is not None and isinstance(obj, self._csv_writer):
@@ -552,6 +560,51 @@ def _open_existing(path: str, mode: str, text: dict[str, Any] | None, buffered: 
     stream = open(path, mode, encoding=text["encoding"], errors=text["errors"], opener=existing)
     stream.reconfigure(line_buffering=text["line_buffering"], write_through=text["write_through"])
     return stream
+
+
+#: torch's samplers (torch/utils/data/sampler.py, distributed.py), each of which fixes an epoch's
+#: order when its iteration starts (``RandomSampler`` draws more as it goes only with
+#: ``replacement`` or more samples than data: ``_fixes_its_order``).
+FIXED_ORDER_SAMPLERS = frozenset({
+    ("torch.utils.data.sampler", name) for name in (
+        "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler")
+} | {("torch.utils.data.distributed", "DistributedSampler")})
+
+
+def _iterator_reduce(iterator: Any) -> tuple[tuple | None, str | None]:
+    """A DataLoader iterator without workers over a sampler that fixes its order: its state and
+    the rest of its epoch's batches, read now (and this session goes on from that list), or
+    ``None`` where it has not started (``_iterator_state``); else why it does not travel."""
+    state = dict(vars(iterator))
+    order = state.pop("_sampler_iter", None)
+    if (type(iterator).__name__ != "_SingleProcessDataLoaderIter"
+            or not _fixes_its_order(state.get("_index_sampler"))):
+        return None, _iterator_reason(iterator)
+    if inspect.isgenerator(order) and inspect.getgeneratorstate(order) == inspect.GEN_CREATED:
+        return (copyreg.__newobj__, (type(iterator),), (state, None), None, None,
+                _iterator_state), None
+    rest = list(order)
+    iterator._sampler_iter = iter(rest)
+    return (copyreg.__newobj__, (type(iterator),), (state, rest), None, None,
+            _iterator_state), None
+
+
+def _fixes_its_order(sampler: Any) -> bool:
+    if type(sampler).__qualname__ == "BatchSampler":
+        sampler = sampler.sampler
+    kind = type(sampler)
+    if (kind.__module__, kind.__qualname__) not in FIXED_ORDER_SAMPLERS:
+        return False
+    return kind.__qualname__ != "RandomSampler" or sampler.generator is None or not (
+        sampler.replacement or sampler.num_samples > len(sampler.data_source))
+
+
+def _iterator_state(iterator: Any, state: tuple[dict[str, Any], list | None]) -> None:
+    """State setter of a DataLoader iterator: its state, then the rest of its epoch, or a new
+    iteration of its sampler where it had not started (``_iterator_reduce``)."""
+    values, rest = state
+    vars(iterator).update(values)
+    iterator._sampler_iter = iter(iterator._index_sampler if rest is None else rest)
 
 
 def _iterator_reason(iterator: Any) -> str:

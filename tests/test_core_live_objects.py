@@ -544,3 +544,71 @@ def test_closed_compressed_files_come_back_closed_and_open_ones_are_named(tmp_pa
     assert restored["raw"].name == path and restored["raw"].mode == "wb"
     assert restored["text"].name == path and restored["text"].encoding == "utf-8"
     assert restored["labels"].mode == "rb"  # a closed BZ2File shows neither name nor mode
+
+
+def _loaders() -> dict:
+    """Loaders over torch's own samplers, and one over a sampler of the notebook's that yields
+    as it goes (a curriculum reading what the session does: it must not be run ahead)."""
+    import torch
+    from torch.utils.data import DataLoader, Sampler, TensorDataset, WeightedRandomSampler
+
+    class Curriculum(Sampler):
+        def __init__(self, order):
+            self.order = order
+
+        def __iter__(self):
+            yield from self.order
+
+        def __len__(self):
+            return len(self.order)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.arange(20))
+    return {
+        "shuffled": DataLoader(data, batch_size=3, shuffle=True),
+        "seeded": DataLoader(data, batch_size=4, shuffle=True, drop_last=True,
+                             generator=torch.Generator().manual_seed(1)),
+        "plain": DataLoader(data, batch_size=5),
+        "weighted": DataLoader(data, batch_size=2,
+                               sampler=WeightedRandomSampler(torch.ones(20), 10)),
+        "curriculum": DataLoader(data, batch_size=2, sampler=Curriculum([3, 1, 4, 1, 5])),
+    }
+
+
+def test_a_dataloader_iterator_without_workers_goes_on_where_it_was(tmp_path):
+    """``it = iter(loader)`` with ``next(it)`` cell after cell (the 60-minute blitz's
+    ``dataiter``) was named as not restored. Without worker processes, over torch's own samplers
+    (which fix an epoch's order when it starts), it comes back at its batch: the rest of its
+    epoch is the uninterrupted run's, in the resumed session and in this one. One not yet
+    started draws its order when it starts, after the resume as before. One over a sampler of
+    the notebook's is still named, and left to yield as it goes. In process, on a local store."""
+    import torch
+
+    import kernel_hooks
+
+    def rest(iterator) -> list:
+        return [batch.tolist() for (batch,) in iterator]
+
+    def started() -> dict:
+        iterators = {f"{name}_it": iter(loader) for name, loader in _loaders().items()}
+        for iterator in iterators.values():
+            next(iterator)
+        return iterators
+
+    expected = {name: rest(iterator) for name, iterator in started().items()}
+    namespace = started()
+    namespace["fresh"] = iter(_loaders()["shuffled"])
+    root = str(tmp_path / "store")
+    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert [s.name for s in report.not_restored] == ["curriculum_it"], report.not_restored
+    assert "a DataLoader iterator at batch 1 of 3" in report.not_restored[0].reason
+    for name in ("shuffled", "seeded", "plain", "weighted"):
+        assert rest(restored[f"{name}_it"]) == expected[f"{name}_it"], name
+        assert rest(namespace[f"{name}_it"]) == expected[f"{name}_it"], name  # this session's
+    assert rest(namespace["curriculum_it"]) == expected["curriculum_it"]
+    state = torch.get_rng_state()
+    first = rest(namespace["fresh"])
+    torch.set_rng_state(state)
+    assert rest(restored["fresh"]) == first
