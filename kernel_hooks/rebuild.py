@@ -264,6 +264,14 @@ def memory_view(exporter: Any, offset: int, format: str, shape: tuple[int, ...],
     return view.toreadonly() if readonly else view
 
 
+def inference_tensor(make: Callable[..., Any], args: tuple) -> Any:
+    """An inference tensor (``torch_reduce``): torch's own rebuild, run in inference mode."""
+    import torch
+
+    with torch.inference_mode():
+        return make(*args)
+
+
 def tensor_view(base: Any, dtype: Any, size: tuple, stride: tuple, offset: int,
                 bits: tuple[bool, bool] = (False, False)) -> Any:
     """The view of ``base`` (a tensor) as ``dtype`` with these strides and ``bits`` (conjugate,

@@ -83,6 +83,10 @@ registered on it (kernels, fake kernel, autograd formula, vmap and torch_dispatc
 ``rebuild.custom_op`` defines it again in the resumed kernel's dispatcher and registers them
 through the same methods.
 
+A tensor computed under ``torch.inference_mode()`` came back an ordinary one, which took the
+in-place updates and ``backward()`` the session refused: it is made again in that mode
+(``rebuild.inference_tensor``).
+
 What ``torch.ops`` hands out (a namespace ``aten = torch.ops.aten``, an operator ``aten.add``,
 an overload ``aten.add.Tensor``, a higher-order operator) does not pickle: ``aten``, the
 ``__torch_dispatch__`` subclass whose method read it and its tensors were lost. Each pickles as
@@ -257,6 +261,11 @@ class TorchReductions:
         return rebuild.global_hook_handle, (*where, handle.id, extra)
 
     def _tensor_reduce(self, tensor: Any) -> tuple | None:
+        if tensor.is_inference():  # no view, gradient or hook: torch's own, made in that mode
+            reduced = tensor.__reduce_ex__(self.protocol)
+            if len(reduced) == 2 and tensor.dtype not in self._untyped_dtypes:
+                return rebuild.inference_tensor, reduced
+            return None
         if tensor._base is not None and not tensor.requires_grad:
             return _view_reduce(tensor)
         # Reading .grad of a non-leaf tensor that does not retain it warns: such a tensor has none.

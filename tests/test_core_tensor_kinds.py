@@ -124,3 +124,19 @@ def test_dtype_limits_come_back(tmp_path):
     assert report.not_restored == []
     assert (restored["fi"].eps, restored["fi"].dtype) == (namespace["fi"].eps, "bfloat16")
     assert (restored["ii"].max, restored["ii"].dtype) == (255, "uint8")
+
+
+def test_an_inference_tensor_stays_one(tmp_path):
+    """What ``torch.inference_mode()`` computed (``with torch.inference_mode(): preds =
+    model(x)``, common in evaluation cells) came back as an ordinary tensor under an ``exact``
+    verdict: an in-place update or a ``backward()`` through it, refused in the session, passed
+    after a resume (found by a probe). It comes back an inference tensor."""
+    root = str(tmp_path / "store")
+    with torch.inference_mode():
+        preds = torch.arange(4.0) * 2
+    kernel_hooks.checkpoint(namespace={"preds": preds}, store=root, workspace="ws")
+    restored: dict = {}
+    kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert restored["preds"].is_inference() and torch.equal(restored["preds"], preds)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+        restored["preds"].add_(1)
