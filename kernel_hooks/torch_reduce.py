@@ -261,18 +261,14 @@ class TorchReductions:
         return rebuild.global_hook_handle, (*where, handle.id, extra)
 
     def _tensor_reduce(self, tensor: Any) -> tuple | None:
-        if tensor.is_inference():  # no view, gradient or hook: torch's own, made in that mode
-            reduced = tensor.__reduce_ex__(self.protocol)
-            if len(reduced) == 2 and tensor.dtype not in self._untyped_dtypes:
-                return rebuild.inference_tensor, reduced
-            return None
         if tensor._base is not None and not tensor.requires_grad:
             return _view_reduce(tensor)
         # Reading .grad of a non-leaf tensor that does not retain it warns: such a tensor has none.
         grad = tensor.grad if tensor.is_leaf or tensor.retains_grad else None
         hooks = _hooks(tensor) if tensor.is_leaf else {}
         untyped = tensor.dtype in self._untyped_dtypes
-        if grad is None and not hooks and not untyped:
+        inference = tensor.is_inference()  # then no view, gradient or hook
+        if grad is None and not hooks and not untyped and not inference:
             return None
         with _hooks_left_to_us(tensor, hooks):
             reduced = tensor.__reduce_ex__(self.protocol)
@@ -284,6 +280,8 @@ class TorchReductions:
             # _rebuild_tensor_v3 reads ``storage._untyped_storage``: plain pickle of one fails
             args = (self._torch.storage.TypedStorage(wrap_storage=args[0], dtype=tensor.dtype,
                                                      _internal=True), *args[1:])
+        if inference:
+            return rebuild.inference_tensor, (make, args)
         if grad is None and not hooks:
             return make, args
         if not hooks:

@@ -134,9 +134,11 @@ def test_an_inference_tensor_stays_one(tmp_path):
     root = str(tmp_path / "store")
     with torch.inference_mode():
         preds = torch.arange(4.0) * 2
-    kernel_hooks.checkpoint(namespace={"preds": preds}, store=root, workspace="ws")
+        low = preds.to(torch.float8_e4m3fn)  # a dtype torch pickles with an untyped storage
+    kernel_hooks.checkpoint(namespace={"preds": preds, "low": low}, store=root, workspace="ws")
     restored: dict = {}
     kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
     assert restored["preds"].is_inference() and torch.equal(restored["preds"], preds)
+    assert restored["low"].is_inference() and torch.equal(restored["low"].float(), preds)
     with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
         restored["preds"].add_(1)
