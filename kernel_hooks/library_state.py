@@ -17,6 +17,7 @@ filters and logging configuration a fresh kernel has, so only the session's chan
 
 from __future__ import annotations
 
+import _tracemalloc
 import contextlib
 import faulthandler
 import functools
@@ -679,14 +680,18 @@ def _python_settings_now() -> dict[str, Any]:
     limits (``RLIMIT_NOFILE`` raised for DataLoader workers: "too many open files"), its
     locale (``setlocale`` without a value reads it), the thread switch interval, whether
     ``faulthandler`` dumps tracebacks on a crash (``faulthandler.enable()``, which then writes
-    to the kernel's stderr: its file and ``all_threads`` cannot be read back) and the sockets'
-    default timeout (``socket.setdefaulttimeout``: every HTTP client without its own)."""
+    to the kernel's stderr: its file and ``all_threads`` cannot be read back), the sockets'
+    default timeout (``socket.setdefaulttimeout``: every HTTP client without its own) and
+    whether ``tracemalloc`` traces, with how many frames (0: it does not; the traces it took
+    are this process's: the resumed kernel traces from its resume on)."""
     now: dict[str, Any] = {"recursion_limit": sys.getrecursionlimit(),
                            "gc": (gc.isenabled(), gc.get_threshold()), "umask": _umask(),
                            "rlimits": _rlimits(), "locale": locale.setlocale(locale.LC_ALL),
                            "switch_interval": sys.getswitchinterval(),
                            "faulthandler": faulthandler.is_enabled(),
-                           "socket_timeout": socket.getdefaulttimeout()}
+                           "socket_timeout": socket.getdefaulttimeout(),
+                           "tracemalloc": _tracemalloc.is_tracing()
+                           and _tracemalloc.get_traceback_limit()}
     if hasattr(sys, "get_int_max_str_digits"):
         now["int_max_str_digits"] = sys.get_int_max_str_digits()
     return now
@@ -767,10 +772,17 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
         elif not faulthandler.is_enabled():
             faulthandler.enable(sys.__stderr__)  # the kernel's own stderr, as in the session
 
+    def memory_tracing(frames: int) -> None:
+        import tracemalloc
+
+        tracemalloc.stop()
+        if frames:
+            tracemalloc.start(frames)
+
     setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector, "umask": os.umask,
                "rlimits": rlimits, "locale": locale_setting,
                "switch_interval": sys.setswitchinterval, "faulthandler": crash_tracebacks,
-               "socket_timeout": socket.setdefaulttimeout,
+               "socket_timeout": socket.setdefaulttimeout, "tracemalloc": memory_tracing,
                "int_max_str_digits": getattr(sys, "set_int_max_str_digits", None),
                "decimal_context": decimal_context, "start_method": start_method}
     refused = []

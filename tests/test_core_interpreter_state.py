@@ -289,7 +289,7 @@ SESSION = [
     "import decimal, gc, sys\nsys.setrecursionlimit(4321); decimal.getcontext().prec = 50\n"
     "decimal.getcontext().rounding = decimal.ROUND_DOWN; gc.set_threshold(5000, 20, 30)\n"
     "sys.set_int_max_str_digits(9000); sys.setswitchinterval(0.001)\n"
-    "import faulthandler; faulthandler.enable()",
+    "import faulthandler; faulthandler.enable()\nimport tracemalloc; tracemalloc.start(7)",
     # the process's own: umask, time zone, signal handlers (a notebook's, an ignored signal)
     "import os, signal, time\nos.umask(0o027); os.environ['TZ'] = 'Asia/Tokyo'; time.tzset()\n"
     "def on_usr1(number, frame):\n    print('usr1', number)\n"
@@ -376,7 +376,9 @@ print(json.dumps({
               torch.multiprocessing.get_sharing_strategy(), torch.hub.get_dir()],
     "python": [sys.getrecursionlimit(), str(__import__('decimal').Decimal(2).sqrt()),
                __import__('gc').get_threshold(), sys.get_int_max_str_digits(),
-               sys.getswitchinterval(), __import__('faulthandler').is_enabled()],
+               sys.getswitchinterval(), __import__('faulthandler').is_enabled(),
+               __import__('tracemalloc').is_tracing()
+               and __import__('tracemalloc').get_traceback_limit()],
     "process": [oct((lambda m: (os.umask(m), m)[1])(os.umask(0))), time.tzname,
                 time.localtime(0).tm_hour, signal.getsignal(signal.SIGUSR1).__name__,
                 signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN,
@@ -403,7 +405,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     the snapshot's says so in one line. The umask, a time zone set with ``time.tzset()``, the
     signal handlers, the locale and the resource limits the session set came back as the fresh
     process had them, while the verdict said ``exact`` (found by a probe); so did the thread
-    switch interval, ``faulthandler.enable()``, ``torch.set_warn_always``,
+    switch interval, ``faulthandler.enable()``, ``tracemalloc.start(7)``, ``torch.set_warn_always``,
     ``torch.set_flush_denormal``, ``torch.__future__``'s conversion switches, torch's sharing
     strategy and ``torch.hub.set_dir`` (found by later probes)."""
     a = start_kernel({"PYTHONHASHSEED": "1234"})  # as the server starts it (HashSeeds)
@@ -422,7 +424,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
     assert before["aliases"] == ["echo hello %s", False]
     assert before["process"][:7] == ["0o27", ["JST", "JST"], 9, "on_usr1", True, "on_usr1", "C"]
-    assert before["python"][-2:] == [0.001, True]
+    assert before["python"][-3:] == [0.001, True, 7]
     # warn always, denormals flushed, swap on conversion, the sharing strategy, the hub's folder
     assert before["torch"][-5:] == [True, 0.0, True, "file_system", "/tmp/hub-x"]
     out = a.run("%checkpoint")
