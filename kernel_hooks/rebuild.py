@@ -264,6 +264,16 @@ def memory_view(exporter: Any, offset: int, format: str, shape: tuple[int, ...],
     return view.toreadonly() if readonly else view
 
 
+def initialised_module(cls: type, *args: Any) -> Any:
+    """A module of ``cls`` as ``Module.__init__`` makes one, before pickle sets its state with
+    the class's own ``__setstate__`` (``torch_reduce._initialised_reduce``)."""
+    import torch
+
+    module = cls.__new__(cls, *args)
+    torch.nn.Module.__init__(module)
+    return module
+
+
 def inference_tensor(make: Callable[..., Any], args: tuple) -> Any:
     """An inference tensor (``torch_reduce``): torch's own rebuild, run in inference mode."""
     import torch

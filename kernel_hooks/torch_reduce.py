@@ -83,6 +83,12 @@ registered on it (kernels, fake kernel, autograd formula, vmap and torch_dispatc
 ``rebuild.custom_op`` defines it again in the resumed kernel's dispatcher and registers them
 through the same methods.
 
+A module whose class sets its own state (``__setstate__``) may set it without
+``Module.__init__``: a convolution of ``torch.ao.quantization.convert`` (torch/ao/nn/quantized/
+modules/conv.py) came back without its hook dicts, and calling it raised ``AttributeError``
+(torch's own ``__deepcopy__`` of it runs ``Module.__init__`` first). Such a module is made that
+way (``rebuild.initialised_module``) before its state is set.
+
 A tensor computed under ``torch.inference_mode()`` came back an ordinary one, which took the
 in-place updates and ``backward()`` the session refused: it is made again in that mode
 (``rebuild.inference_tensor``).
@@ -185,6 +191,7 @@ class TorchReductions:
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
         self._recomputing = rebuild.recomputing_hooks()
         self._module = torch.nn.Module if self._recomputing else None
+        self._any_module = torch.nn.Module if torch is not None else None
         frames = sys.modules.get("torch._dynamo.eval_frame")
         self._dynamo_context = getattr(frames, "_TorchDynamoContext", None)
         hooks = sys.modules.get("torch.utils.hooks")
@@ -205,10 +212,10 @@ class TorchReductions:
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
-        module, a global hook's handle, a compiled function, a TorchScript module or function,
-        an exported program, a custom operator, an operator of ``torch.ops`` or a dtype's
-        limits (see the module docstring), else None. A tensor's autograd graph that could
-        still be used is noted in ``note``."""
+        module, a module that sets its own state, a global hook's handle, a compiled function,
+        a TorchScript module or function, an exported program, a custom operator, an operator
+        of ``torch.ops`` or a dtype's limits (see the module docstring), else None. A tensor's
+        autograd graph that could still be used is noted in ``note``."""
         if self._tensor is not None and isinstance(obj, self._tensor):
             node = obj.grad_fn
             if node is not None and not _graph_used(node, self._tensor):
@@ -224,6 +231,9 @@ class TorchReductions:
         if (self._module is not None and isinstance(obj, self._module)
                 and (reduced := _recomputed_reduce(obj, self._recomputing)) is not None):
             return reduced
+        if (self._any_module is not None and isinstance(obj, self._any_module)
+                and type(obj).__setstate__ is not self._any_module.__setstate__):
+            return _initialised_reduce(obj, self.protocol)
         if self._handle is not None and type(obj) is self._handle:
             return self._handle_reduce(obj)
         if self._dynamo_context is not None and type(obj) is types.FunctionType:
@@ -334,6 +344,15 @@ def _operator_path(operator: Any) -> tuple[str, ...]:
     if qualified is not None:  # an operator: "aten::add"
         return tuple(qualified.split("::"))
     return (operator.namespace, operator.name())  # a higher-order operator
+
+
+def _initialised_reduce(module: Any, protocol: int) -> tuple | None:
+    """A module whose class sets its own state, as pickle reduces it, made by
+    ``rebuild.initialised_module`` (``Module.__init__`` before that state), or None."""
+    reduced = module.__reduce_ex__(protocol)
+    if reduced[0] is not copyreg.__newobj__:
+        return None
+    return (rebuild.initialised_module, *reduced[1:])
 
 
 def _custom_op_reduce(op: Any) -> tuple:
