@@ -89,6 +89,11 @@ modules/conv.py) came back without its hook dicts, and calling it raised ``Attri
 (torch's own ``__deepcopy__`` of it runs ``Module.__init__`` first). Such a module is made that
 way (``rebuild.initialised_module``) before its state is set.
 
+A ``torch.fx.GraphModule`` pickles as its code, traced again at load into a module that
+keeps only the attributes it lacks (torch/fx/graph_module.py ``_deserialize_graph_module``); it
+has a ``meta`` of its own, empty, so what ``quantize_fx.prepare_fx`` kept there was lost, and
+``convert_fx`` refused the calibrated model. Its ``meta`` is set back (``_graph_module_reduce``).
+
 A tensor computed under ``torch.inference_mode()`` came back an ordinary one, which took the
 in-place updates and ``backward()`` the session refused: it is made again in that mode
 (``rebuild.inference_tensor``).
@@ -192,6 +197,8 @@ class TorchReductions:
         self._recomputing = rebuild.recomputing_hooks()
         self._module = torch.nn.Module if self._recomputing else None
         self._any_module = torch.nn.Module if torch is not None else None
+        fx = sys.modules.get("torch.fx.graph_module")
+        self._graph_module = getattr(fx, "GraphModule", None)
         frames = sys.modules.get("torch._dynamo.eval_frame")
         self._dynamo_context = getattr(frames, "_TorchDynamoContext", None)
         hooks = sys.modules.get("torch.utils.hooks")
@@ -212,10 +219,11 @@ class TorchReductions:
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
-        module, a module that sets its own state, a global hook's handle, a compiled function,
-        a TorchScript module or function, an exported program, a custom operator, an operator
-        of ``torch.ops`` or a dtype's limits (see the module docstring), else None. A tensor's
-        autograd graph that could still be used is noted in ``note``."""
+        module, an FX graph module, a module that sets its own state, a global hook's handle,
+        a compiled function, a TorchScript module or function, an exported program, a custom
+        operator, an operator of ``torch.ops`` or a dtype's limits (see the module
+        docstring), else None. A tensor's autograd graph that could still be used is noted in
+        ``note``."""
         if self._tensor is not None and isinstance(obj, self._tensor):
             node = obj.grad_fn
             if node is not None and not _graph_used(node, self._tensor):
@@ -231,6 +239,8 @@ class TorchReductions:
         if (self._module is not None and isinstance(obj, self._module)
                 and (reduced := _recomputed_reduce(obj, self._recomputing)) is not None):
             return reduced
+        if self._graph_module is not None and isinstance(obj, self._graph_module):
+            return _graph_module_reduce(obj)
         if (self._any_module is not None and isinstance(obj, self._any_module)
                 and type(obj).__setstate__ is not self._any_module.__setstate__):
             return _initialised_reduce(obj, self.protocol)
@@ -344,6 +354,14 @@ def _operator_path(operator: Any) -> tuple[str, ...]:
     if qualified is not None:  # an operator: "aten::add"
         return tuple(qualified.split("::"))
     return (operator.namespace, operator.name())  # a higher-order operator
+
+
+def _graph_module_reduce(module: Any) -> tuple:
+    """torch's reduction of a ``GraphModule`` (its code, traced again at load), with its
+    ``meta`` set back after: the module that load makes has its own, empty one."""
+    make, args = module.__reduce__()
+    meta = vars(module).get("meta")
+    return make, args, {"meta": meta} if meta else None, None, None, rebuild.instance_dict
 
 
 def _initialised_reduce(module: Any, protocol: int) -> tuple | None:

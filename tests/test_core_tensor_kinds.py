@@ -143,27 +143,3 @@ def test_an_inference_tensor_stays_one(tmp_path):
     with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
         restored["preds"].add_(1)
 
-
-def test_a_statically_quantized_model_comes_back_working(tmp_path):
-    """A convolution quantized by ``torch.ao.quantization.convert`` pickles its fields as a tuple
-    and sets them back without ``Module.__init__`` (torch/ao/nn/quantized/modules/conv.py
-    ``_ConvNd.__setstate__``; its own ``__deepcopy__`` runs ``Module.__init__`` first): it came
-    back without the module's hook dicts, so calling it raised ``AttributeError``, under an
-    ``exact`` verdict (found by a probe; plain ``pickle`` and ``torch.save`` break it the same
-    way). A module whose class sets its own state is made as ``Module.__init__`` makes one
-    before that state is set."""
-    from torch.ao import quantization
-
-    root = str(tmp_path / "store")
-    model = torch.nn.Sequential(quantization.QuantStub(), torch.nn.Conv2d(1, 2, 3),
-                                torch.nn.ReLU(), quantization.DeQuantStub()).eval()
-    model.qconfig = quantization.get_default_qconfig(torch.backends.quantized.engine)
-    prepared = quantization.prepare(model)
-    torch.manual_seed(0)
-    prepared(torch.randn(4, 1, 5, 5))
-    quantized = quantization.convert(prepared)
-    x = torch.randn(1, 1, 5, 5)
-    kernel_hooks.checkpoint(namespace={"quantized": quantized}, store=root, workspace="ws")
-    restored: dict = {}
-    kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
-    assert torch.equal(restored["quantized"](x), quantized(x))
