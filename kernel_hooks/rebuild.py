@@ -264,6 +264,24 @@ def memory_view(exporter: Any, offset: int, format: str, shape: tuple[int, ...],
     return view.toreadonly() if readonly else view
 
 
+def graph_module_state(module: Any, state: tuple[dict, list[tuple[str, str, dict]]]) -> None:
+    """State setter of a ``GraphModule`` traced again from its code (``torch_reduce``): its
+    ``meta``, and each node's metadata, given as (name, op, metadata) in graph order. The new
+    graph has the same nodes in the same order, some named anew (``sin`` traced again is
+    ``sin_default``): they are matched by position where the ops agree all along, else by
+    name (a node the new graph lacks is skipped)."""
+    meta, nodes = state
+    vars(module)["meta"] = meta
+    new = list(module.graph.nodes)
+    if [op for _, op, _ in nodes] == [node.op for node in new]:
+        pairs = zip(new, (kept for _, _, kept in nodes), strict=True)
+    else:
+        by_name = {name: kept for name, _, kept in nodes}
+        pairs = ((node, by_name.get(node.name, {})) for node in new)
+    for node, kept in pairs:
+        node.meta.update(kept)
+
+
 def initialised_module(cls: type, *args: Any) -> Any:
     """A module of ``cls`` as ``Module.__init__`` makes one, before pickle sets its state with
     the class's own ``__setstate__`` (``torch_reduce._initialised_reduce``)."""

@@ -92,7 +92,9 @@ way (``rebuild.initialised_module``) before its state is set.
 A ``torch.fx.GraphModule`` pickles as its code, traced again at load into a module that
 keeps only the attributes it lacks (torch/fx/graph_module.py ``_deserialize_graph_module``); it
 has a ``meta`` of its own, empty, so what ``quantize_fx.prepare_fx`` kept there was lost, and
-``convert_fx`` refused the calibrated model. Its ``meta`` is set back (``_graph_module_reduce``).
+``convert_fx`` refused the calibrated model; the new nodes had none of the metadata passes
+left on the old ones (``ShapeProp``'s ``tensor_meta``). Both are set back
+(``_graph_module_reduce``); node metadata that does not pickle (fake tensors) is named.
 
 A tensor computed under ``torch.inference_mode()`` came back an ordinary one, which took the
 in-place updates and ``backward()`` the session refused: it is made again in that mode
@@ -118,6 +120,8 @@ import types
 import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+import cloudpickle
 
 from . import rebuild
 
@@ -240,7 +244,7 @@ class TorchReductions:
                 and (reduced := _recomputed_reduce(obj, self._recomputing)) is not None):
             return reduced
         if self._graph_module is not None and isinstance(obj, self._graph_module):
-            return _graph_module_reduce(obj)
+            return _graph_module_reduce(obj, note)
         if (self._any_module is not None and isinstance(obj, self._any_module)
                 and type(obj).__setstate__ is not self._any_module.__setstate__):
             return _initialised_reduce(obj, self.protocol)
@@ -356,12 +360,32 @@ def _operator_path(operator: Any) -> tuple[str, ...]:
     return (operator.namespace, operator.name())  # a higher-order operator
 
 
-def _graph_module_reduce(module: Any) -> tuple:
+def _graph_module_reduce(module: Any, note: RecordNote) -> tuple:
     """torch's reduction of a ``GraphModule`` (its code, traced again at load), with its
-    ``meta`` set back after: the module that load makes has its own, empty one."""
+    ``meta`` and its nodes' metadata (``ShapeProp``'s ``tensor_meta``, a pass's marks) set back
+    after, node by node (``rebuild.graph_module_state``): the module that load makes has an
+    empty ``meta`` and new nodes. Node metadata that does not pickle (the fake tensors and
+    symbolic sizes ``make_fx`` and dynamo leave in ``val``) is noted as not carried."""
     make, args = module.__reduce__()
-    meta = vars(module).get("meta")
-    return make, args, {"meta": meta} if meta else None, None, None, rebuild.instance_dict
+    nodes, dropped = [], set()
+    for node in module.graph.nodes:
+        kept = {key: value for key, value in node.meta.items() if _pickles(value)}
+        dropped.update(set(node.meta) - set(kept))
+        nodes.append((node.name, node.op, kept))
+    if dropped:
+        note.without("FX node metadata", (
+            f"{', '.join(sorted(dropped)[:5])} of its graph's nodes: the graph is traced again "
+            "from its code at the resume, without what made them"))
+    return (make, args, (vars(module).get("meta") or {}, nodes), None, None,
+            rebuild.graph_module_state)
+
+
+def _pickles(value: Any) -> bool:
+    try:
+        cloudpickle.dumps(value)
+    except Exception:  # whatever it holds that does not pickle
+        return False
+    return True
 
 
 def _initialised_reduce(module: Any, protocol: int) -> tuple | None:

@@ -58,3 +58,33 @@ def test_a_calibrated_fx_model_converts_after_a_resume(tmp_path):
     restored = _resumed({"prepared": prepared}, tmp_path)
     after = quantize_fx.convert_fx(restored["prepared"])
     assert torch.equal(after(x), quantize_fx.convert_fx(prepared)(x))
+
+
+def test_the_metadata_passes_left_on_fx_nodes_comes_back(tmp_path):
+    """``ShapeProp`` (torch/fx/passes/shape_prop.py, PyTorch's FX profiling tutorial) leaves
+    each node's shapes in ``node.meta["tensor_meta"]``, and passes of a notebook leave marks
+    there: the graph traced again at load had none, under an ``exact`` verdict (found by a
+    probe). They come back by node name; the fake tensors ``make_fx`` leaves (``val``) do not,
+    and say so."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    traced = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU()))
+    ShapeProp(traced).propagate(torch.randn(2, 3))
+    for node in traced.graph.nodes:
+        node.meta["mark"] = node.name.upper()
+    restored = _resumed({"traced": traced}, tmp_path)
+    shapes = {n.name: (tuple(n.meta["tensor_meta"].shape), n.meta["mark"])
+              for n in restored["traced"].graph.nodes}
+    assert shapes == {n.name: (tuple(n.meta["tensor_meta"].shape), n.meta["mark"])
+                      for n in traced.graph.nodes}
+
+    made = make_fx(lambda x: x.sin() + 1, tracing_mode="fake")(torch.randn(3))
+    root = str(tmp_path / "made")
+    kernel_hooks.checkpoint(namespace={"made": made}, store=root, workspace="ws")
+    again: dict = {}
+    report = kernel_hooks.resume(namespace=again, store=root, workspace="ws")
+    assert "FX node metadata (val of its graph's nodes" in str(report.verdict), report.verdict
+    assert [n.meta["tensor_meta"].shape for n in again["made"].graph.nodes if n.op != "output"
+            ] == [torch.Size([3])] * 3
+    assert torch.equal(again["made"](torch.ones(3)), made(torch.ones(3)))
