@@ -472,7 +472,8 @@ _SCRIPT_WRAPPER = frozenset({"_initializing", "_c", "_concrete_type", "_name",
 def _own_attributes(wrapper: Any) -> dict[str, Any]:
     """The Python attributes a session set on a ScriptModule wrapper (``scripted.labels =
     [...]``; a traced wrapper keeps them on its ``_actual_script_module``): the archive does not
-    hold them."""
+    hold them. Not its methods, nor the properties torch copies there (a scripted
+    ``GraphModule``'s ``code``): a property in an instance's ``__dict__`` does nothing."""
     import torch
 
     standard = _module_attributes()
@@ -480,7 +481,7 @@ def _own_attributes(wrapper: Any) -> dict[str, Any]:
     found = {**(vars(inner) if inner is not None else {}), **vars(wrapper)}
     return {k: v for k, v in found.items()
             if k not in standard and k not in _SCRIPT_WRAPPER
-            and not isinstance(v, torch._C.ScriptMethod)}
+            and not isinstance(v, (torch._C.ScriptMethod, property))}
 
 
 @functools.cache
