@@ -193,6 +193,8 @@ class TorchReductions:
         torch = sys.modules.get("torch")
         self._torch = torch
         self._tensor = torch.Tensor if torch is not None else None
+        parameter = sys.modules.get("torch.nn.parameter")  # a lazy module's, before its call
+        self._uninitialized = getattr(parameter, "UninitializedTensorMixin", ())
         new_dtypes = getattr(getattr(torch, "storage", None), "_new_dtypes", None)
         self._untyped_dtypes = frozenset(new_dtypes()) if new_dtypes is not None else frozenset()
         optim = sys.modules.get("torch.optim")
@@ -285,6 +287,8 @@ class TorchReductions:
         return rebuild.global_hook_handle, (*where, handle.id, extra)
 
     def _tensor_reduce(self, tensor: Any) -> tuple | None:
+        if isinstance(tensor, self._uninitialized):  # raises on any query: as torch pickles it
+            return None
         if tensor._base is not None and not tensor.requires_grad:
             return _view_reduce(tensor)
         # Reading .grad of a non-leaf tensor that does not retain it warns: such a tensor has none.

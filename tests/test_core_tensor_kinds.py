@@ -143,3 +143,21 @@ def test_an_inference_tensor_stays_one(tmp_path):
     with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
         restored["preds"].add_(1)
 
+
+
+def test_a_lazy_module_not_yet_called_comes_back_lazy(tmp_path):
+    """``nn.LazyLinear`` (d2l's models are made of them) holds uninitialized parameters until
+    its first call, which raise on any tensor query: reading whether one was an inference
+    tensor failed its pickle, and the model was not restored (found by a probe). It comes back
+    lazy, and its first call initialises it as it would have."""
+    root = str(tmp_path / "store")
+    net = torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.ReLU(), torch.nn.LazyLinear(2))
+    kernel_hooks.checkpoint(namespace={"net": net}, store=root, workspace="ws")
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert report.not_restored == [] and report.verdict["level"] == "exact", report.verdict
+    assert torch.nn.parameter.is_lazy(restored["net"][0].weight)
+    torch.manual_seed(1)
+    first = restored["net"](torch.ones(2, 4))
+    torch.manual_seed(1)
+    assert torch.equal(first, net(torch.ones(2, 4)))
