@@ -295,7 +295,8 @@ class TorchReductions:
         grad = tensor.grad if tensor.is_leaf or tensor.retains_grad else None
         hooks = _hooks(tensor) if tensor.is_leaf else {}
         untyped = tensor.dtype in self._untyped_dtypes
-        inference = tensor.is_inference()  # then no view, gradient or hook
+        with self._torch._C.DisableTorchFunctionSubclass():  # a subclass's own answers aside
+            inference = tensor.is_inference()  # then no view, gradient or hook
         if grad is None and not hooks and not untyped and not inference:
             return None
         with _hooks_left_to_us(tensor, hooks):

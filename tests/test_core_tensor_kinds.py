@@ -22,6 +22,17 @@ class Tagged(torch.Tensor):
     """A tensor subclass of the notebook kind: torch's own ``__torch_function__``."""
 
 
+class Guarded(torch.Tensor):
+    """A subclass whose ``__torch_function__`` refuses what it does not know, as a lazy
+    module's uninitialized parameters do for every query."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.is_inference:
+            raise RuntimeError("not supported")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
 def _kinds() -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     base = torch.arange(24.0).reshape(4, 6)
@@ -149,14 +160,18 @@ def test_a_lazy_module_not_yet_called_comes_back_lazy(tmp_path):
     """``nn.LazyLinear`` (d2l's models are made of them) holds uninitialized parameters until
     its first call, which raise on any tensor query: reading whether one was an inference
     tensor failed its pickle, and the model was not restored (found by a probe). It comes back
-    lazy, and its first call initialises it as it would have."""
+    lazy, and its first call initialises it as it would have. A subclass whose
+    ``__torch_function__`` refuses that query pickles too."""
     root = str(tmp_path / "store")
     net = torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.ReLU(), torch.nn.LazyLinear(2))
-    kernel_hooks.checkpoint(namespace={"net": net}, store=root, workspace="ws")
+    guarded = torch.ones(2).as_subclass(Guarded)
+    kernel_hooks.checkpoint(namespace={"net": net, "guarded": guarded}, store=root,
+                            workspace="ws")
     restored: dict = {}
     report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
     assert report.not_restored == [] and report.verdict["level"] == "exact", report.verdict
     assert torch.nn.parameter.is_lazy(restored["net"][0].weight)
+    assert type(restored["guarded"]) is Guarded
     torch.manual_seed(1)
     first = restored["net"](torch.ones(2, 4))
     torch.manual_seed(1)
