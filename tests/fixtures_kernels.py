@@ -8,6 +8,8 @@ adds variables for that kernel only (``JPY_SESSION_NAME``: which notebook it bel
 kernel's command line (``--IPKernelApp.extensions=[]``: without the extension). Every
 kernel is killed at the end of the test. ``throwaway_environment(where, kernels)``: a fresh venv
 that sees this one's packages, with a kernelspec (a resume that installs writes there).
+``resumed_in_process(namespace, tmp_path)``: no kernel, the namespace checkpointed and resumed
+into a new one in this process.
 """
 
 from __future__ import annotations
@@ -149,3 +151,17 @@ def throwaway_environment(where: Path, kernels: Path) -> Path:
         "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": where.name, "language": "python"}))
     return where
+
+
+def resumed_in_process(namespace: dict, tmp_path: Path) -> dict:
+    """``namespace`` checkpointed and resumed into a new one, which comes back ``exact`` (the
+    workspace's own key: a signing key set in the environment here would be named as a change
+    of the session's environment, once another test has taken the baseline)."""
+    import kernel_hooks
+
+    root = str(tmp_path / "store")
+    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert report.verdict["level"] == "exact", report.verdict
+    return restored

@@ -9,20 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fixtures_kernels import resumed_in_process
 
 import kernel_hooks
-
-
-def _resumed(namespace: dict, tmp_path) -> dict:
-    """``namespace`` checkpointed and resumed into a new one, which comes back ``exact`` (the
-    workspace's own key: a signing key set in the environment here would be named as a change
-    of the session's environment, once another test has taken the baseline)."""
-    root = str(tmp_path / "store")
-    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
-    restored: dict = {}
-    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
-    assert report.verdict["level"] == "exact", report.verdict
-    return restored
 
 
 @pytest.fixture
@@ -37,7 +26,7 @@ def views(tmp_path):
         "record": record, "xs": record["x"],
         "strings": np.array(["a", "b", "c"], dtype=object), "copy": tiny.copy(),
     }
-    return namespace, _resumed(namespace, tmp_path)
+    return namespace, resumed_in_process(namespace, tmp_path)
 
 
 @pytest.mark.parametrize("name, base", [
@@ -74,7 +63,7 @@ def test_memory_numpy_and_torch_share_stays_shared(tmp_path):
         "small": small, "over_small": torch.from_numpy(small),
         "weights": weights, "as_array": weights.numpy(), "tiny": tiny, "tiny_array": tiny.numpy(),
     }
-    restored = _resumed(namespace, tmp_path)
+    restored = resumed_in_process(namespace, tmp_path)
     restored["over_big"][0] = 1
     restored["over_part"][0] = 2
     restored["over_small"][0] = 3
@@ -113,7 +102,7 @@ def test_a_tensor_view_is_a_view_of_its_restored_base(tmp_path):
         return {name: None if t._base is None else named.get(id(t._base), "a root not held")
                 for name, t in tensors.items()}
 
-    restored = _resumed(namespace, tmp_path)
+    restored = resumed_in_process(namespace, tmp_path)
     assert bases(restored) == bases(namespace)
     assert bases(restored)["row"] == bases(restored)["pairs"] == "base"
     assert bases(restored)["real"] == bases(restored)["conjugate"] == "complex_base"
@@ -155,7 +144,7 @@ def test_an_array_subclass_keeps_its_attributes(tmp_path):
         "masked": np.ma.masked_array([1.0, 2.0], mask=[False, True]),
     }
     namespace["small"].calibrated = True
-    restored = _resumed(namespace, tmp_path)
+    restored = resumed_in_process(namespace, tmp_path)
     assert type(restored["small"]) is InfoArray and restored["small"].info == {"unit": "m"}
     assert restored["small"].calibrated is True and restored["small"].tolist() == [1, 2, 3]
     assert restored["large"].info == "sensor 7" and restored["large"][-1] == 199_999.0
@@ -174,7 +163,7 @@ def test_a_memoryview_stays_a_view_of_what_it_views(tmp_path):
     namespace = {"buffer": buffer, "floats": floats, "part": memoryview(buffer)[2:6],
                  "frozen": memoryview(buffer).toreadonly(), "of_bytes": memoryview(b"xyz"),
                  "grid": memoryview(floats).cast("B").cast("d", (2, 3))}
-    restored = _resumed(namespace, tmp_path)
+    restored = resumed_in_process(namespace, tmp_path)
     part, frozen, grid = restored["part"], restored["frozen"], restored["grid"]
     assert type(part) is memoryview and part.obj is restored["buffer"] and part.readonly is False
     part[0:2] = b"XY"

@@ -1,24 +1,16 @@
 """Torch's quantization workflows cut midway: eager-mode static quantization
 (``torch.ao.quantization.prepare``/``convert``) and FX graph mode (``quantize_fx.prepare_fx``,
-calibration, ``convert_fx``), the steps of PyTorch's static quantization tutorials. In
-process, on a local store."""
+calibration, ``convert_fx``), the steps of PyTorch's static quantization tutorials, and the
+metadata FX passes leave on a graph's nodes. In process, on a local store."""
 
 from __future__ import annotations
 
 import torch
+from fixtures_kernels import resumed_in_process
 from torch.ao import quantization
 from torch.ao.quantization import quantize_fx
 
 import kernel_hooks
-
-
-def _resumed(namespace: dict, tmp_path) -> dict:
-    root = str(tmp_path / "store")
-    kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
-    restored: dict = {}
-    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
-    assert report.verdict["level"] == "exact", report.verdict
-    return restored
 
 
 def test_a_statically_quantized_model_comes_back_working(tmp_path):
@@ -37,7 +29,7 @@ def test_a_statically_quantized_model_comes_back_working(tmp_path):
     prepared(torch.randn(4, 1, 5, 5))
     quantized = quantization.convert(prepared)
     x = torch.randn(1, 1, 5, 5)
-    restored = _resumed({"quantized": quantized}, tmp_path)
+    restored = resumed_in_process({"quantized": quantized}, tmp_path)
     assert torch.equal(restored["quantized"](x), quantized(x))
 
 
@@ -55,7 +47,7 @@ def test_a_calibrated_fx_model_converts_after_a_resume(tmp_path):
     prepared = quantize_fx.prepare_fx(
         model, quantization.get_default_qconfig_mapping(torch.backends.quantized.engine), (x,))
     prepared(x)  # calibration
-    restored = _resumed({"prepared": prepared}, tmp_path)
+    restored = resumed_in_process({"prepared": prepared}, tmp_path)
     after = quantize_fx.convert_fx(restored["prepared"])
     assert torch.equal(after(x), quantize_fx.convert_fx(prepared)(x))
 
@@ -73,7 +65,7 @@ def test_the_metadata_passes_left_on_fx_nodes_comes_back(tmp_path):
     ShapeProp(traced).propagate(torch.randn(2, 3))
     for node in traced.graph.nodes:
         node.meta["mark"] = node.name.upper()
-    restored = _resumed({"traced": traced}, tmp_path)
+    restored = resumed_in_process({"traced": traced}, tmp_path)
     shapes = {n.name: (tuple(n.meta["tensor_meta"].shape), n.meta["mark"])
               for n in restored["traced"].graph.nodes}
     assert shapes == {n.name: (tuple(n.meta["tensor_meta"].shape), n.meta["mark"])
