@@ -27,6 +27,12 @@ are named with the other things left behind (``left_behind``).
   next pod has is reopened on that file (``_memmap_reduce``): it pickled as an in-memory copy,
   so writes after a resume silently no longer reached the file, views no longer shared memory
   with it, and a large read-only dataset was copied into every snapshot.
+- A ``datasets`` table memory-mapped from an Arrow file of the library's cache
+  (datasets/table.py ``MemoryMappedTable``, what ``load_dataset`` and ``map`` make) pickles as
+  its path. Where that file stays on this pod (``HF_DATASETS_CACHE`` on a scratch disk), the
+  dataset and all made from it were not restored. It travels as the file's bytes, a blob,
+  with the steps datasets replays on it (``_arrow_file_reduce``), and comes back over them;
+  a table whose file comes back is reopened on it, as datasets does.
 - A DataLoader iterator (torch/utils/data/dataloader.py: ``_BaseDataLoaderIter.__getstate__``
   raises ``NotImplementedError``) without worker processes, over torch's own samplers
   (``FIXED_ORDER_SAMPLERS``), comes back at its batch (``_iterator_reduce``): those samplers fix
@@ -138,6 +144,39 @@ def _memmap_reduce(array: Any, note: RecordNote) -> tuple | None:
                             root.offset, root.shape, order)
 
 
+#: Arrow files of ``datasets`` tables this kernel resumed while the file was gone, by path: the
+#: restored bytes the table's buffers live in (``_arrow_table_over``), for the next checkpoint.
+_ARROW_FILES: dict[str, Any] = {}
+
+
+def _arrow_file_reduce(table: Any) -> tuple | None:
+    """A ``datasets`` table memory-mapped from an Arrow file that stays on this pod: its file's
+    bytes (a read-only ``numpy.memmap``, which travels as an array: a blob) and the steps
+    datasets replays on it (``_arrow_table_over``). ``None`` (datasets' own pickle, its path:
+    reopened at resume) for one whose file comes back."""
+    if comes_back(table.path):
+        return None
+    data = _ARROW_FILES.get(table.path)
+    if data is None:
+        import numpy
+
+        data = numpy.memmap(table.path, dtype=numpy.uint8, mode="r")
+    return _arrow_table_over, (type(table), data, table.path, table.replays)
+
+
+def _arrow_table_over(cls: type, data: Any, path: str, replays: list) -> Any:
+    """The table read from ``data`` (an Arrow stream, as datasets writes its cache files) with
+    ``replays`` applied, made as ``MemoryMappedTable.__setstate__`` makes it, its buffers in
+    ``data`` (no copy)."""
+    import pyarrow
+
+    table = pyarrow.ipc.open_stream(pyarrow.py_buffer(data)).read_all()
+    made = cls.__new__(cls)
+    cls.__init__(made, cls._apply_replays(table, replays), path=path, replays=replays)
+    _ARROW_FILES[path] = data
+    return made
+
+
 def _reopen_memmap(path: str, dtype: Any, mode: str, offset: int, shape: tuple,
                    order: str) -> Any:
     import numpy
@@ -244,6 +283,7 @@ class LiveObjects:
         self._bar = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
         self._notebook_bar = getattr(sys.modules.get("tqdm.notebook"), "tqdm_notebook", None)
         self._memmap = getattr(sys.modules.get("numpy"), "memmap", None)
+        self._arrow_file = getattr(sys.modules.get("datasets.table"), "MemoryMappedTable", None)
         self._summary_writers = tuple(
             writer for module in TENSORBOARD_WRITERS
             if (writer := getattr(sys.modules.get(module), "SummaryWriter", None)) is not None)
@@ -255,8 +295,8 @@ class LiveObjects:
             pool for module, name in PROCESS_POOLS
             if (pool := getattr(sys.modules.get(module), name, None)) is not None)
         self._any = tuple(t for t in (self._iterator, self._loader, self._connection, self._bar,
-                                      self._memmap, self._csv_writer, self._temporary,
-                                      self._thread_pool) if t
+                                      self._memmap, self._arrow_file, self._csv_writer,
+                                      self._temporary, self._thread_pool) if t
                           ) + self._summary_writers + self._process_pools + LOCKS + (STREAMS,)
         self._streams = {id(stream): name for name in STANDARD_STREAMS
                          if (stream := getattr(sys, name, None)) is not None}
@@ -275,6 +315,8 @@ class LiveObjects:
             return self._bar_reduce(obj)
         if self._memmap is not None and isinstance(obj, self._memmap):
             return _memmap_reduce(obj, note)
+        if self._arrow_file is not None and isinstance(obj, self._arrow_file):
+            return _arrow_file_reduce(obj)
         if isinstance(obj, self._summary_writers):
             return _summary_writer_reduce(obj)
         if self._temporary is not None and isinstance(obj, self._temporary):

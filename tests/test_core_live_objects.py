@@ -612,3 +612,39 @@ def test_a_dataloader_iterator_without_workers_goes_on_where_it_was(tmp_path):
     first = rest(namespace["fresh"])
     torch.set_rng_state(state)
     assert rest(restored["fresh"]) == first
+
+
+def test_a_dataset_cached_outside_the_home_volume_travels(tmp_path):
+    """``datasets.load_dataset`` memory-maps the Arrow files it writes into its cache
+    (``HF_DATASETS_CACHE``, often a scratch disk on a GPU pod), and pickles such a table as
+    its file's path (datasets/table.py ``MemoryMappedTable.__getstate__``): on a pod without
+    that disk, the dataset and all made from it were not restored (found by a probe; the
+    checkpoint had said nothing). A table whose file stays behind travels as its file's bytes,
+    a blob (reused while it does not change), with the steps replayed on it; after the resume
+    a checkpoint carries it again from memory. One whose file comes back is reopened on it, as
+    datasets does. In process."""
+    import datasets
+
+    import kernel_hooks
+
+    csv = tmp_path / "rows.csv"
+    csv.write_text("a,b\n" + "\n".join(f"{i},{i * i}" for i in range(40)))
+    cache = tmp_path / "scratch" / "hf"
+    data = datasets.load_dataset("csv", data_files=str(csv), split="train", cache_dir=str(cache))
+    made = data.map(lambda row: {"c": row["a"] + row["b"]}).select([3, 1, 2])
+    expected = made[:]
+    root = str(tmp_path / "store")
+    first = kernel_hooks.checkpoint(namespace={"data": data, "made": made}, store=root,
+                                    workspace="ws")
+    assert first.skipped == []
+    shutil.rmtree(tmp_path / "scratch")  # the next pod has no such disk
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+    assert report.verdict["level"] == "exact", report.verdict
+    assert restored["made"][:] == expected and len(restored["data"]) == 40
+    again = kernel_hooks.checkpoint(namespace=restored, store=root, workspace="ws")
+    assert again.skipped == [] and again.bytes_new < first.bytes_new
+    later: dict = {}
+    kernel_hooks.resume(namespace=later, store=root, workspace="ws")
+    assert later["made"].map(lambda row: {"d": row["c"] * 2})["d"] == [d * 2 for d in
+                                                                       expected["c"]]
