@@ -83,6 +83,7 @@ import os
 import stat
 import sys
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from .left_behind import comes_back, pool_idle
@@ -145,8 +146,9 @@ def _memmap_reduce(array: Any, note: RecordNote) -> tuple | None:
 
 
 #: Arrow files of ``datasets`` tables this kernel resumed while the file was gone, by path: the
-#: restored bytes the table's buffers live in (``_arrow_table_over``), for the next checkpoint.
-_ARROW_FILES: dict[str, Any] = {}
+#: restored bytes the table's buffers live in (``_arrow_table_over``), for the next checkpoint;
+#: held weakly (the tables hold them while they live).
+_ARROW_FILES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
 def _arrow_file_reduce(table: Any) -> tuple | None:
