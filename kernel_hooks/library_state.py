@@ -2,11 +2,11 @@
 figures), numpy (print options, ``seterr``), pandas options, torch global settings (default dtype
 and device, grad mode, determinism, cuDNN and matmul precision flags, attention backends, print
 options, ...), what the session set on torch's config modules (``torch._dynamo.config``, ...),
-the hooks it registered for every module or optimizer, the Hugging Face libraries' progress-bar
-switches and the messages transformers showed once (``warning_once``), the interpreter's own
-settings (recursion limit, ``decimal`` context, collector thresholds, multiprocessing's start
-method, umask), the signal handlers the session set, ``warnings`` filters and ``logging``
-configuration.
+the hooks it registered for every module or optimizer, the Hugging Face libraries' switches
+(progress bars, datasets' caching) and the messages transformers showed once
+(``warning_once``), the interpreter's own settings (recursion limit, ``decimal`` context,
+collector thresholds, multiprocessing's start method, umask), the signal handlers the session
+set, ``warnings`` filters and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -589,18 +589,23 @@ def _restore_torch_global_hooks(state: dict[str, Any]) -> str | None:
     return None
 
 
-# -- Hugging Face progress bars ---------------------------------------------------------------
+# -- Hugging Face switches -------------------------------------------------------------------
 
 HUB_BARS = "huggingface_hub.utils.tqdm"
 TRANSFORMERS_LOGGING = "transformers.utils.logging"
+DATASETS_BARS = "datasets.utils.tqdm"
+DATASETS_CACHING = "datasets.fingerprint"
 
 
-def _hf_progress_bars() -> Any:
-    """The progress-bar switches of the Hugging Face libraries, where the session flipped them:
-    huggingface_hub's ``progress_bar_states`` (huggingface_hub/utils/tqdm.py, empty in a fresh
-    process: ``disable_progress_bars()`` and ``enable_progress_bars(name)`` fill it) and
-    transformers' ``_tqdm_active`` (transformers/utils/logging.py, ``disable_progress_bar()``;
-    a fresh process takes it from ``HF_HUB_DISABLE_PROGRESS_BARS``)."""
+def _hf_switches() -> Any:
+    """The switches of the Hugging Face libraries their functions flip, where the session
+    flipped them: huggingface_hub's ``progress_bar_states`` (huggingface_hub/utils/tqdm.py,
+    empty in a fresh process: ``disable_progress_bars()`` and ``enable_progress_bars(name)``
+    fill it), transformers' ``_tqdm_active`` (transformers/utils/logging.py,
+    ``disable_progress_bar()``; a fresh process takes it from ``HF_HUB_DISABLE_PROGRESS_BARS``),
+    and datasets' progress bars (datasets/utils/tqdm.py, ``disable_progress_bars()``; fresh:
+    from ``HF_DATASETS_DISABLE_PROGRESS_BARS``) and caching (datasets/fingerprint.py,
+    ``disable_caching()``; fresh: on)."""
     state = {}
     hub = sys.modules.get(HUB_BARS)
     if hub is not None and getattr(hub, "progress_bar_states", None):
@@ -610,10 +615,17 @@ def _hf_progress_bars() -> Any:
         fresh = hub.HF_HUB_DISABLE_PROGRESS_BARS is not True
         if bool(transformers._tqdm_active) != fresh:
             state["transformers"] = bool(transformers._tqdm_active)
+    bars = sys.modules.get(DATASETS_BARS)
+    disabled = getattr(bars, "_hf_datasets_progress_bars_disabled", None)
+    if disabled is not None and disabled != (bars.HF_DATASETS_DISABLE_PROGRESS_BARS or False):
+        state["datasets_bars_disabled"] = disabled
+    caching = getattr(sys.modules.get(DATASETS_CACHING), "_CACHING_ENABLED", True)
+    if caching is not True:
+        state["datasets_caching"] = caching
     return state or None
 
 
-def _restore_hf_progress_bars(state: dict[str, Any]) -> str | None:
+def _restore_hf_switches(state: dict[str, Any]) -> str | None:
     import importlib
 
     if "hub" in state:
@@ -622,6 +634,11 @@ def _restore_hf_progress_bars(state: dict[str, Any]) -> str | None:
         states.update(state["hub"])
     if "transformers" in state:
         importlib.import_module(TRANSFORMERS_LOGGING)._tqdm_active = state["transformers"]
+    if "datasets_bars_disabled" in state:
+        bars = importlib.import_module(DATASETS_BARS)
+        bars._hf_datasets_progress_bars_disabled = state["datasets_bars_disabled"]
+    if "datasets_caching" in state:
+        importlib.import_module(DATASETS_CACHING)._CACHING_ENABLED = state["datasets_caching"]
     return None
 
 
@@ -1074,7 +1091,7 @@ ENTRIES = (
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),
     ("torch.library operators", _torch_library_operators, _name_torch_library_operators),
-    ("Hugging Face progress bars", _hf_progress_bars, _restore_hf_progress_bars),
+    ("Hugging Face switches", _hf_switches, _restore_hf_switches),
     ("messages shown once", _shown_once, _restore_shown_once),
     ("python settings", _python_settings, _restore_python_settings),
     ("signal handlers", _signal_handlers, _restore_signal_handlers),

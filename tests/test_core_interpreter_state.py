@@ -603,12 +603,12 @@ def test_hugging_face_progress_bar_switches_travel(monkeypatch):
 
     try:
         fresh()
-        assert library_state._hf_progress_bars() is None
+        assert library_state._hf_switches() is None
         hf_logging.disable_progress_bar()
-        state = library_state._hf_progress_bars()
+        state = library_state._hf_switches()
         assert state == {"hub": {"_global": False}, "transformers": False}
         fresh()  # the resumed kernel
-        assert library_state._restore_hf_progress_bars(state) is None
+        assert library_state._restore_hf_switches(state) is None
         assert not hf_logging.is_progress_bar_enabled() and hub_bars.are_progress_bars_disabled()
     finally:
         fresh()
@@ -964,3 +964,34 @@ def test_a_backend_chosen_before_pyplot_comes_back(start_kernel):
             {"stream": [msg["content"].get("text", "").strip()], "display_data": ["display"],
              "execute_result": ["result"]}.get(msg["msg_type"], [])))
     assert shown == ["agg"], shown  # nothing displayed: the figure stays with Agg
+
+
+def test_datasets_switches_travel():
+    """``datasets.disable_caching()`` (datasets/fingerprint.py ``_CACHING_ENABLED``) and
+    ``datasets.disable_progress_bars()`` (datasets/utils/tqdm.py) flip module globals through a
+    function, which no assignment in a cell shows: after a resume ``map`` cached again and the
+    bars came back (found by a probe). Both are put back in a process that has them fresh."""
+    import importlib
+
+    import datasets
+    from datasets import fingerprint
+
+    datasets_bars = importlib.import_module("datasets.utils.tqdm")  # the module, not its class
+
+    saved = fingerprint._CACHING_ENABLED, datasets_bars._hf_datasets_progress_bars_disabled
+
+    def fresh():
+        fingerprint._CACHING_ENABLED = True
+        datasets_bars._hf_datasets_progress_bars_disabled = False
+
+    try:
+        fresh()
+        assert library_state._hf_switches() is None
+        datasets.disable_caching()
+        datasets.disable_progress_bars()
+        state = library_state._hf_switches()
+        fresh()  # the resumed kernel
+        assert library_state._restore_hf_switches(state) is None
+        assert not datasets.is_caching_enabled() and datasets_bars.are_progress_bars_disabled()
+    finally:
+        fingerprint._CACHING_ENABLED, datasets_bars._hf_datasets_progress_bars_disabled = saved
