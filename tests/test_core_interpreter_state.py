@@ -970,7 +970,8 @@ def test_datasets_switches_travel():
     """``datasets.disable_caching()`` (datasets/fingerprint.py ``_CACHING_ENABLED``) and
     ``datasets.disable_progress_bars()`` (datasets/utils/tqdm.py) flip module globals through a
     function, which no assignment in a cell shows: after a resume ``map`` cached again and the
-    bars came back (found by a probe). Both are put back in a process that has them fresh."""
+    bars came back (docs/core.md listed it as not covered). Both are put back in a process that
+    has them fresh."""
     import importlib
 
     import datasets
