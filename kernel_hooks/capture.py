@@ -172,7 +172,8 @@ def take_checkpoint(
     graph, records, collector, failed = write_graph(
         items, StorageCollector,
         stand_in=lambda name, why: (interpreter_state.NotCaptured(f"not saved: {why}")
-                                    if interpreter_state.entry_name(name) else None))
+                                    if interpreter_state.entry_name(name) else None),
+        namespace=namespace)
     timings["pickle"] = time.monotonic() - mark
     for var, reason in failed.items():
         entry = interpreter_state.entry_name(var)

@@ -48,7 +48,7 @@ import pickletools
 import struct
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,9 +97,11 @@ class RecordNote:
 
 
 class _GraphPickler(cloudpickle.Pickler):
-    def __init__(self, file: io.BytesIO, collector: StorageCollector):
+    def __init__(self, file: io.BytesIO, collector: StorageCollector,
+                 namespace: Mapping[str, Any] | None = None):
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
+        self.namespace = namespace  # whose functions are bound to the one restored into
         self.torch = TorchReductions(PROTOCOL)
         self.live = LiveObjects()
         self.remade = Remade()
@@ -186,9 +188,13 @@ class _GraphPickler(cloudpickle.Pickler):
 
     def _dynamic_function_reduce(self, func: types.FunctionType) -> Any:
         """cloudpickle's by-value reduction; a notebook function's globals become a reference
-        to the user namespace and its referenced globals are deferred (module docstring)."""
+        to the user namespace and its referenced globals are deferred (module docstring). A
+        function of another dict that also says ``__main__`` (``exec(src, d)``, the copy of the
+        namespace ``torch.utils.benchmark.Timer(globals=globals())`` compiles over) keeps
+        globals of its own, as cloudpickle pickles them."""
         reduced = super()._dynamic_function_reduce(func)
-        if func.__globals__.get("__name__") != "__main__":
+        if func.__globals__.get("__name__") != "__main__" or (
+                self.namespace is not None and func.__globals__ is not self.namespace):
             return reduced
         _make, (code, _private_globals, name, defaults, closure), state, *_ = reduced
         return (rebuild.notebook_function, (code, name, defaults, closure), state, None, None,
@@ -396,17 +402,20 @@ class GraphRecord:
 def write_graph(
     items: list[tuple[str, object]], collector_factory: Callable[[], StorageCollector],
     stand_in: Callable[[str, str], object | None] | None = None,
+    namespace: Mapping[str, Any] | None = None,
 ) -> tuple[bytes, list[GraphRecord], StorageCollector, dict[str, str]]:
     """Pickle ``items`` (name, value) in order; returns the stream, the records written, the
     collector holding the storages, and the names that failed with their reasons. A failed
     name is dropped, unless ``stand_in(name, why)`` gives a value to write in its place (which
-    must pickle: one that fails too is dropped)."""
+    must pickle: one that fails too is dropped). ``namespace``: the dict the items come from,
+    whose functions come back bound to the namespace restored into (without it, every
+    function of a ``__main__`` dict does)."""
     failed: dict[str, str] = {}
     stand_ins: dict[str, object] = {}
     for _ in range(MAX_REBUILDS):
         buffer = io.BytesIO()
         collector = collector_factory()
-        pickler = _GraphPickler(buffer, collector)
+        pickler = _GraphPickler(buffer, collector, namespace)
         records: list[GraphRecord] = []
         bad = None
         for name, value in items:
@@ -441,7 +450,7 @@ def write_graph(
                 stand_ins[name] = standing
     graph, records, collector, more = write_graph(
         [(n, stand_ins.get(n, v)) for n, v in items if n not in failed or n in stand_ins],
-        collector_factory, stand_in)
+        collector_factory, stand_in, namespace)
     return graph, records, collector, {**failed, **more}
 
 

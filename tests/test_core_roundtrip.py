@@ -204,6 +204,31 @@ def test_resume_only_a_function_binds_it_to_the_live_namespace(start_kernel):
     assert b.run("print(scaled(1), OFFSET, scaled.__globals__ is globals())") == "6 1 True\n"
 
 
+def test_a_function_of_another_globals_dict_keeps_its_own_globals(start_kernel):
+    """A function whose globals are a dict of its own that also says ``__name__ == "__main__"``
+    (``exec(src, d)``; ``torch.utils.benchmark.Timer(stmt, globals=globals())``, which compiles
+    its statement over a copy of the namespace, as PyTorch's per-sample-gradients tutorial does)
+    was bound to the resumed namespace as if a cell had defined it: after a resume the timer
+    ran the notebook's newer functions and ``f()`` read the notebook's ``K``, under an ``exact``
+    verdict (found by cutting that tutorial). Only a function of the namespace itself is."""
+    a = start_kernel()
+    a.run("d = {'__name__': '__main__', 'K': 1}\n"
+          "exec('def f():\\n    return K\\n', d)\n"
+          "f = d['f']\nK = 99\n"
+          "from torch.utils.benchmark import Timer\ncalls = []\ndef work(): calls.append('old')\n"
+          "timer = Timer('work()', globals=globals())\n"
+          "def g(): return K")
+    check = ("def work(): calls.append('new')\ntimer.timeit(1)\n"
+             "print(f(), g(), sorted(set(calls)))")
+    a.run("%checkpoint")
+    expected = a.run(check)  # the uninterrupted session
+    assert expected == "1 99 ['old']\n"
+    a.kill()
+    b = start_kernel()
+    assert "(exact)" in b.run("%resume").splitlines()[0]
+    assert b.run(check) == expected
+
+
 def test_notebook_code_that_runs_while_the_graph_loads_sees_its_globals(start_kernel):
     a = start_kernel()
     a.run("import math\n"
