@@ -13,13 +13,14 @@ notebook's callbacks through ``callbacks``.
 A name whose pickling raises is dropped and the stream is rebuilt without it, so one bad
 object never sinks the snapshot.
 
-Functions defined in the notebook (globals of module ``__main__``: cells, lambdas, closures,
-methods of notebook classes) pickle by value as cloudpickle does, except that their globals are
-not written as a private dict: on restore they are bound to the namespace they come back into
-(``rebuild.notebook_function``), so redefining a global or a helper takes effect as it did before
-the pause. The values they referenced are kept and fill only the names that namespace lacks
-(``rebuild.Loading``). Their code keeps its file name (the cell's), where cloudpickle writes
-``<dynamic-code>``.
+Functions defined in the notebook (whose globals are the namespace itself: cells, lambdas,
+closures, methods of notebook classes) pickle by value as cloudpickle does, except that their
+globals are not written as a private dict: on restore they are bound to the namespace they come
+back into (``rebuild.notebook_function``), so redefining a global or a helper takes effect as it
+did before the pause. A function of another dict that also says ``__main__`` (``exec(src, d)``)
+keeps globals of its own, as cloudpickle writes them. The values they referenced are kept and
+fill only the names that namespace lacks (``rebuild.Loading``). Their code keeps its file name
+(the cell's), where cloudpickle writes ``<dynamic-code>``.
 
 ``read_graph`` loads the records back in order with one unpickler, with the cyclic garbage
 collector paused (a namespace of many small objects would otherwise trigger a collection every
