@@ -615,6 +615,9 @@ FIXED_ORDER_SAMPLERS = frozenset({
 } | {("torch.utils.data.distributed", "DistributedSampler")})
 
 
+_BATCH_SAMPLER = ("torch.utils.data.sampler", "BatchSampler")
+
+
 def _iterator_reduce(iterator: Any) -> tuple[tuple | None, str | None]:
     """A DataLoader iterator without workers over a sampler that fixes its order: its state and
     the rest of its epoch's batches, read now (and this session goes on from that list), or
@@ -624,17 +627,17 @@ def _iterator_reduce(iterator: Any) -> tuple[tuple | None, str | None]:
     if (type(iterator).__name__ != "_SingleProcessDataLoaderIter"
             or not _fixes_its_order(state.get("_index_sampler"))):
         return None, _iterator_reason(iterator)
-    if inspect.isgenerator(order) and inspect.getgeneratorstate(order) == inspect.GEN_CREATED:
-        return (copyreg.__newobj__, (type(iterator),), (state, None), None, None,
-                _iterator_state), None
-    rest = list(order)
-    iterator._sampler_iter = iter(rest)
+    rest = None
+    if not (inspect.isgenerator(order)
+            and inspect.getgeneratorstate(order) == inspect.GEN_CREATED):
+        rest = list(order)
+        iterator._sampler_iter = iter(rest)
     return (copyreg.__newobj__, (type(iterator),), (state, rest), None, None,
             _iterator_state), None
 
 
 def _fixes_its_order(sampler: Any) -> bool:
-    if type(sampler).__qualname__ == "BatchSampler":
+    if (type(sampler).__module__, type(sampler).__qualname__) == _BATCH_SAMPLER:
         sampler = sampler.sampler
     kind = type(sampler)
     if (kind.__module__, kind.__qualname__) not in FIXED_ORDER_SAMPLERS:

@@ -201,8 +201,7 @@ class TorchReductions:
         self._optimizer = optim.Optimizer if optim is not None else None
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
         self._recomputing = rebuild.recomputing_hooks()
-        self._module = torch.nn.Module if self._recomputing else None
-        self._any_module = torch.nn.Module if torch is not None else None
+        self._module = torch.nn.Module if torch is not None else None
         fx = sys.modules.get("torch.fx.graph_module")
         self._graph_module = getattr(fx, "GraphModule", None)
         frames = sys.modules.get("torch._dynamo.eval_frame")
@@ -242,14 +241,14 @@ class TorchReductions:
             return self._optimizer_reduce(obj)
         if self._parametrized and _is_parametrized_class(type(obj)):
             return _parametrized_reduce(obj)
-        if (self._module is not None and isinstance(obj, self._module)
-                and (reduced := _recomputed_reduce(obj, self._recomputing)) is not None):
-            return reduced
-        if self._graph_module is not None and isinstance(obj, self._graph_module):
-            return _graph_module_reduce(obj, note)
-        if (self._any_module is not None and isinstance(obj, self._any_module)
-                and type(obj).__setstate__ is not self._any_module.__setstate__):
-            return _initialised_reduce(obj, self.protocol)
+        if self._module is not None and isinstance(obj, self._module):
+            if self._recomputing and (
+                    reduced := _recomputed_reduce(obj, self._recomputing)) is not None:
+                return reduced
+            if self._graph_module is not None and isinstance(obj, self._graph_module):
+                return _graph_module_reduce(obj, note)
+            if type(obj).__setstate__ is not self._module.__setstate__:
+                return _initialised_reduce(obj, self.protocol)
         if self._handle is not None and type(obj) is self._handle:
             return self._handle_reduce(obj)
         if self._dynamo_context is not None and type(obj) is types.FunctionType:
