@@ -437,6 +437,18 @@ def compiled_function(context: Any, original: Any) -> Any:
     return context(original)
 
 
+def compiled_module(module: Any, packed: tuple) -> None:
+    """The state of a module compiled in place (``torch_reduce._with_compiled_call``): its own
+    state set as pickle would (through ``setter`` where its reduction named one), then
+    ``compiled`` put back as its ``_compiled_call_impl``."""
+    state, setter, compiled = packed
+    if setter is not None:
+        setter(module, state)
+    elif state is not None:
+        module.__setstate__(state)
+    module._compiled_call_impl = compiled
+
+
 def global_hook_handle(module: str, name: str, hook_id: int, extra: tuple[str | None, ...]) -> Any:
     """The handle of a global hook (``torch_reduce``), on torch's own dicts ``name`` (and
     ``extra``: where ``always_call`` and ``with_kwargs`` marks go) of ``module``."""

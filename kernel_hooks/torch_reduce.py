@@ -40,6 +40,11 @@ held dynamo's config module and did not pickle: it pickles as its context and th
 function, and ``rebuild.compiled_function`` wraps it again (compiled at its first call, as in
 the session), as torch's own ``OptimizedModule.__reduce__`` does for a compiled module.
 
+A module compiled in place (``model.compile()``: torch/nn/modules/module.py ``Module.compile``)
+keeps its compiled call in ``_compiled_call_impl``, which ``Module.__getstate__`` drops (so does
+``torch.save``): it came back running eagerly. That compiled function rides beside the module's
+state (``_with_compiled_call``) and is set back after it.
+
 A handle of a global hook (``register_module_forward_hook``, ``register_optimizer_step_pre_hook``
 ...: ``torch.utils.hooks.RemovableHandle``) pickles its hook dict, which came back as a copy torch
 never looks at. It pickles by the dict's name (``GLOBAL_HOOKS``; ``rebuild.global_hook_handle``):
@@ -242,13 +247,11 @@ class TorchReductions:
         if self._parametrized and _is_parametrized_class(type(obj)):
             return _parametrized_reduce(obj)
         if self._module is not None and isinstance(obj, self._module):
-            if self._recomputing and (
-                    reduced := _recomputed_reduce(obj, self._recomputing)) is not None:
+            reduced = self._module_reduce(obj, note)
+            compiled = vars(obj).get("_compiled_call_impl")
+            if compiled is None:
                 return reduced
-            if self._graph_module is not None and isinstance(obj, self._graph_module):
-                return _graph_module_reduce(obj, note)
-            if type(obj).__setstate__ is not self._module.__setstate__:
-                return _initialised_reduce(obj, self.protocol)
+            return _with_compiled_call(reduced or obj.__reduce_ex__(self.protocol), compiled)
         if self._handle is not None and type(obj) is self._handle:
             return self._handle_reduce(obj)
         if self._dynamo_context is not None and type(obj) is types.FunctionType:
@@ -265,6 +268,18 @@ class TorchReductions:
             return type(obj), (getattr(self._torch, obj.dtype),)
         if self._operators and isinstance(obj, self._operators):
             return _operator_reduce(obj)
+        return None
+
+    def _module_reduce(self, module: Any, note: RecordNote) -> tuple | None:
+        """A module whose weight a hook computes again, an FX graph module or a module that
+        sets its own state (see the module docstring), else None."""
+        if self._recomputing and (
+                reduced := _recomputed_reduce(module, self._recomputing)) is not None:
+            return reduced
+        if self._graph_module is not None and isinstance(module, self._graph_module):
+            return _graph_module_reduce(module, note)
+        if type(module).__setstate__ is not self._module.__setstate__:
+            return _initialised_reduce(module, self.protocol)
         return None
 
     def _compiled_function_reduce(self, function: Any) -> tuple | None:
@@ -382,6 +397,15 @@ def _graph_module_reduce(module: Any, note: RecordNote) -> tuple:
             "from its code at the resume, without what made them"))
     return (make, args, (vars(module).get("meta") or {}, nodes), None, None,
             rebuild.graph_module_state)
+
+
+def _with_compiled_call(reduced: tuple, compiled: Any) -> tuple:
+    """``reduced`` (a module's reduce tuple) with the compiled call ``Module.compile`` left in
+    ``_compiled_call_impl``, which ``Module.__getstate__`` drops: it rides beside the state
+    and ``rebuild.compiled_module`` sets it back after (a compiled function: ``torch.compile``
+    over the module's ``_call_impl`` again, compiled at its first call)."""
+    make, args, state, items, pairs, setter = (*reduced, None, None, None, None)[:6]
+    return make, args, (state, setter, compiled), items, pairs, rebuild.compiled_module
 
 
 def _pickles(value: Any) -> bool:

@@ -156,12 +156,15 @@ def throwaway_environment(where: Path, kernels: Path) -> Path:
 def resumed_in_process(namespace: dict, tmp_path: Path) -> dict:
     """``namespace`` checkpointed and resumed into a new one, which comes back ``exact`` (the
     workspace's own key: a signing key set in the environment here would be named as a change
-    of the session's environment, once another test has taken the baseline)."""
+    of the session's environment, once another test has taken the baseline). The new namespace
+    holds ``__builtins__`` first, as a kernel's does (torch.compile reads it)."""
+    import builtins
+
     import kernel_hooks
 
     root = str(tmp_path / "store")
     kernel_hooks.checkpoint(namespace=namespace, store=root, workspace="ws")
-    restored: dict = {}
+    restored: dict = {"__builtins__": builtins}
     report = kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
     assert report.verdict["level"] == "exact", report.verdict
     return restored

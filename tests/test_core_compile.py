@@ -121,3 +121,36 @@ def test_names_torch_compile_left_in_the_namespace_stay_behind(start_kernel):
     assert "(exact)" in resumed and "__builtins_dict__" not in resumed, resumed
     # the same losses; the resumed kernel compiles again, and torch's logging says so once
     assert fresh.run(GOES_ON).splitlines()[-1] == expected.splitlines()[-1]
+
+
+def test_a_module_compiled_in_place_comes_back_compiled(tmp_path):
+    """``model.compile()`` (torch/nn/modules/module.py ``Module.compile``) keeps the compiled
+    call in the module's ``_compiled_call_impl``, which ``Module.__getstate__`` drops: the
+    module came back running eagerly under ``exact``, as ``torch.save`` brings it back. It
+    comes back compiled with the same arguments, and compiles at its first call: the
+    session's backend sees the graph again."""
+    import torch
+    from fixtures_kernels import resumed_in_process
+
+    namespace = {"__name__": "__main__"}
+    exec("import torch\n"
+         "graphs = []\n"
+         "def backend(gm, inputs):\n"
+         "    graphs.append(len(gm.graph.nodes))\n"
+         "    return gm.forward\n"
+         "class Net(torch.nn.Linear):\n"
+         "    def forward(self, x):\n"
+         "        return super().forward(x).relu()\n"
+         "torch.manual_seed(0)\n"
+         "model = Net(3, 2)\n"
+         "model.compile(backend=backend, dynamic=False)\n"
+         "x = torch.randn(4, 3)\n"
+         "y = model(x).detach()\n", namespace)
+    assert namespace["graphs"]
+    restored = resumed_in_process(namespace, tmp_path)
+    torch._dynamo.reset()  # this process compiled it already: as a fresh kernel would
+    model, graphs = restored["model"], restored["graphs"]
+    seen = len(graphs)
+    assert torch.equal(model(restored["x"]), namespace["y"])
+    assert len(graphs) == seen + 1  # compiled again, by the session's backend
+    assert model._compiled_call_impl._torchdynamo_orig_callable.__self__ is model
