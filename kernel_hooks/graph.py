@@ -1,15 +1,16 @@
 """The namespace as one object graph: a pickle stream with one record per top-level name.
 
-``write_graph`` pickles each name with ONE cloudpickle pickler, so its memo spans the names:
-``b is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
+``write_graph`` pickles each name with ONE cloudpickle pickler, so its memo spans the names: ``b
+is a``, an optimizer holding the model's parameters, tied weights all survive. Storages leave
 through the reducer (``StorageCollector.reduce``); live resources become ``Uncaptured``
 placeholders; registered app checkpoints replace their objects; tensors keep their gradients and
-optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``); DataLoaders, their
-iterators and sqlite3 connections go through ``live_objects``, what pickle refuses but its
-constructor's arguments make again through ``remade``, weak references and weak
-containers through ``weak_references``, accelerate's process states and the kernel's own objects
-(the shell, the event loop) through ``singletons``, matplotlib's callback registries with the
-notebook's callbacks through ``callbacks``.
+optimizers their LR scheduler's ``step`` wrapper (``torch_reduce``); DataLoaders, their iterators
+and sqlite3 connections go through ``live_objects``, what pickle refuses but its constructor's
+arguments make again through ``remade``, weak references and weak containers through
+``weak_references``, a dict's views (``d.keys()``, ``MappingProxyType(d)``) as views of the
+restored dict, a memoryview as a view of its restored exporter, accelerate's process states and
+the kernel's own objects (the shell, the event loop) through ``singletons``, matplotlib's callback
+registries with the notebook's callbacks through ``callbacks``.
 A name whose pickling raises is dropped and the stream is rebuilt without it, so one bad
 object never sinks the snapshot.
 
@@ -44,11 +45,13 @@ import gc
 import importlib
 import io
 import mmap
+import operator
 import pickle
 import pickletools
 import struct
 import sys
 import types
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,6 +158,8 @@ class _GraphPickler(cloudpickle.Pickler):
             return _code_in_its_file(obj)
         if kind is memoryview:
             return _memory_view_reduce(obj, self.note)
+        if kind in _MAPPING_VIEWS:  # a view of its dict, not cloudpickle's copy of its contents
+            return _MAPPING_VIEWS[kind], tuple(gc.get_referents(obj))
         if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is obj:
             # a subclass of ModuleType (torch's config modules), which cloudpickle's dispatch on
             # the exact type misses: by its name, as cloudpickle pickles a plain module
@@ -203,6 +208,13 @@ class _GraphPickler(cloudpickle.Pickler):
 
 
 _LRU_CACHED = type(functools.lru_cache(lambda: None))
+#: The live views of a mapping: a dict's or OrderedDict's (``d.keys()`` ...) and a read-only
+#: ``MappingProxyType(d)``, each made again over the restored mapping, the one object it refers
+#: to (``gc.get_referents``). (A class's ``vars()`` comes back a copy, as cloudpickle makes it.)
+_MAPPING_VIEWS: dict[type, Callable[[Any], Any]] = {
+    type(getattr(mapping, method)()): operator.methodcaller(method)
+    for mapping in ({}, OrderedDict()) for method in ("keys", "values", "items")}
+_MAPPING_VIEWS[types.MappingProxyType] = types.MappingProxyType
 _SKELETON = cloudpickle.cloudpickle._make_skeleton_class
 _CACHED_PROPERTY = functools.cached_property
 _by_reference = cloudpickle.cloudpickle._should_pickle_by_reference

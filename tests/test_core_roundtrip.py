@@ -242,3 +242,29 @@ def test_notebook_code_that_runs_while_the_graph_loads_sees_its_globals(start_ke
     b.run("%resume angle")
     assert b.run("print(round(turn.rad, 6), type(turn) is Angle, make_angle.__globals__ is globals())") \
         == "3.141593 True True\n"
+
+
+def test_a_dict_view_stays_a_view_of_its_dict(tmp_path):
+    """``keys = d.keys()`` (and ``values()``, ``items()``, an ``OrderedDict``'s, a read-only
+    ``types.MappingProxyType(d)``) is a live view: it shows what the session adds to ``d``
+    later. None pickles; cloudpickle's reductions (cloudpickle.py ``_dict_keys_reduce``,
+    ``_mappingproxy_reduce`` ...) pickle a copy of its contents, so after a resume
+    the view no longer followed its dict, under ``exact``. It comes back as the same view of
+    the restored dict."""
+    from collections import OrderedDict
+    from types import MappingProxyType
+
+    from fixtures_kernels import resumed_in_process
+
+    counts, order = {"a": 1}, OrderedDict(first=1)
+    namespace = {"counts": counts, "names": counts.keys(), "numbers": counts.values(),
+                 "pairs": counts.items(), "order": order, "ordered": order.keys(),
+                 "nested": {"view": counts.keys()}, "frozen": MappingProxyType(counts)}
+    restored = resumed_in_process(namespace, tmp_path)
+    restored["counts"]["b"] = 2
+    restored["order"]["second"] = 2
+    assert list(restored["names"]) == ["a", "b"] == list(restored["nested"]["view"])
+    assert list(restored["numbers"]) == [1, 2] == list(restored["frozen"].values())
+    assert list(restored["pairs"]) == [("a", 1), ("b", 2)]
+    assert list(restored["ordered"]) == ["first", "second"]
+    assert type(restored["ordered"]) is type(order.keys())
