@@ -1,17 +1,18 @@
 """What stands in for objects that cannot be captured, and how they are recognised.
 
-``uncapturable_reason(obj)`` names the kinds of object that hold live process resources
-(running frames, file descriptors, sockets, threads, child processes, database cursors; locks
-are ``live_objects``': a free one comes back new, a held one is named): pickling them is either
-impossible or would restore something dead. The capture replaces them with ``Uncaptured`` and
-reports them; everything around them is still saved. Files ``open()`` returns are
-``live_objects``' (reopened, or back closed); any other closed stream holds nothing of the
-process: it is named as what it is. In-memory streams
-(``io.BytesIO``, ``io.StringIO``) are data and pickle with their contents.
+``uncapturable_reason(obj)`` names the kinds of object that hold live process resources (running
+frames: a generator that has started, a coroutine; file descriptors, sockets, threads, child
+processes, database cursors; locks are ``live_objects``': a free one comes back new, a held one is
+named): pickling them is either impossible or would restore something dead. The capture replaces
+them with ``Uncaptured`` and reports them; everything around them is still saved. Files ``open()``
+returns are ``live_objects``' (reopened, or back closed); any other closed stream holds nothing of
+the process: it is named as what it is. In-memory streams (``io.BytesIO``, ``io.StringIO``) are
+data and pickle with their contents.
 """
 
 from __future__ import annotations
 
+import inspect
 import io
 import socket
 import sqlite3
@@ -32,6 +33,8 @@ _REASONS: tuple[tuple[tuple[type, ...], str], ...] = (
 )
 
 
+#: A generator not started yet or finished holds no running frame: ``remade`` makes it again.
+REMADE_GENERATORS = (inspect.GEN_CREATED, inspect.GEN_CLOSED)
 #: Streams that hold their data in memory: they pickle (contents and position) while open.
 IN_MEMORY = (io.BytesIO, io.StringIO)
 SHOWN_CHARS = 120
@@ -41,6 +44,8 @@ def uncapturable_reason(obj: object) -> str | None:
     """Why ``obj`` cannot be captured, or None when it may be."""
     if isinstance(obj, io.IOBase):
         return _stream_reason(obj)
+    if type(obj) is types.GeneratorType and inspect.getgeneratorstate(obj) in REMADE_GENERATORS:
+        return None  # holds no running frame: made again (``remade``)
     for kinds, reason in _REASONS:
         if isinstance(obj, kinds):
             return reason

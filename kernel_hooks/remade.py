@@ -14,14 +14,26 @@ these" (or one that cannot be made again faithfully: it is then pickled, or name
   operation gave the image new ones, such as ``thumbnail``) cannot be made again: it is named
   (``note.placeholder``).
 
+- A generator holds a frame, which nothing pickles. One not started yet (a generator expression
+  not iterated, ``pending = batches(data, 32)``, the generator a ``contextlib.contextmanager``
+  decorator keeps) holds nothing but its function's arguments and closure: its function is
+  called again with them (the notebook's own function where it still is the one that made it,
+  so it reads the restored namespace). One finished (``total = sum(gen)`` leaves ``gen``) holds
+  nothing: a generator of the same code, closed before it starts. One that has run part way is
+  not made again (it is named, as every generator was before).
+
 Invariant: nothing is imported; the library types come from ``sys.modules``, and every object
 costs one ``isinstance`` check.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
+import types
 from typing import TYPE_CHECKING, Any
+
+from .placeholders import REMADE_GENERATORS
 
 if TYPE_CHECKING:
     from .graph import RecordNote
@@ -37,7 +49,8 @@ class Remade:
         self._struct = getattr(sys.modules.get("_struct"), "Struct", None)
         self._system_random = getattr(sys.modules.get("random"), "SystemRandom", None)
         self._draw = getattr(sys.modules.get("PIL.ImageDraw"), "ImageDraw", None)
-        self._any = tuple(t for t in (self._struct, self._system_random, self._draw) if t)
+        self._any = tuple(t for t in (self._struct, self._system_random, self._draw,
+                                      types.GeneratorType) if t)
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple that makes ``obj`` again, or None: not one of these. One that cannot
@@ -48,6 +61,8 @@ class Remade:
             return type(obj), (obj.format,)
         if self._system_random is not None and isinstance(obj, self._system_random):
             return system_random, (type(obj), dict(vars(obj)))
+        if type(obj) is types.GeneratorType:
+            return _generator_reduce(obj)
         return _draw_reduce(obj) or note.placeholder(obj, (
             "a drawing context on pixels its image no longer shows (an operation gave the image "
             "new ones): make it again with ImageDraw.Draw(image) after the resume"))
@@ -71,4 +86,57 @@ def _draw_reduce(draw: Any) -> tuple | None:
 def drawing(cls: type, image: Any, settings: dict[str, Any]) -> Any:
     made = cls(image, settings.get("mode"))
     vars(made).update(settings)
+    return made
+
+
+def _generator_reduce(made: types.GeneratorType) -> tuple | None:
+    """``generator``'s call for a generator not started or finished, else None."""
+    state = inspect.getgeneratorstate(made)
+    if state not in REMADE_GENERATORS:
+        return None
+    code = made.gi_code
+    names = code.co_varnames
+    positional, keywords = code.co_argcount, code.co_kwonlyargcount
+    if state == inspect.GEN_CLOSED:  # any arguments: nothing of it runs
+        function = types.FunctionType(code, {}, code.co_name, None,
+                                      tuple(types.CellType() for _ in code.co_freevars))
+        function.__qualname__ = made.__qualname__
+        return generator, (function, (None,) * positional,
+                           dict.fromkeys(names[positional:positional + keywords]), True)
+    frame = made.gi_frame
+    values = frame.f_locals  # before it starts: its arguments and closure
+    args = [values[name] for name in names[:positional]]
+    kwargs = {name: values[name] for name in names[positional:positional + keywords]}
+    rest = iter(names[positional + keywords:])
+    if code.co_flags & inspect.CO_VARARGS:
+        args.extend(values[next(rest)])
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        kwargs.update(values[next(rest)])
+    function = _function_of(made, frame.f_globals)
+    if function is None:
+        function = types.FunctionType(code, frame.f_globals, code.co_name, None, tuple(
+            types.CellType(values[name]) if name in values else types.CellType()
+            for name in code.co_freevars))
+        function.__qualname__ = made.__qualname__
+    return generator, (function, tuple(args), kwargs, False)
+
+
+def _function_of(made: types.GeneratorType, namespace: dict) -> Any:
+    """The function that made ``made``, where its module (or the notebook's namespace) still
+    holds it under its qualified name, else None (a nested or redefined function)."""
+    module = sys.modules.get(namespace.get("__name__", ""))
+    if module is None or vars(module) is not namespace:
+        return None
+    found: Any = module
+    for part in made.__qualname__.split("."):
+        found = vars(found).get(part) if hasattr(found, "__dict__") else None
+    found = getattr(found, "__func__", found)  # a static or class method
+    return found if getattr(found, "__code__", None) is made.gi_code else None
+
+
+def generator(function: Any, args: tuple, kwargs: dict[str, Any], finished: bool) -> Any:
+    """A generator again (``Remade``): ``function`` called, and closed if it had finished."""
+    made = function(*args, **kwargs)
+    if finished:
+        made.close()
     return made

@@ -78,7 +78,7 @@ class Table:
     @functools.cache
     def row(self, i): return [i * SCALE]
 table = Table(); table.row(2)
-gen = (i for i in range(3))
+gen = (i for i in range(3)); next(gen)  # running: named
 handle = __import__("os").fdopen(__import__("os").pipe()[0])  # a pipe: named
 '''
 
@@ -268,3 +268,66 @@ def test_a_dict_view_stays_a_view_of_its_dict(tmp_path):
     assert list(restored["pairs"]) == [("a", 1), ("b", 2)]
     assert list(restored["ordered"]) == ["first", "second"]
     assert type(restored["ordered"]) is type(order.keys())
+
+
+GENERATORS = r"""
+import contextlib, inspect
+FACTOR = 2
+data = [1, 2, 3]
+doubled = (x * FACTOR for x in data)
+def batches(items, size, *rest, start=0, **options):
+    for i in range(start, len(items), size):
+        yield items[i:i + size], rest, options
+pending = batches(data, 2, "r", start=1, tag="t")
+def make_counter(limit):
+    def count():
+        n = 0
+        while n < limit:
+            n += 1
+            yield n * FACTOR
+    return count()
+counting = make_counter(2)
+done = (x for x in data); total = sum(done)
+@contextlib.contextmanager
+def scope(tag):
+    yield tag
+@scope("dec")
+def decorated(x):
+    return x + 1
+running = batches(data, 1); next(running)
+"""
+
+
+def test_a_generator_not_started_or_finished_comes_back(tmp_path):
+    """A generator holds a frame, which nothing pickles: every generator was named as not
+    restored, and the session ``partial``. One not started yet holds nothing but its
+    function's arguments (a generator expression's iterator, a cell function's arguments and
+    closure); one finished holds nothing at all (``total = sum(gen)`` leaves ``gen``; a
+    ``contextlib.contextmanager`` used as a decorator keeps one that is never started). Those
+    come back: the first made again from its function and arguments, bound to the restored
+    namespace like the cell's functions; the second finished. One that has run part way
+    (``next(gen)``) is still named."""
+    import inspect
+
+    from fixtures_kernels import resumed_in_process
+
+    namespace = {"__name__": "__main__"}
+    exec(GENERATORS, namespace)
+    del namespace["running"]
+    restored = resumed_in_process(namespace, tmp_path)
+    restored["FACTOR"] = 10  # read when they run: the restored namespace's
+    restored["data"].append(4)  # the expression iterates over the restored list
+    assert list(restored["doubled"]) == [10, 20, 30, 40]
+    assert list(restored["pending"]) == [([2, 3], ("r",), {"tag": "t"}), ([4], ("r",), {"tag": "t"})]
+    assert list(restored["counting"]) == [10, 20]
+    assert inspect.getgeneratorstate(restored["done"]) == inspect.GEN_CLOSED
+    assert list(restored["done"]) == [] and restored["total"] == 6
+    assert restored["decorated"](1) == 2 and restored["doubled"].__qualname__ == "<genexpr>"
+
+    namespace = {"__name__": "__main__"}
+    exec(GENERATORS, namespace)
+    import kernel_hooks
+
+    result = kernel_hooks.checkpoint(namespace=namespace, store=str(tmp_path / "again"),
+                                     workspace="ws")
+    assert [skipped.name for skipped in result.skipped] == ["running"]
