@@ -40,7 +40,6 @@ from typing import Any
 from jupyter_gkeresume.errors import GkeResumeError, IntegrityError, InvalidInputError
 from jupyter_gkeresume.snapshot import Manifest, SnapshotStore
 from jupyter_gkeresume.snapshot.blobfile import (
-    SAFETENSORS_DTYPES,
     BlobLayout,
     EntryTarget,
     read_verified,
@@ -57,6 +56,14 @@ from .memory import host_view, map_private, populate
 from .progress import PhaseBytes, ProgressSink
 from .resume_plan import ResumePlan, StoragePlace
 
+#: The alignment of a restored storage's first byte: as torch's CPU allocator aligns every
+#: storage (c10/core/alignment.h, ``gAlignment``) and malloc a NumPy array. Arithmetic depends
+#: on it: MKL's kernels round an operand 8 bytes off a 16-byte boundary differently (a
+#: tutorial's training, batches sliced from a tensor served over its blob at such an offset,
+#: reached another loss after the resume). Over a mapped blob, an entry not so aligned (in a
+#: pack of small storages, or in a blob written before its data started on 64 bytes) is
+#: copied into new memory.
+HOST_ALIGNMENT = {"torch": 64, "numpy": 16}
 #: Blobs at least this big are mapped when their store is a local file (smaller ones are read):
 #: the own blob of every storage of 1 MiB or more (``blobwriter.PACK_BELOW``) and the bigger
 #: packs of small ones.
@@ -432,8 +439,9 @@ def _allocate(ref: StorageRef, over: tuple[Any, int] | None = None) -> Any:
     before: the next checkpoint labels the entry alike and reuses its blob.
 
     ``over=(mapping, offset)``: the buffer is the mapping's bytes from ``offset``, not new
-    memory, unless they are too few to map (none) or not aligned for the dtype they hold; then
-    they are copied into a new buffer."""
+    memory, unless they are too few to map (none) or not aligned as the memory of their kind
+    is (``HOST_ALIGNMENT``: the mapping starts on a page); then they are copied into a new
+    buffer."""
     import numpy
 
     dtype = _plain_numpy_dtype(ref.dtype) if ref.kind == "numpy" else None
@@ -441,9 +449,7 @@ def _allocate(ref: StorageRef, over: tuple[Any, int] | None = None) -> Any:
         dtype = numpy.dtype(numpy.uint8)
     if over is not None:
         mapping, offset = over
-        alignment = (SAFETENSORS_DTYPES.get(ref.dtype, ("U8", 1))[1] if ref.kind == "torch"
-                     else dtype.alignment)
-        if ref.nbytes and offset % alignment == 0:
+        if ref.nbytes and offset % HOST_ALIGNMENT.get(ref.kind, dtype.alignment) == 0:
             if ref.kind == "torch":
                 import torch
 

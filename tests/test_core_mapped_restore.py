@@ -125,20 +125,66 @@ def test_verify_mapped_checks_the_bytes_it_will_serve(tmp_path):
             verify_mapped(f, digest, layout.size, memoryview(mapping))
 
 
-def test_a_storage_not_aligned_for_its_dtype_is_copied_out_of_the_mapping(tmp_path):
+def test_a_storage_not_aligned_as_its_allocator_aligns_is_copied_out_of_the_mapping(tmp_path):
+    """NumPy's memory is on 16 bytes (malloc's), torch's on 64 (``HOST_ALIGNMENT``): an entry
+    elsewhere, even one aligned for its dtype, is copied into memory of its allocator."""
     data = np.arange(1024, dtype=np.float64)
     path = tmp_path / "blob"
-    path.write_bytes(b"prefix:8" + data.tobytes())
+    path.write_bytes(b"prefix: sixteen!" + data.tobytes())
     ref = StorageRef(blob="b", entry=0, nbytes=data.nbytes, dtype="float64", device="cpu",
                      kind="numpy", owner="data")
     with open(path, "rb") as f:
-        mapping = map_private(f, 8 + data.nbytes)
-    copied = _allocate(ref, over=(mapping, 4))  # not a whole float64 from the page's start
-    assert copied.dtype == np.float64 and copied.tobytes() == bytes(mapping[4:4 + data.nbytes])
-    copied[0] = 7.0
-    assert bytes(mapping[4:12]) == path.read_bytes()[4:12], "a copy, not the mapping"
-    served = _allocate(ref, over=(mapping, 8))
+        mapping = map_private(f, 16 + data.nbytes)
+    for offset in (4, 8):  # not a whole float64 from the page's start; a float64 off 16 bytes
+        copied = _allocate(ref, over=(mapping, offset))
+        assert copied.dtype == np.float64 and copied.ctypes.data % 16 == 0
+        assert copied.tobytes() == bytes(mapping[offset:offset + data.nbytes])
+        copied[0] = 7.0
+        assert bytes(mapping[offset:offset + 8]) == path.read_bytes()[offset:offset + 8], \
+            "a copy, not the mapping"
+    served = _allocate(ref, over=(mapping, 16))
     assert np.array_equal(served, data) and served.flags.writeable
     served[0] = 7.0
-    assert mapping[8:16] == np.float64(7.0).tobytes(), "over the mapping"
-    assert path.read_bytes()[8:16] == data[:1].tobytes(), "the file never changes"
+    assert mapping[16:24] == np.float64(7.0).tobytes(), "over the mapping"
+    assert path.read_bytes()[16:24] == data[:1].tobytes(), "the file never changes"
+    tensor = StorageRef(blob="b", entry=0, nbytes=data.nbytes, dtype="float64", device="cpu",
+                        kind="torch", owner="t")
+    assert _allocate(tensor, over=(mapping, 16)).data_ptr() % 64 == 0  # a copy: torch's 64
+
+
+def test_restored_memory_is_aligned_as_its_allocator_aligns_it(tmp_path):
+    """torch's CPU allocator aligns every storage to 64 bytes (c10/core/alignment.h,
+    ``gAlignment``), malloc every NumPy array to 16. A storage served over a mapped blob
+    started where its entry lay in the file: the header was padded to 8 bytes only, so a tensor
+    could start 8 bytes off a 16-byte boundary, and MKL's kernels then round differently: the
+    nn tutorial's logistic regression (``xb.T @ grad`` in backward, batches sliced from the
+    restored ``x_train``) trained to another loss after the resume, under ``exact``. Blobs'
+    data now start on a 64-byte boundary, and a storage whose entry is not so aligned (a pack
+    of small ones, a blob written before) is copied into memory of its allocator."""
+    import torch
+    import torch.nn.functional as F
+    from fixtures_kernels import resumed_in_process
+
+    rs = np.random.RandomState(0)
+    namespace = {f"t{i}": torch.tensor(rs.rand(2000 + 37 * i, 131).astype("float32"))
+                 for i in range(8)}  # headers of different lengths: entries at many offsets
+    namespace |= {f"a{i}": rs.rand(1 << 17 + i) for i in range(3)}
+    namespace["y"] = torch.tensor(rs.randint(0, 10, 2000))
+    restored = resumed_in_process(namespace, tmp_path)
+    assert {name: restored[name].data_ptr() % 64 for name in namespace
+            if name[0] in "ty"} == dict.fromkeys((n for n in namespace if n[0] in "ty"), 0)
+    assert all(restored[f"a{i}"].ctypes.data % 16 == 0 for i in range(3))
+
+    def train(x, y):
+        torch.manual_seed(1)
+        model = torch.nn.Linear(131, 10)
+        for i in range(0, 1920, 64):
+            F.cross_entropy(model(x[i:i + 64]), y[i:i + 64]).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= p.grad * 0.5
+                model.zero_grad()
+        return model.weight
+
+    for name in ("t0", "t3", "t7"):
+        assert torch.equal(train(restored[name], restored["y"]), train(namespace[name], namespace["y"]))

@@ -29,6 +29,11 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, int]] = {
     "uint64": ("U64", 8), "uint32": ("U32", 4), "uint16": ("U16", 2), "uint8": ("U8", 1),
     "bool": ("BOOL", 1), "float8_e4m3fn": ("F8_E4M3", 1), "float8_e5m2": ("F8_E5M2", 1),
 }
+#: A blob's data start on a boundary of this many bytes (the header is padded with spaces, as
+#: safetensors pads it to 8): a storage served over the mapped file is then aligned as torch's
+#: allocator aligns every CPU storage (c10/core/alignment.h, ``gAlignment``), which some of
+#: MKL's kernels round by (kernel_hooks/loader.py ``HOST_ALIGNMENT``).
+DATA_ALIGNMENT = 64
 MAX_HEADER_BYTES = 64 << 20
 READ_CHUNK = 8 << 20
 
@@ -61,7 +66,7 @@ def layout_for(entries: Sequence[tuple[str, int]]) -> BlobLayout:
         offsets.append(begin)
         begin += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
+    raw += b" " * (-(8 + len(raw)) % DATA_ALIGNMENT)
     head = struct.pack("<Q", len(raw)) + raw
     return BlobLayout(
         head, tuple(len(head) + o for o in offsets), tuple(n for _, n in entries)
