@@ -249,9 +249,10 @@ class TorchReductions:
         if self._module is not None and isinstance(obj, self._module):
             reduced = self._module_reduce(obj, note)
             compiled = vars(obj).get("_compiled_call_impl")
-            if compiled is None:
+            if compiled is not None:
+                return _with_compiled_call(reduced or obj.__reduce_ex__(self.protocol), compiled)
+            if reduced is not None:
                 return reduced
-            return _with_compiled_call(reduced or obj.__reduce_ex__(self.protocol), compiled)
         if self._handle is not None and type(obj) is self._handle:
             return self._handle_reduce(obj)
         if self._dynamo_context is not None and type(obj) is types.FunctionType:
