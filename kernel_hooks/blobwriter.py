@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import xxhash
 
 from jupyter_gkeresume.snapshot import checksum
-from jupyter_gkeresume.snapshot.blobfile import blob_digest, layout_for
+from jupyter_gkeresume.snapshot.blobfile import DATA_ALIGNMENT, blob_digest, layout_for
 from jupyter_gkeresume.snapshot.digests import DEFAULT, Digest, algorithm_of
 from jupyter_gkeresume.snapshot.format import StorageRef
 from jupyter_gkeresume.snapshot.writer import SnapshotWriter
@@ -108,7 +108,11 @@ _digest_cache = SkipCache()
 
 
 def plan_blobs(items: list[CollectedStorage]) -> list[list[CollectedStorage]]:
-    """Group storages into blobs: one per big storage, packs of small ones per owner."""
+    """Group storages into blobs: one per big storage, packs of small ones per owner. In a
+    pack, the storages whose size is a whole number of ``DATA_ALIGNMENT`` blocks come first:
+    each of them then starts on such a boundary in the file, as the blob's data do, so a
+    resume that maps the blob serves them over it (``loader.HOST_ALIGNMENT``); the others are
+    copied there."""
     plans: list[list[CollectedStorage]] = []
     packs: dict[str, list[CollectedStorage]] = {}
     for item in items:
@@ -121,7 +125,7 @@ def plan_blobs(items: list[CollectedStorage]) -> list[list[CollectedStorage]]:
             pack = packs[item.owner] = []
         pack.append(item)
     plans.extend(p for p in packs.values() if p)
-    return plans
+    return [sorted(plan, key=lambda m: m.nbytes % DATA_ALIGNMENT != 0) for plan in plans]
 
 
 @dataclass

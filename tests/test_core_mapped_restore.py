@@ -170,10 +170,17 @@ def test_restored_memory_is_aligned_as_its_allocator_aligns_it(tmp_path):
                  for i in range(8)}  # headers of different lengths: entries at many offsets
     namespace |= {f"a{i}": rs.rand(1 << 17 + i) for i in range(3)}
     namespace["y"] = torch.tensor(rs.randint(0, 10, 2000))
+    # one pack of small storages (one owner), sizes of whole 64-byte blocks or not, in turn
+    namespace["layers"] = [torch.randn(16383 + 16385 * (i % 2)) for i in range(16)]  # 1.5 MiB
     restored = resumed_in_process(namespace, tmp_path)
-    assert {name: restored[name].data_ptr() % 64 for name in namespace
-            if name[0] in "ty"} == dict.fromkeys((n for n in namespace if n[0] in "ty"), 0)
+    tensors = [restored[n] for n in namespace if n[0] in "ty"] + restored["layers"]
+    assert [t.data_ptr() % 64 for t in tensors] == [0] * len(tensors)
     assert all(restored[f"a{i}"].ctypes.data % 16 == 0 for i in range(3))
+    exec(MAPPED_FILE, globals())
+    over_blobs = [mapped_file(t.data_ptr()).endswith(".safetensors")  # noqa: F821
+                  for t in restored["layers"]]
+    assert all(over_blobs[1::2]), "whole blocks come first in the pack: each is mapped"
+    assert sum(over_blobs[::2]) == 1, "of the others, the first starts on a block: mapped"
 
     def train(x, y):
         torch.manual_seed(1)
