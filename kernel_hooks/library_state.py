@@ -1,12 +1,12 @@
 """Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, rcParams, open
 figures), numpy (print options, ``seterr``), pandas options, torch global settings (default dtype
 and device, grad mode, determinism, cuDNN and matmul precision flags, attention backends, print
-options, ...), what the session set on torch's config modules (``torch._dynamo.config``, ...),
-the hooks it registered for every module or optimizer, the Hugging Face libraries' switches
-(progress bars, datasets' caching) and the messages transformers showed once
-(``warning_once``), the interpreter's own settings (recursion limit, ``decimal`` context,
-collector thresholds, multiprocessing's start method, umask), the signal handlers the session
-set, ``warnings`` filters and ``logging`` configuration.
+options, ...), what the session set on torch's config modules (``torch._dynamo.config``, ...), the
+hooks it registered for every module or optimizer, torch.distributed's default process group, the
+Hugging Face libraries' switches (progress bars, datasets' caching) and the messages transformers
+showed once (``warning_once``), the interpreter's own settings (recursion limit, ``decimal``
+context, collector thresholds, multiprocessing's start method, umask), the signal handlers the
+session set, ``warnings`` filters and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -589,6 +589,34 @@ def _restore_torch_global_hooks(state: dict[str, Any]) -> str | None:
     return None
 
 
+# -- torch.distributed's default process group -----------------------------------------------
+
+def _torch_process_group() -> Any:
+    """The default process group the session made (``init_process_group``): its backend, this
+    process's rank and the world size; None when torch.distributed is not loaded or no group
+    is up (a fresh kernel has none)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return {"backend": str(dist.get_backend()), "rank": dist.get_rank(),
+            "world_size": dist.get_world_size()}
+
+
+def _restore_torch_process_group(group: dict[str, Any]) -> str | None:
+    """A group of one process made again, on a store of its own (the port its store listened
+    on may be another process's now); a larger one is named: its other processes did not
+    resume with this kernel."""
+    if group["world_size"] != 1:
+        return (f"rank {group['rank']} of a {group['backend']} process group of "
+                f"{group['world_size']} processes: its other processes did not resume with this "
+                "kernel (call init_process_group again)")
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(group["backend"], store=dist.HashStore(), rank=0, world_size=1)
+    return None
+
+
 # -- Hugging Face switches -------------------------------------------------------------------
 
 HUB_BARS = "huggingface_hub.utils.tqdm"
@@ -1090,6 +1118,7 @@ ENTRIES = (
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),
+    ("torch.distributed process group", _torch_process_group, _restore_torch_process_group),
     ("torch.library operators", _torch_library_operators, _name_torch_library_operators),
     ("Hugging Face switches", _hf_switches, _restore_hf_switches),
     ("messages shown once", _shown_once, _restore_shown_once),

@@ -9,6 +9,7 @@ import json
 import logging
 import logging.handlers
 import os
+import pickle
 import warnings
 
 import pytest
@@ -255,6 +256,35 @@ def test_a_default_device_this_machine_lacks_is_named_not_set():
         assert torch._tensor_str.PRINT_OPTS.precision == 3  # the other settings still set
     finally:
         torch.set_printoptions(profile="default")
+
+
+def test_a_process_group_of_one_comes_back_and_a_larger_one_is_named():
+    """``torch.distributed.init_process_group`` in a notebook (world size 1: a library that
+    wants a group, a DDP or FSDP recipe tried on one GPU) is state of torch's, not a variable:
+    after a resume ``dist.is_initialized()`` was ``False`` and every collective raised, under
+    ``exact``. A group of one process is made again, on a store of its own (the session's
+    port may be taken); a larger one cannot be (its other processes did not resume with this
+    kernel) and is named."""
+    import torch.distributed as dist
+
+    assert library_state._torch_process_group() is None
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        state = pickle.loads(pickle.dumps(library_state._torch_process_group()))
+    finally:
+        dist.destroy_process_group()
+    assert state == {"backend": "gloo", "rank": 0, "world_size": 1}
+    try:
+        assert library_state._restore_torch_process_group(state) is None
+        assert dist.is_initialized() and dist.get_backend() == "gloo"
+        assert dist.get_world_size() == 1 and dist.get_rank() == 0
+    finally:
+        dist.destroy_process_group()
+    why = library_state._restore_torch_process_group({"backend": "nccl", "rank": 1,
+                                                      "world_size": 4})
+    assert why == ("rank 1 of a nccl process group of 4 processes: its other processes did "
+                   "not resume with this kernel (call init_process_group again)")
+    assert not dist.is_initialized()
 
 
 SESSION = [
