@@ -603,17 +603,15 @@ def _torch_process_group() -> Any:
 
 
 def _restore_torch_process_group(group: dict[str, Any]) -> str | None:
-    """A group of one process made again, on a store of its own (the port its store listened
-    on may be another process's now); a larger one is named: its other processes did not
-    resume with this kernel."""
+    """A group of one process made again (``rebuild.process_group_of_one``); a larger one is
+    named: its other processes did not resume with this kernel."""
     if group["world_size"] != 1:
         return (f"rank {group['rank']} of a {group['backend']} process group of "
                 f"{group['world_size']} processes: its other processes did not resume with this "
                 "kernel (call init_process_group again)")
-    import torch.distributed as dist
+    from .rebuild import process_group_of_one
 
-    if not dist.is_initialized():
-        dist.init_process_group(group["backend"], store=dist.HashStore(), rank=0, world_size=1)
+    process_group_of_one(group["backend"])  # unless a distributed model made it already
     return None
 
 

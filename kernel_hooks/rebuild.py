@@ -282,6 +282,26 @@ def graph_module_state(module: Any, state: tuple[dict, list[tuple[str, str, dict
         node.meta.update(kept)
 
 
+def process_group_of_one(backend: str) -> None:
+    """torch.distributed's default group of one process, made on a store of its own (the
+    port the session's store listened on may be another process's now), unless one is up."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def distributed_module(group: tuple[str, int], cls: type, *args: Any) -> Any:
+    """A ``DistributedDataParallel`` as ``initialised_module`` makes one, after its default
+    group (``group``: backend, world size), which its ``__setstate__`` asks for while the
+    variables load, before ``library_state`` makes the group again: made first where it is one
+    process (a larger one cannot be; the ``__setstate__`` then fails and the model is named)."""
+    backend, world_size = group
+    if world_size == 1:
+        process_group_of_one(backend)
+    return initialised_module(cls, *args)
+
+
 def initialised_module(cls: type, *args: Any) -> Any:
     """A module of ``cls`` as ``Module.__init__`` makes one, before pickle sets its state with
     the class's own ``__setstate__`` (``torch_reduce._initialised_reduce``)."""

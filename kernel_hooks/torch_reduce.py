@@ -207,6 +207,8 @@ class TorchReductions:
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
         self._recomputing = rebuild.recomputing_hooks()
         self._module = torch.nn.Module if torch is not None else None
+        parallel = sys.modules.get("torch.nn.parallel.distributed")
+        self._distributed = getattr(parallel, "DistributedDataParallel", None)
         fx = sys.modules.get("torch.fx.graph_module")
         self._graph_module = getattr(fx, "GraphModule", None)
         frames = sys.modules.get("torch._dynamo.eval_frame")
@@ -273,14 +275,20 @@ class TorchReductions:
 
     def _module_reduce(self, module: Any, note: RecordNote) -> tuple | None:
         """A module whose weight a hook computes again, an FX graph module or a module that
-        sets its own state (see the module docstring), else None."""
+        sets its own state (see the module docstring; a ``DistributedDataParallel`` is made
+        after its default group: ``rebuild.distributed_module``), else None."""
         if self._recomputing and (
                 reduced := _recomputed_reduce(module, self._recomputing)) is not None:
             return reduced
         if self._graph_module is not None and isinstance(module, self._graph_module):
             return _graph_module_reduce(module, note)
         if type(module).__setstate__ is not self._module.__setstate__:
-            return _initialised_reduce(module, self.protocol)
+            reduced = _initialised_reduce(module, self.protocol)
+            if reduced is not None and self._distributed and isinstance(module, self._distributed):
+                group = self._torch.distributed  # DDP pickles over the default group only
+                made = ((group.get_backend(), group.get_world_size()), *reduced[1])
+                return (rebuild.distributed_module, made, *reduced[2:])
+            return reduced
         return None
 
     def _compiled_function_reduce(self, function: Any) -> tuple | None:

@@ -287,6 +287,37 @@ def test_a_process_group_of_one_comes_back_and_a_larger_one_is_named():
     assert not dist.is_initialized()
 
 
+def test_a_distributed_model_over_a_group_of_one_comes_back(tmp_path):
+    """``DistributedDataParallel.__setstate__`` asks for the default process group
+    (torch/nn/parallel/distributed.py), which is made again only after the variables: the
+    model was not restored. Its group, when it is one process, is made first."""
+    import builtins
+
+    import torch
+    import torch.distributed as dist
+
+    import kernel_hooks
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        x = torch.randn(3, 4)
+        namespace = {"model": model, "x": x, "y": model(x).detach()}
+        kernel_hooks.checkpoint(namespace=namespace, store=str(tmp_path), workspace="ws")
+    finally:
+        dist.destroy_process_group()
+    restored: dict = {"__builtins__": builtins}
+    try:
+        report = kernel_hooks.resume(namespace=restored, store=str(tmp_path), workspace="ws")
+        assert report.verdict["level"] == "exact", report.verdict
+        assert dist.is_initialized() and dist.get_world_size() == 1
+        assert torch.equal(restored["model"](restored["x"]), namespace["y"])
+        restored["model"](restored["x"]).sum().backward()  # its reducer works
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
 SESSION = [
     # matplotlib: a figure that no variable names, drawn over two cells; a second one; rc
     "%matplotlib agg",
