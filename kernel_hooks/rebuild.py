@@ -264,14 +264,16 @@ def memory_view(exporter: Any, offset: int, format: str, shape: tuple[int, ...],
     return view.toreadonly() if readonly else view
 
 
-def graph_module_state(module: Any, state: tuple[dict, list[tuple[str, str, dict]]]) -> None:
+def graph_module_state(module: Any, state: tuple[dict, list[tuple[str, str, dict]], dict]) -> None:
     """State setter of a ``GraphModule`` traced again from its code (``torch_reduce``): its
-    ``meta``, and each node's metadata, given as (name, op, metadata) in graph order. The new
+    ``meta``, the methods bound to it, and each node's metadata, given as (name, op, metadata)
+    in graph order. The new
     graph has the same nodes in the same order, some named anew (``sin`` traced again is
     ``sin_default``): they are matched by position where the ops agree all along, else by
     name (a node the new graph lacks is skipped)."""
-    meta, nodes = state
+    meta, nodes, bound = state
     vars(module)["meta"] = meta
+    vars(module).update(bound)
     new = list(module.graph.nodes)
     if [op for _, op, _ in nodes] == [node.op for node in new]:
         pairs = zip(new, (kept for _, _, kept in nodes), strict=True)
@@ -280,6 +282,15 @@ def graph_module_state(module: Any, state: tuple[dict, list[tuple[str, str, dict
         pairs = ((node, by_name.get(node.name, {})) for node in new)
     for node, kept in pairs:
         node.meta.update(kept)
+
+
+def dynamo_config_patch(changes: dict[str, Any]) -> Any:
+    """``torch._dynamo.patch_dynamo_config(changes)`` again (``torch_reduce``): a patch of
+    dynamo's config, as a context or a decorator (``dont_skip_tracing``), holds the config
+    module's context variables, which do not pickle; its changes are constants."""
+    from torch._dynamo.decorators import patch_dynamo_config
+
+    return patch_dynamo_config(changes)
 
 
 def process_group_of_one(backend: str) -> None:

@@ -119,6 +119,7 @@ from __future__ import annotations
 import contextlib
 import copyreg
 import functools
+import inspect
 import re
 import sys
 import types
@@ -220,6 +221,8 @@ class TorchReductions:
         script = sys.modules.get("torch.jit._script")
         self._script_module = getattr(script, "ScriptModule", None)
         self._script_function = torch._C.ScriptFunction if torch is not None else None
+        decorators = sys.modules.get("torch._dynamo.decorators")
+        self._config_patch = getattr(decorators, "DynamoConfigPatchProxy", None)
         exported = sys.modules.get("torch.export.exported_program")
         self._exported = getattr(exported, "ExportedProgram", None)
         custom_ops = sys.modules.get("torch._library.custom_ops")
@@ -265,6 +268,8 @@ class TorchReductions:
             return rebuild.script_function, (_archive(obj),)
         if self._exported is not None and isinstance(obj, self._exported):
             return _exported_program_reduce(obj)
+        if self._config_patch is not None and type(obj) is self._config_patch:
+            return rebuild.dynamo_config_patch, (dict(obj.changes),)
         if self._custom_op is not None and type(obj) is self._custom_op:
             return _custom_op_reduce(obj)
         if type(obj) in self._limits:  # a dtype's limits, which do not pickle: by their dtype
@@ -393,8 +398,18 @@ def _graph_module_reduce(module: Any, note: RecordNote) -> tuple:
     ``meta`` and its nodes' metadata (``ShapeProp``'s ``tensor_meta``, a pass's marks) set back
     after, node by node (``rebuild.graph_module_state``): the module that load makes has an
     empty ``meta`` and new nodes. Node metadata that does not pickle (the fake tensors and
-    symbolic sizes ``make_fx`` and dynamo leave in ``val``) is noted as not carried."""
-    make, args = module.__reduce__()
+    symbolic sizes ``make_fx`` and dynamo leave in ``val``) is noted as not carried. Methods
+    bound to the module itself (``ExportedProgram.module()`` sets ``train`` and ``eval``) are
+    set back after too: in torch's arguments they are a cycle pickle cannot close. A tracer
+    class that cannot be made without arguments (export's ``_ModuleStackTracer``: torch's load
+    traces with ``tracer_cls()``) gives way to torch's plain ``Tracer``."""
+    make, (body, *rest) = module.__reduce__()
+    bound = {name: value for name, value in body.items()  # ExportedProgram.module()'s train/eval
+             if type(value) is types.MethodType and value.__self__ is module}
+    body = {name: value for name, value in body.items() if name not in bound}
+    if _needs_arguments(body.get("_tracer_cls")):  # torch's load traces with ``tracer_cls()``
+        body["_tracer_cls"], body["_tracer_extras"] = None, {}  # export's: its plain Tracer
+    args = (body, *rest)
     nodes, dropped = [], set()
     for node in module.graph.nodes:
         kept = {key: value for key, value in node.meta.items() if _pickles(value)}
@@ -404,8 +419,21 @@ def _graph_module_reduce(module: Any, note: RecordNote) -> tuple:
         note.without("FX node metadata", (
             f"{', '.join(sorted(dropped)[:5])} of its graph's nodes: the graph is traced again "
             "from its code at the resume, without what made them"))
-    return (make, args, (vars(module).get("meta") or {}, nodes), None, None,
+    return (make, args, (vars(module).get("meta") or {}, nodes, bound), None, None,
             rebuild.graph_module_state)
+
+
+def _needs_arguments(cls: Any) -> bool:
+    """Whether ``cls`` is a class that cannot be made without arguments."""
+    if not isinstance(cls, type):
+        return False
+    try:
+        inspect.signature(cls).bind()
+    except TypeError:
+        return True
+    except ValueError:  # no signature to read
+        return False
+    return False
 
 
 def _with_compiled_call(reduced: tuple, compiled: Any) -> tuple:
