@@ -1,7 +1,7 @@
 """Capture side of what torch's own pickling drops from a session: ``TorchReductions.reduce``.
 
 The graph pickler (``graph``) asks ``reduce(obj)`` for every object it meets after the storage
-collector; ``None`` means "pickle it as torch does". Two kinds of object get more than torch gives:
+collector; ``None`` means "pickle it as torch does". Three kinds of object get more than torch gives:
 
 - A tensor or parameter with a gradient. ``Tensor.__reduce_ex__`` (torch/_tensor.py,
   ``_reduce_ex_internal``) and ``Parameter.__reduce_ex__`` (torch/nn/parameter.py) keep the data
@@ -12,6 +12,10 @@ collector; ``None`` means "pickle it as torch does". Two kinds of object get mor
   empty dict for a leaf tensor's hooks (``register_hook``, ``register_post_accumulate_grad_hook``)
   and warn: the hook dicts ride in the state too (``rebuild.tensor_hooks``), so a gradient hook
   still acts after a resume.
+- A pruning sparsifier (``torch.ao.pruning``): ``BaseSparsifier.__getstate__`` keeps
+  ``defaults``, ``state`` and ``groups``, not the model it prunes, its config or
+  ``enable_mask_update``: its next ``step()`` after a resume raised. The rest of its
+  ``__dict__`` rides beside that state (``_whole_dict_reduce``).
 - An optimizer. ``Optimizer.__getstate__`` (torch/optim/optimizer.py) keeps ``defaults``,
   ``state`` and ``param_groups`` only: what a subclass set in ``__init__`` was lost
   (``LBFGS._params``: the next ``step`` raised), and so were the hooks a session registered
@@ -205,6 +209,8 @@ class TorchReductions:
         self._untyped_dtypes = frozenset(new_dtypes()) if new_dtypes is not None else frozenset()
         optim = sys.modules.get("torch.optim")
         self._optimizer = optim.Optimizer if optim is not None else None
+        pruning = sys.modules.get("torch.ao.pruning.sparsifier.base_sparsifier")
+        self._sparsifier = getattr(pruning, "BaseSparsifier", None)
         self._parametrized = PARAMETRIZE in sys.modules  # a parametrized class is made there
         self._recomputing = rebuild.recomputing_hooks()
         self._module = torch.nn.Module if torch is not None else None
@@ -249,6 +255,8 @@ class TorchReductions:
             return self._tensor_reduce(obj)
         if self._optimizer is not None and isinstance(obj, self._optimizer):
             return self._optimizer_reduce(obj)
+        if self._sparsifier is not None and isinstance(obj, self._sparsifier):
+            return _whole_dict_reduce(obj, self._sparsifier, self.protocol)
         if self._parametrized and _is_parametrized_class(type(obj)):
             return _parametrized_reduce(obj)
         if self._module is not None and isinstance(obj, self._module):
@@ -421,6 +429,17 @@ def _graph_module_reduce(module: Any, note: RecordNote) -> tuple:
             "from its code at the resume, without what made them"))
     return (make, args, (vars(module).get("meta") or {}, nodes, bound), None, None,
             rebuild.graph_module_state)
+
+
+def _whole_dict_reduce(obj: Any, base: type, protocol: int) -> tuple | None:
+    """``obj`` as pickle reduces it, with the rest of its ``__dict__`` beside the state that
+    ``base.__getstate__`` keeps (a pruning sparsifier's: ``defaults``, ``state`` and
+    ``groups``, not the model it prunes), set back by ``base.__setstate__`` (``__dict__``
+    updated); None where its class has a ``__getstate__`` of its own (it chose what it keeps)."""
+    if type(obj).__getstate__ is not base.__getstate__:
+        return None
+    make, args, state, *rest = obj.__reduce_ex__(protocol)
+    return (make, args, {**vars(obj), **state}, *rest)
 
 
 def _needs_arguments(cls: Any) -> bool:
