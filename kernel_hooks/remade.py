@@ -14,6 +14,10 @@ these" (or one that cannot be made again faithfully: it is then pickled, or name
   operation gave the image new ones, such as ``thumbnail``) cannot be made again: it is named
   (``note.placeholder``).
 
+- A regular expression match (``m = re.search(...)``) is what its pattern finds in its string:
+  the call that gives the same groups at the same places is made again (``search``, ``match``
+  or ``fullmatch`` from its ``pos``, else from where it starts: the n-th match of a
+  ``finditer``, whose ``pos`` is then that start). One that no such call makes again is named.
 - A generator holds a frame, which nothing pickles. One not started yet (a generator expression
   not iterated, ``pending = batches(data, 32)``, the generator a ``contextlib.contextmanager``
   decorator keeps) holds nothing but its function's arguments and closure: its function is
@@ -49,8 +53,9 @@ class Remade:
         self._struct = getattr(sys.modules.get("_struct"), "Struct", None)
         self._system_random = getattr(sys.modules.get("random"), "SystemRandom", None)
         self._draw = getattr(sys.modules.get("PIL.ImageDraw"), "ImageDraw", None)
+        self._match = getattr(sys.modules.get("re"), "Match", None)
         self._any = tuple(t for t in (self._struct, self._system_random, self._draw,
-                                      types.GeneratorType) if t)
+                                      types.GeneratorType, self._match) if t)
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple that makes ``obj`` again, or None: not one of these. One that cannot
@@ -63,6 +68,8 @@ class Remade:
             return system_random, (type(obj), dict(vars(obj)))
         if type(obj) is types.GeneratorType:
             return _generator_reduce(obj)
+        if type(obj) is self._match:
+            return _match_reduce(obj)
         return _draw_reduce(obj) or note.placeholder(obj, (
             "a drawing context on pixels its image no longer shows (an operation gave the image "
             "new ones): make it again with ImageDraw.Draw(image) after the resume"))
@@ -140,3 +147,18 @@ def generator(function: Any, args: tuple, kwargs: dict[str, Any], finished: bool
     if finished:
         made.close()
     return made
+
+
+def _match_reduce(found: Any) -> tuple | None:
+    """``matched``'s call for a regular expression match, or None where none makes it again."""
+    for pos in dict.fromkeys((found.pos, found.start())):
+        for call in ("search", "match", "fullmatch"):
+            again = getattr(found.re, call)(found.string, pos, found.endpos)
+            if again is not None and again.regs == found.regs:
+                return matched, (found.re, call, found.string, pos, found.endpos)
+    return None
+
+
+def matched(pattern: Any, call: str, string: Any, pos: int, endpos: int) -> Any:
+    """A regular expression match again (``Remade``): ``pattern``'s ``call`` on ``string``."""
+    return getattr(pattern, call)(string, pos, endpos)

@@ -1,6 +1,6 @@
 """Objects pickle refuses although all they hold is what made them come back made again
 (``kernel_hooks.remade``): a ``struct.Struct``, a ``random.SystemRandom``, a Pillow drawing
-context on its image. Each was left out with pickle's error, the session ``partial`` (found by a
+context on its image, a regular expression match. Each was left out with pickle's error, the session ``partial`` (found by a
 probe). A drawing context whose image no longer shows its pixels is named, and so are worker
 pools, with a reason a user can act on (a ``ProcessPoolExecutor`` was named with pickle's
 "Pickling an AuthenticationString object is disallowed"). Instances of classes with a
@@ -195,3 +195,37 @@ def test_a_reducer_the_session_registered_goes_first(tmp_path):
     finally:
         del copyreg.dispatch_table[Registered]
     assert result.skipped == [] and restored["pair"] == (10, 20)
+
+
+def test_a_regular_expression_match_comes_back(tmp_path):
+    """``m = re.search(...)`` kept for the next cell: pickle refuses a match ("cannot pickle
+    're.Match' object"), so it was named and the session ``partial`` (found by a probe). A
+    match is what its pattern finds in its string: it is made again by the call that gives the
+    same groups at the same places (``search``, ``match`` or ``fullmatch`` from its ``pos``,
+    or from its start: the n-th match of a ``finditer``). One that no call makes again is
+    still named."""
+    import re
+
+    text = "id=17 name=ada id=42"
+    pattern = re.compile(r"id=(?P<num>\d+)")
+    namespace = {
+        "found": re.search(r"name=(\w+)", text),
+        "anchored": pattern.match(text),
+        "whole": re.fullmatch(r"(\w+)=(\d+)", "id=17"),
+        "second": list(pattern.finditer(text))[1],
+        "within": pattern.search(text, 3, 20),
+        "nothing": re.match("x", text),
+    }
+    restored, result, report = _resumed(namespace, tmp_path)
+    assert not result.skipped and report.verdict["level"] == "exact", report.verdict
+    for name, match in namespace.items():
+        again = restored[name]
+        if match is None:
+            assert again is None
+            continue
+        assert type(again) is re.Match and again.regs == match.regs, name
+        assert (again.string, again.re.pattern, again.endpos) == (
+            match.string, match.re.pattern, match.endpos), name
+        assert again.groupdict() == match.groupdict() and again.lastgroup == match.lastgroup
+    assert restored["found"].group(1) == "ada" and restored["second"].group("num") == "42"
+    assert restored["within"].pos == 3 and restored["anchored"].pos == 0
