@@ -1,14 +1,14 @@
 """Objects pickle refuses although all they hold is what made them come back made again
 (``kernel_hooks.remade``): a ``struct.Struct``, a ``random.SystemRandom``, a Pillow drawing
-context on its image, a regular expression match. Each was left out with pickle's error, the session ``partial`` (found by a
-probe). A drawing context whose image no longer shows its pixels is named, and so are worker
-pools, with a reason a user can act on (a ``ProcessPoolExecutor`` was named with pickle's
-"Pickling an AuthenticationString object is disallowed"). Instances of classes with a
-``__new__`` of their own that wants other arguments than pickle passes (``Point(x, y)`` over a
-tuple) were saved and then not restored: they come back, and so do subclasses of containers
-whose ``__init__`` takes other arguments than their base's ``__reduce__`` gives
-(``Vocab(tokens)`` over an ``OrderedDict``), with the attributes set on them (a ``Counter``'s
-reduction leaves them out: lost silently). In process, on a local store."""
+context on its image, a regular expression match. Each was left out with pickle's error, the
+session ``partial`` (found by a probe). A drawing context whose image no longer shows its pixels
+is named, and so are worker pools, with a reason a user can act on (a ``ProcessPoolExecutor`` was
+named with pickle's "Pickling an AuthenticationString object is disallowed"). Instances of classes
+with a ``__new__`` of their own that wants other arguments than pickle passes (``Point(x, y)``
+over a tuple) were saved and then not restored: they come back, and so do subclasses of containers
+whose ``__init__`` takes other arguments than their base's ``__reduce__`` gives (``Vocab(tokens)``
+over an ``OrderedDict``), with the attributes set on them (a ``Counter``'s reduction leaves them
+out: lost silently). In process, on a local store."""
 
 from __future__ import annotations
 
