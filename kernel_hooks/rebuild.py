@@ -267,10 +267,9 @@ def memory_view(exporter: Any, offset: int, format: str, shape: tuple[int, ...],
 def graph_module_state(module: Any, state: tuple[dict, list[tuple[str, str, dict]], dict]) -> None:
     """State setter of a ``GraphModule`` traced again from its code (``torch_reduce``): its
     ``meta``, the methods bound to it, and each node's metadata, given as (name, op, metadata)
-    in graph order. The new
-    graph has the same nodes in the same order, some named anew (``sin`` traced again is
-    ``sin_default``): they are matched by position where the ops agree all along, else by
-    name (a node the new graph lacks is skipped)."""
+    in graph order. The new graph has the same nodes in the same order, some named anew
+    (``sin`` traced again is ``sin_default``): they are matched by position where the ops agree
+    all along, else by name (a node the new graph lacks is skipped)."""
     meta, nodes, bound = state
     vars(module)["meta"] = meta
     vars(module).update(bound)

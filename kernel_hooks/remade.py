@@ -105,10 +105,7 @@ def _generator_reduce(made: types.GeneratorType) -> tuple | None:
     names = code.co_varnames
     positional, keywords = code.co_argcount, code.co_kwonlyargcount
     if state == inspect.GEN_CLOSED:  # any arguments: nothing of it runs
-        function = types.FunctionType(code, {}, code.co_name, None,
-                                      tuple(types.CellType() for _ in code.co_freevars))
-        function.__qualname__ = made.__qualname__
-        return generator, (function, (None,) * positional,
+        return generator, (_function_over(made, {}, {}), (None,) * positional,
                            dict.fromkeys(names[positional:positional + keywords]), True)
     frame = made.gi_frame
     values = frame.f_locals  # before it starts: its arguments and closure
@@ -119,13 +116,20 @@ def _generator_reduce(made: types.GeneratorType) -> tuple | None:
         args.extend(values[next(rest)])
     if code.co_flags & inspect.CO_VARKEYWORDS:
         kwargs.update(values[next(rest)])
-    function = _function_of(made, frame.f_globals)
-    if function is None:
-        function = types.FunctionType(code, frame.f_globals, code.co_name, None, tuple(
-            types.CellType(values[name]) if name in values else types.CellType()
-            for name in code.co_freevars))
-        function.__qualname__ = made.__qualname__
+    function = (_function_of(made, frame.f_globals)
+                or _function_over(made, frame.f_globals, values))
     return generator, (function, tuple(args), kwargs, False)
+
+
+def _function_over(made: types.GeneratorType, namespace: dict, values: Any) -> Any:
+    """A function of ``made``'s code and name over ``namespace``, its closure holding what
+    ``values`` has for each free variable (an empty cell where it has nothing)."""
+    code = made.gi_code
+    function = types.FunctionType(code, namespace, code.co_name, None, tuple(
+        types.CellType(values[name]) if name in values else types.CellType()
+        for name in code.co_freevars))
+    function.__qualname__ = made.__qualname__
+    return function
 
 
 def _function_of(made: types.GeneratorType, namespace: dict) -> Any:
