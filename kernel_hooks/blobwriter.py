@@ -8,8 +8,9 @@ owning variable so a change to one small variable rewrites only its pack), then
 Blobs are named by ``digests.DEFAULT`` (BLAKE3; big blobs hashed with every core, the GIL
 released, so parallel blobs hash in parallel). Unchanged storages are not hashed again: an
 in-process cache (``SkipCache``) maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the
-blob digest, and xxh3 runs near memory speed; a hit goes to ``SnapshotWriter.put_blob``, which
-claims it when the store has it. A miss is new content and goes to
+blob digest, and xxh3 runs near memory speed; a big storage in host memory is not even read
+where the page tables show that nothing wrote it since its key was taken (``written_pages``). A
+hit goes to ``SnapshotWriter.put_blob``, which claims it when the store has it. A miss is new content and goes to
 ``SnapshotWriter.put_new_blob``: on a local store it is hashed while it is written (one pass: a
 temporary file linked under its digest, or dropped when the store has that blob already), on an
 object store hashed first so an existing blob is reused without an upload. When no cached blob
@@ -47,6 +48,7 @@ from .cuda_plan import cuda_index
 from .memory import host_view
 from .progress import PhaseBytes, ProgressSink
 from .storages import CollectedStorage
+from .written_pages import WATCH_MIN_BYTES, WrittenPages, tracker, watchable
 
 PACK_BELOW = 1 << 20
 PACK_LIMIT = 16 << 20
@@ -183,10 +185,13 @@ class BlobWriter:
             share.finish()
 
     def write_views(self, entries: list[tuple[str, object]],
-                    sent: Callable[[int], None] | None = None) -> tuple[str, int, bool]:
+                    sent: Callable[[int], None] | None = None,
+                    addresses: list[int | None] | None = None) -> tuple[str, int, bool]:
         """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written).
-        ``sent`` is told the bytes of each chunk as it is written."""
+        ``sent`` is told the bytes of each chunk as it is written. ``addresses``: where each
+        entry's buffer lies in host memory that ``written_pages`` may watch (None: it may not)."""
         views = [memoryview(b).cast("B") for _, b in entries]
+        addresses = addresses or [None] * len(views)
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
         shape = _shape(DEFAULT, [d for d, _ in entries], views)
         parts = [layout.header, *views]
@@ -194,13 +199,19 @@ class BlobWriter:
         try:
             if self.writer.store.hashes_while_writing and not _digest_cache.has_shape(shape):
                 # no key can hit: new content, keyed on the way (each byte read once)
+                pages = [_pages_watching(v, a) for v, a in zip(views, addresses, strict=True)]
+                watches = [p.watch(a, v) if p is not None else None
+                           for p, v, a in zip(pages, views, addresses, strict=True)]
                 keyers = [xxhash.xxh3_128() for _ in views]
                 keyed = _keyed_parts(layout.header, views, keyers,
                                      self.writer.store.hashing_chunk(DEFAULT, layout.size))
                 digest, new = self.writer.put_new_blob(layout.size, keyed, DEFAULT, sent=sent)
+                for p, watch, view, keyer in zip(pages, watches, views, keyers, strict=True):
+                    if watch is not None:
+                        p.keep(watch, view, keyer.digest())
                 _digest_cache.remember((*shape, tuple(k.digest() for k in keyers)), digest)
                 return digest, layout.size, new
-            key = (*shape, tuple(xxhash.xxh3_128_digest(v) for v in views))
+            key = cache_key(DEFAULT, [d for d, _ in entries], views, addresses)
             digest = _digest_cache.get(key)
             if digest is None:
                 digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
@@ -224,15 +235,17 @@ class BlobWriter:
         if engine is not None:
             result = self._write_streamed(engine, plan, share.add)
         else:
-            keepalive, entries = [], []
+            keepalive, entries, addresses = [], [], []
             for m in plan:
                 if m.device == "cpu":
                     entries.append((m.dtype, m.host_bytes()))
+                    addresses.append(m.address if watchable(m.source, m.kind, m.device) else None)
                 else:  # device memory without the CUDA engine: bring it to the host first
                     host = m.source.cpu()
                     keepalive.append(host)
                     entries.append((m.dtype, host_view(host.data_ptr(), m.nbytes)))
-            result = self.write_views(entries, share.add)
+                    addresses.append(None)
+            result = self.write_views(entries, share.add, addresses)
         share.finish()
         return result
 
@@ -285,12 +298,43 @@ def _keyed_parts(header: bytes, views: list[memoryview], keyers: list[xxhash.xxh
             yield chunk
 
 
-def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview]) -> tuple:
-    """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each."""
-    return (*_shape(algorithm, dtypes, views), tuple(xxhash.xxh3_128_digest(v) for v in views))
+def _content_key(view: memoryview, address: int | None) -> bytes:
+    """The xxh3-128 of an entry's bytes, without reading them where the page tables show that
+    nothing wrote them since their key was taken (``written_pages``)."""
+    pages = _pages_watching(view, address)
+    if pages is None:
+        return xxhash.xxh3_128_digest(view)
+    digest = pages.known_digest(address, view)
+    if digest is not None:
+        return digest
+    before = pages.kept_digest(address, len(view))
+    watch = pages.watch(address, view)
+    digest = xxhash.xxh3_128_digest(view)
+    if before == digest:  # written before, unchanged since: watched again, and read under it
+        watch = pages.watch(address, view, again=True)
+        digest = xxhash.xxh3_128_digest(view)
+    pages.keep(watch, view, digest)
+    return digest
 
 
-def remember_blob(digest: str, dtypes: list[str], views: list[memoryview]) -> None:
+def _pages_watching(view: memoryview, address: int | None) -> WrittenPages | None:
+    """The write tracker where it may watch this entry (a big storage in host memory)."""
+    return tracker() if address is not None and len(view) >= WATCH_MIN_BYTES else None
+
+
+def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview],
+              addresses: list[int | None] | None = None) -> tuple:
+    """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each
+    (``_content_key``: not read again where ``addresses`` says where it may be watched)."""
+    addresses = addresses or [None] * len(views)
+    return (*_shape(algorithm, dtypes, views),
+            tuple(_content_key(v, a) for v, a in zip(views, addresses, strict=True)))
+
+
+def remember_blob(digest: str, dtypes: list[str], views: list[memoryview],
+                  addresses: list[int | None] | None = None) -> None:
     """Record that entries with these bytes make blob ``digest`` (a resume calls this for what
-    it read and verified), so that a checkpoint of the same bytes reuses the blob."""
-    _digest_cache.remember(cache_key(algorithm_of(digest), dtypes, views), digest)
+    it read and verified), so that a checkpoint of the same bytes reuses the blob; the entries
+    in new host memory (``addresses``) are watched from then on, so that such a checkpoint
+    does not read them again."""
+    _digest_cache.remember(cache_key(algorithm_of(digest), dtypes, views, addresses), digest)

@@ -1,0 +1,253 @@
+"""Whether a big host storage was written since its content key was taken, without reading it
+(issue 31: the unchanged second checkpoint).
+
+Linux tracks it for us: the whole pages inside a storage are write-protected through a
+userfaultfd in asynchronous mode (``UFFD_FEATURE_WP_ASYNC``, Linux 6.7+: a write is never
+blocked, the kernel lifts the protection of the page it hits and remembers that it did), and
+``PAGEMAP_SCAN`` on ``/proc/self/pagemap`` tells which pages lost it. Linux's
+``Documentation/admin-guide/mm/userfaultfd.rst`` calls it "a more accurate version of
+soft-dirty tracking", which this kernel lacks (docs/benchmarks.md). torch's version counter is no
+substitute: it misses writes through ``.data``, NumPy views and other libraries.
+
+Call order, per storage at ``address`` with bytes ``view``: ``tracker()`` (None where the system
+refuses: the caller hashes every time, as before); ``known_digest(address, view)``: the key kept
+for these bytes when nothing wrote them since, else None; then ``watch(address, view)`` before the
+bytes are read, and ``keep(watch, digest)`` once their key is taken.
+
+Invariant: ``known_digest`` returns a key only when every whole page inside the storage has been
+write-protected, present or swapped out, anonymous (not a file's or shared memory, which another
+process may write) since before the bytes of that key were read, and the bytes of its partial
+first and last pages (which neighbours share; never protected) are those kept with the key.
+
+What the page tables do not see is not seen: a device writing pinned memory by DMA. torch's
+pinned storages are never watched (``watchable``); memory pinned by other means
+(``cudaHostRegister`` by another library, RDMA) would be. Protection costs the program one minor
+fault per page at its first write after ``watch``, so a storage is watched once: at first sight.
+One found written is read at every checkpoint after that, as before, until it is found
+unchanged between two of them (then it is protected again and read once more under the
+protection): a training loop's parameters, which change every step, pay the fault once, not
+after every checkpoint.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import platform
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+#: Storages smaller than this are hashed every time: xxh3 over them costs about what the
+#: bookkeeping would (two system calls), and each would cost a protected range.
+WATCH_MIN_BYTES = 1 << 20
+#: Storages remembered, least recently seen forgotten first.
+MAX_WATCHED = 4096
+
+_PAGE = mmap.PAGESIZE
+_USERFAULTFD_SYSCALL = {"x86_64": 323, "aarch64": 282}
+_UFFD_USER_MODE_ONLY = 1
+_UFFD_API = 0xAA
+_UFFD_FEATURE_WP_UNPOPULATED = 1 << 13  # pages not there yet are protected too
+_UFFD_FEATURE_WP_ASYNC = 1 << 15
+_UFFDIO_REGISTER_MODE_WP = 1 << 1
+_UFFDIO_WRITEPROTECT_MODE_WP = 1 << 0
+_PAGE_IS_WPALLOWED, _PAGE_IS_WRITTEN, _PAGE_IS_FILE = 1 << 0, 1 << 1, 1 << 2
+_PAGE_IS_PRESENT, _PAGE_IS_SWAPPED = 1 << 3, 1 << 4
+_SCAN_CATEGORIES = (_PAGE_IS_WPALLOWED | _PAGE_IS_WRITTEN | _PAGE_IS_FILE | _PAGE_IS_PRESENT
+                    | _PAGE_IS_SWAPPED)
+_SCAN_REGIONS = 64
+
+
+def _iowr(kind: int, number: int, size: int) -> int:
+    return (3 << 30) | (size << 16) | (kind << 8) | number
+
+
+_UFFDIO_API = _iowr(_UFFD_API, 0x3F, 24)  # struct uffdio_api {api, features, ioctls}
+_UFFDIO_REGISTER = _iowr(_UFFD_API, 0x00, 32)  # {range {start, len}, mode, ioctls}
+_UFFDIO_WRITEPROTECT = _iowr(_UFFD_API, 0x06, 24)  # {range {start, len}, mode}
+_PAGEMAP_SCAN = _iowr(ord("f"), 16, 96)  # struct pm_scan_arg: 12 u64
+
+
+@dataclass
+class Watch:
+    """A storage as ``watch`` found it: its whole pages ``[start, end)``, protected where
+    ``armed``, (``refused``: the system would not protect them), and the bytes of its partial
+    first and last pages."""
+
+    address: int
+    nbytes: int
+    start: int
+    end: int
+    head: bytes
+    tail: bytes
+    armed: bool
+    refused: bool = False
+
+
+@dataclass
+class _Entry:
+    watch: Watch
+    digest: bytes
+
+
+class WrittenPages:
+    """The storages watched in this process and the keys of their bytes (thread-safe)."""
+
+    def __init__(self, uffd: int, pagemap: int):
+        self._uffd = uffd
+        self._pagemap = pagemap
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def known_digest(self, address: int, view: memoryview) -> bytes | None:
+        """The key kept for the storage at ``address`` when nothing wrote it since (see the
+        module's invariant), else None; a storage found written is not protected again until
+        it is found unchanged (``kept_digest``)."""
+        entry = self._entry(address, len(view))
+        if entry is None or not entry.watch.armed:
+            return None
+        if self._unwritten(entry.watch, view):
+            return entry.digest
+        entry.watch.armed = False
+        return None
+
+    def kept_digest(self, address: int, nbytes: int) -> bytes | None:
+        """The key kept at the last checkpoint for a storage found written then (not protected
+        now): when its bytes have that key again, they stayed put since, and ``watch(...,
+        again=True)`` protects them again."""
+        entry = self._entry(address, nbytes)
+        unprotected = entry is not None and not entry.watch.armed and not entry.watch.refused
+        return entry.digest if unprotected else None
+
+    def watch(self, address: int, view: memoryview, again: bool = False) -> Watch:
+        """Protect the whole pages of a storage seen for the first time (or ``again``), before
+        its bytes are read: a write from then on is seen. A storage found written before is
+        not protected again by default: its program would pay a fault per page each time."""
+        nbytes = len(view)
+        start = -(-address // _PAGE) * _PAGE
+        end = (address + nbytes) // _PAGE * _PAGE
+        seen = self._entry(address, nbytes)
+        refused = seen is not None and seen.watch.refused
+        armed = False
+        if (seen is None or again) and not refused and end > start:
+            with self._lock:  # pages protected for another storage are that storage's no more
+                for other in [a for a, e in self._entries.items()
+                              if e.watch.start < end and start < e.watch.end]:
+                    del self._entries[other]
+            armed = self._protect(start, end)
+            refused = not armed
+        head, tail = bytes(view[:start - address]), bytes(view[end - address:])
+        return Watch(address, nbytes, start, end, head, tail, armed, refused)
+
+    def keep(self, watch: Watch, view: memoryview, digest: bytes) -> None:
+        """Remember ``digest`` as the key of the bytes read after ``watch``; it serves only
+        while nothing writes them (a partial page changed while they were read: not kept)."""
+        if watch.armed and not self._edges_unchanged(watch, view):
+            watch.armed = False
+        with self._lock:
+            self._entries[watch.address] = _Entry(watch, digest)
+            self._entries.move_to_end(watch.address)
+            while len(self._entries) > MAX_WATCHED:
+                self._entries.popitem(last=False)
+
+    def _entry(self, address: int, nbytes: int) -> _Entry | None:
+        with self._lock:
+            entry = self._entries.get(address)
+            if entry is None or entry.watch.nbytes != nbytes:
+                return None
+            self._entries.move_to_end(address)
+            return entry
+
+    def _protect(self, start: int, end: int) -> bool:
+        span = struct.pack("QQ", start, end - start)
+        register = ctypes.create_string_buffer(span + struct.pack("QQ", _UFFDIO_REGISTER_MODE_WP, 0))
+        protect = ctypes.create_string_buffer(span + struct.pack("Q", _UFFDIO_WRITEPROTECT_MODE_WP))
+        return (self._libc.ioctl(self._uffd, _UFFDIO_REGISTER, register) == 0
+                and self._libc.ioctl(self._uffd, _UFFDIO_WRITEPROTECT, protect) == 0)
+
+    def _unwritten(self, watch: Watch, view: memoryview) -> bool:
+        return self._pages_unwritten(watch.start, watch.end) and self._edges_unchanged(watch, view)
+
+    @staticmethod
+    def _edges_unchanged(watch: Watch, view: memoryview) -> bool:
+        head, tail = watch.start - watch.address, watch.end - watch.address
+        return view[:head] == watch.head and view[tail:] == watch.tail
+
+    def _pages_unwritten(self, start: int, end: int) -> bool:
+        """Whether every page of ``[start, end)`` is still protected, present or swapped out,
+        and anonymous (a hole, a page dropped or a file's page: False)."""
+        regions = (ctypes.c_uint64 * (3 * _SCAN_REGIONS))()
+        at = start
+        while at < end:
+            arg = ctypes.create_string_buffer(struct.pack(
+                "12Q", 96, 0, at, end, 0, ctypes.addressof(regions), _SCAN_REGIONS, 0, 0, 0, 0,
+                _SCAN_CATEGORIES))
+            found = self._libc.ioctl(self._pagemap, _PAGEMAP_SCAN, arg)
+            if found < 0:
+                return False
+            for i in range(found):
+                first, last, categories = regions[3 * i:3 * i + 3]
+                if (first != at or not categories & _PAGE_IS_WPALLOWED
+                        or categories & (_PAGE_IS_WRITTEN | _PAGE_IS_FILE)
+                        or not categories & (_PAGE_IS_PRESENT | _PAGE_IS_SWAPPED)):
+                    return False
+                at = last
+            if found < _SCAN_REGIONS and at < end:
+                return False  # the walk ended before the range did: a hole
+        return True
+
+
+def watchable(source: Any, kind: str, device: str) -> bool:
+    """Whether a collected storage may be watched: host memory, not pinned for a device's DMA
+    (which the page tables do not see)."""
+    if device != "cpu":
+        return False
+    return not (kind == "torch" and source.is_pinned())
+
+
+_tracker: tuple[int, WrittenPages | None] | None = None
+_tracker_lock = threading.Lock()
+
+
+def tracker() -> WrittenPages | None:
+    """This process's tracker, opened at the first call (again in a forked child, whose pages
+    are not protected), or None where the system refuses (another kernel or architecture, a
+    seccomp profile without ``userfaultfd``, Linux before 6.7)."""
+    global _tracker
+    with _tracker_lock:
+        if _tracker is None or _tracker[0] != os.getpid():
+            _tracker = (os.getpid(), _open())
+        return _tracker[1]
+
+
+def _open() -> WrittenPages | None:
+    number = _USERFAULTFD_SYSCALL.get(platform.machine())
+    if number is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    uffd = libc.syscall(number, os.O_CLOEXEC | _UFFD_USER_MODE_ONLY)
+    if uffd < 0:
+        return None
+    pagemap = -1
+    try:
+        features = _UFFD_FEATURE_WP_ASYNC | _UFFD_FEATURE_WP_UNPOPULATED
+        api = ctypes.create_string_buffer(struct.pack("QQQ", _UFFD_API, features, 0))
+        if libc.ioctl(uffd, _UFFDIO_API, api) != 0:
+            raise OSError(ctypes.get_errno(), "UFFDIO_API")
+        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+        pages = WrittenPages(uffd, pagemap)
+        probe = ctypes.create_string_buffer(struct.pack("12Q", 96, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        if libc.ioctl(pagemap, _PAGEMAP_SCAN, probe) < 0 and ctypes.get_errno() != errno.EINVAL:
+            raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN")
+        return pages
+    except OSError:
+        os.close(uffd)
+        if pagemap >= 0:
+            os.close(pagemap)
+        return None

@@ -1,0 +1,219 @@
+"""The unchanged second checkpoint does not read a big host storage again where the page tables
+show that nothing wrote it (``kernel_hooks.written_pages``, issue 31), and never serves an old key
+for bytes that changed, however they changed: every way of writing below must be seen.
+
+Linux facts relied on (``Documentation/admin-guide/mm/userfaultfd.rst`` and ``pagemap.rst``,
+torvalds/linux): with ``UFFD_FEATURE_WP_ASYNC`` a write to a protected page is resolved by the
+kernel, which clears the page's protection; ``PAGEMAP_SCAN`` reports a page without it as
+``PAGE_IS_WRITTEN``, a page of memory not registered so as written too, and shared memory's pages
+as ``PAGE_IS_FILE``."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import threading
+import types
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import torch
+import xxhash
+
+from kernel_hooks import blobwriter, written_pages
+
+needs_tracking = pytest.mark.skipif(written_pages.tracker() is None,
+                                    reason="this kernel has no asynchronous write protection")
+MIB = 1 << 20
+
+
+@pytest.fixture
+def hashed(monkeypatch):
+    """The sizes of the buffers blobwriter hashes (its xxh3 calls, counted), with the tracker's
+    record of earlier tests' storages set aside (a new array may take a dead one's address:
+    then it counts as that storage, written since)."""
+    pages = written_pages.tracker()
+    if pages is not None:
+        monkeypatch.setattr(pages, "_entries", OrderedDict())
+    sizes: list[int] = []
+
+    def digest(view):
+        sizes.append(len(view))
+        return xxhash.xxh3_128_digest(view)
+
+    monkeypatch.setattr(blobwriter, "xxhash", types.SimpleNamespace(
+        xxh3_128_digest=digest, xxh3_128=xxhash.xxh3_128))
+    return sizes
+
+
+def key_of(array: np.ndarray) -> bytes:
+    return blobwriter._content_key(memoryview(array).cast("B"), array.ctypes.data)
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
+def _write_middle(a):
+    a[len(a) // 2] += 1.0
+
+
+def _write_first_partial_page(a):
+    a[0] += 1.0  # numpy's data do not start on a page: this page is shared, never protected
+
+
+def _write_last_partial_page(a):
+    a[-1] += 1.0
+
+
+def _write_through_torch_data(a):
+    t = torch.from_numpy(a)
+    t.data[len(a) // 3] += 1.0  # torch's version counter does not see this one
+
+
+def _write_by_the_kernel(a, tmp_path):
+    path = tmp_path / "bytes"
+    path.write_bytes(b"\x01" * 100)
+    with open(path, "rb", buffering=0) as f:  # read(2) into the array: the kernel writes it
+        f.readinto(memoryview(a).cast("B")[len(a) * 4:len(a) * 4 + 100])
+
+
+def _write_from_another_thread(a):
+    thread = threading.Thread(target=_write_middle, args=(a,))
+    thread.start()
+    thread.join()
+
+
+def _drop_a_page(a):
+    """``madvise(MADV_DONTNEED)``: the page reads as zeros after it, and nothing wrote it."""
+    page = (a.ctypes.data + a.nbytes // 2) // mmap.PAGESIZE * mmap.PAGESIZE
+    assert _libc().madvise(page, mmap.PAGESIZE, 4) == 0
+
+
+WRITES = [_write_middle, _write_first_partial_page, _write_last_partial_page,
+          _write_through_torch_data, _write_by_the_kernel, _write_from_another_thread,
+          _drop_a_page]
+
+
+@needs_tracking
+@pytest.mark.parametrize("write", WRITES, ids=lambda w: w.__name__.strip("_"))
+def test_every_way_of_writing_a_watched_storage_is_seen(write, hashed, tmp_path):
+    """Its key is served without reading it while nothing writes it; after the write it is read
+    again and the key is the new bytes'. Found unchanged at the next checkpoint, it is protected
+    again (and read once more under the protection); from then on it is not read."""
+    a = np.random.default_rng(0).random(3 * MIB // 8)
+    first = key_of(a)
+    assert key_of(a) == first and hashed == [a.nbytes]  # the second time: not read
+    if write is _write_by_the_kernel:
+        write(a, tmp_path)
+    else:
+        write(a)
+    assert key_of(a) == xxhash.xxh3_128_digest(a) != first and hashed == [a.nbytes] * 2
+    assert key_of(a) == xxhash.xxh3_128_digest(a) and hashed == [a.nbytes] * 4
+    assert key_of(a) == xxhash.xxh3_128_digest(a) and hashed == [a.nbytes] * 4
+
+
+@needs_tracking
+def test_memory_mapped_again_at_the_same_address_is_read_again(hashed):
+    """The storage's memory unmapped and new memory mapped at the same address (what an
+    allocator may do between two checkpoints): not protected, so read again."""
+    libc, size = _libc(), 2 * MIB
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    address = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+    view = (ctypes.c_char * size).from_address(address)
+    try:
+        view[:] = b"\x01" * size
+        first = blobwriter._content_key(memoryview(view).cast("B"), address)
+        assert libc.munmap(address, size) == 0
+        again = libc.mmap(address, size, mmap.PROT_READ | mmap.PROT_WRITE,
+                          flags | 0x10, -1, 0)  # MAP_FIXED
+        assert again == address
+        view[:] = b"\x02" * size
+        assert blobwriter._content_key(memoryview(view).cast("B"), address) != first
+        assert hashed == [size, size]
+    finally:
+        libc.munmap(address, size)
+
+
+@needs_tracking
+def test_shared_memory_another_process_writes_is_read_every_time(hashed):
+    """Shared memory (``share_memory_()``, a ``MAP_SHARED`` mapping): another process writes it
+    without a fault here, so it is never served from a key."""
+    shared = mmap.mmap(-1, 2 * MIB)
+    a = np.frombuffer(shared, dtype=np.uint8)
+    first = key_of(a)
+    pid = os.fork()
+    if pid == 0:  # the child writes the shared page, then leaves at once
+        shared[MIB] = 7
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert key_of(a) == xxhash.xxh3_128_digest(a) != first and len(hashed) == 2
+    del a
+    shared.close()
+
+
+def test_pinned_and_device_memory_is_never_watched():
+    """Pinned host memory is written by a device's DMA, which the page tables do not see."""
+    class Storage:
+        def __init__(self, pinned):
+            self.pinned = pinned
+
+        def is_pinned(self):
+            return self.pinned
+
+    assert written_pages.watchable(Storage(False), "torch", "cpu")
+    assert not written_pages.watchable(Storage(True), "torch", "cpu")
+    assert not written_pages.watchable(None, "cuda_array", "cuda:0")
+    assert written_pages.watchable(np.zeros(3), "numpy", "cpu")
+
+
+def test_without_the_system_call_every_storage_is_read(monkeypatch, hashed):
+    """Where the system refuses (another architecture, seccomp, an older kernel) nothing is
+    watched: every checkpoint reads every storage, as before."""
+    monkeypatch.setattr(written_pages, "_USERFAULTFD_SYSCALL", {})
+    monkeypatch.setattr(written_pages, "_tracker", None)
+    assert written_pages.tracker() is None
+    a = np.ones(2 * MIB // 8)
+    assert key_of(a) == key_of(a) and hashed == [a.nbytes, a.nbytes]
+    monkeypatch.undo()
+    assert written_pages.tracker() is not None or written_pages._open() is None
+
+
+def test_changes_between_checkpoints_come_back(tmp_path, hashed, monkeypatch):
+    """Checkpoints of one session in a row, with a model's weights changed through ``.data``
+    and an array changed in place between them: each resume brings back what was there; the
+    checkpoint after an unchanged stretch does not read the big storages again (where the
+    system watches them: the third finds the changed ones unchanged and protects them again,
+    the fourth reads none)."""
+    import builtins
+
+    import kernel_hooks
+
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "written-pages-test-" + "5" * 32)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(512, 1024)
+    ns = {"model": model, "table": np.arange(MIB // 8, dtype=np.float64)}
+    store = str(tmp_path / "store")
+    kernel_hooks.checkpoint(namespace=ns, store=store, workspace="ws")
+    model.weight.data[7, 7] = 123.0
+    ns["table"][MIB // 16] = -1.0
+    kernel_hooks.checkpoint(namespace=ns, store=store, workspace="ws")
+    kernel_hooks.checkpoint(namespace=ns, store=store, workspace="ws")
+    big = len([n for n in hashed if n >= written_pages.WATCH_MIN_BYTES])
+    kernel_hooks.checkpoint(namespace=ns, store=store, workspace="ws")
+    if written_pages.tracker() is not None:
+        assert len([n for n in hashed if n >= written_pages.WATCH_MIN_BYTES]) == big
+    restored: dict = {"__builtins__": builtins}
+    report = kernel_hooks.resume(namespace=restored, store=store, workspace="ws")
+    assert report.verdict["level"] == "exact", report.verdict
+    assert torch.equal(restored["model"].weight, model.weight)
+    assert restored["model"].weight[7, 7] == 123.0
+    assert np.array_equal(restored["table"], ns["table"]) and restored["table"][MIB // 16] == -1.0
