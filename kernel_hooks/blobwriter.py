@@ -7,17 +7,18 @@ owning variable so a change to one small variable rewrites only its pack), then
 
 Blobs are named by ``digests.DEFAULT`` (BLAKE3; big blobs hashed with every core, the GIL
 released, so parallel blobs hash in parallel). Unchanged storages are not hashed again: an
-in-process cache (``SkipCache``) maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the
-blob digest, and xxh3 runs near memory speed; a big storage in host memory is not even read
-where the page tables show that nothing wrote it since its key was taken (``written_pages``). A
-hit goes to ``SnapshotWriter.put_blob``, which claims it when the store has it. A miss is new content and goes to
-``SnapshotWriter.put_new_blob``: on a local store it is hashed while it is written (one pass: a
-temporary file linked under its digest, or dropped when the store has that blob already), on an
-object store hashed first so an existing blob is reused without an upload. When no cached blob
-has the entries' dtypes and sizes (a session's first checkpoint, a new variable), no key can hit:
-on a local store the xxh3 keys are then taken on the way, chunk by chunk just before each chunk
-is hashed and written, so each byte is read from memory once (issue 31). ``remember_blob`` seeds
-the cache from a resume, so the first checkpoint after it reuses what it restored.
+in-process cache (``SkipCache``) maps (algorithm, dtypes, sizes, xxh3-128 of the bytes) to the blob
+digest, and xxh3 runs near memory speed; a big storage in host memory is not even read where the
+page tables show that nothing wrote it since its key was taken (``written_pages``). A hit goes
+to ``SnapshotWriter.put_blob``, which claims it when the store has it. A miss is new content and
+goes to ``SnapshotWriter.put_new_blob``: on a local store it is hashed while it is written (one
+pass: a temporary file linked under its digest, or dropped when the store has that blob
+already), on an object store hashed first so an existing blob is reused without an upload. When
+no cached blob has the entries' dtypes and sizes (a session's first checkpoint, a new variable),
+no key can hit: on a local store the xxh3 keys are then taken on the way, chunk by chunk just
+before each chunk is hashed and written, so each byte is read from memory once (issue 31).
+``remember_blob`` seeds the cache from a resume, so the first checkpoint after it reuses what it
+restored.
 
 Host memory stays flat for CPU storages (blobs are written from zero-copy views) and for CUDA
 storages when the CUDA engine is there (``cuda_engine.get_engine()``): they stream through its
@@ -153,6 +154,9 @@ class BlobWriter:
         with every chunk written, and by a whole blob when one is reused."""
         self._writing = PhaseBytes("writing", sum(m.nbytes for plan in plans for m in plan),
                                    self.progress)
+        pages = tracker()
+        if pages is not None:  # the storages are collected: their memory is mapped by now
+            pages.new_checkpoint()
         out = WrittenBlobs({}, {})
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="gkeresume-write") as pool:
             for plan, (digest, size, new) in zip(plans, pool.map(self._write_plan, plans), strict=True):
@@ -331,10 +335,7 @@ def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview],
             tuple(_content_key(v, a) for v, a in zip(views, addresses, strict=True)))
 
 
-def remember_blob(digest: str, dtypes: list[str], views: list[memoryview],
-                  addresses: list[int | None] | None = None) -> None:
+def remember_blob(digest: str, dtypes: list[str], views: list[memoryview]) -> None:
     """Record that entries with these bytes make blob ``digest`` (a resume calls this for what
-    it read and verified), so that a checkpoint of the same bytes reuses the blob; the entries
-    in new host memory (``addresses``) are watched from then on, so that such a checkpoint
-    does not read them again."""
-    _digest_cache.remember(cache_key(algorithm_of(digest), dtypes, views, addresses), digest)
+    it read and verified), so that a checkpoint of the same bytes reuses the blob."""
+    _digest_cache.remember(cache_key(algorithm_of(digest), dtypes, views), digest)

@@ -337,8 +337,7 @@ class StorageLoader:
             return
         refs = [self.manifest.storages[k] for k in keys]
         views = [self._host_bytes(k) for k in keys]
-        addresses = [_address(self._buffers[k]) if k in self._buffers else None for k in keys]
-        remember_blob(digest, [r.dtype for r in refs], views, addresses)
+        remember_blob(digest, [r.dtype for r in refs], views)
 
     def _target(self, keys: list[str] | None, nbytes: int) -> EntryTarget:
         """Where one blob entry goes: the first key's host buffer when all its storages are on

@@ -9,28 +9,37 @@ blocked, the kernel lifts the protection of the page it hits and remembers that 
 soft-dirty tracking", which this kernel lacks (docs/benchmarks.md). torch's version counter is no
 substitute: it misses writes through ``.data``, NumPy views and other libraries.
 
-Call order, per storage at ``address`` with bytes ``view``: ``tracker()`` (None where the system
-refuses: the caller hashes every time, as before); ``known_digest(address, view)``: the key kept
-for these bytes when nothing wrote them since, else None; then ``watch(address, view)`` before the
-bytes are read, and ``keep(watch, digest)`` once their key is taken.
+Call order: ``tracker()`` (None where the system refuses: the caller hashes every time, as
+before); ``new_checkpoint()`` as a checkpoint starts writing; then per storage at ``address`` with
+bytes ``view``: ``known_digest(address, view)``, the key kept for these bytes when nothing wrote
+them since, else None; then ``watch(address, view)`` before the bytes are read, and
+``keep(watch, digest)`` once their key is taken.
 
 Invariant: ``known_digest`` returns a key only when every whole page inside the storage has been
-write-protected, present or swapped out, anonymous (not a file's or shared memory, which another
-process may write) since before the bytes of that key were read, and the bytes of its partial
-first and last pages (which neighbours share; never protected) are those kept with the key.
+write-protected since before the bytes of that key were read, and is still protected, present or
+swapped out; when the storage was protected its memory was private and anonymous (not a file's,
+shared memory or a device's, which another process or the device may write) and all in memory;
+and the bytes of its partial first and last pages (which neighbours share; never protected) are
+those kept with the key.
 
 What the page tables do not see is not seen: a device writing pinned memory by DMA. torch's
-pinned storages are never watched (``watchable``); memory pinned by other means
-(``cudaHostRegister`` by another library, RDMA) would be. Protection costs the program one minor
-fault per page at its first write after ``watch``, so a storage is watched once: at first sight.
-One found written is read at every checkpoint after that, as before, until it is found
-unchanged between two of them (then it is protected again and read once more under the
-protection): a training loop's parameters, which change every step, pay the fault once, not
-after every checkpoint.
+pinned storages are never watched (``watchable``), nor memory a driver mapped (not anonymous);
+ordinary memory pinned by other means (``cudaHostRegister`` by another library, RDMA) would be.
+Protection costs the program one minor fault per page at its first
+write after ``watch``, so a storage is watched once: at first sight. One found written is read
+at every checkpoint after that, as before, until it is found unchanged between two of them
+(then it is protected again and read once more under the protection): a training loop's
+parameters, which change every step, pay the fault once, not after every checkpoint.
+
+Where it runs: Linux 6.7+ with ``userfaultfd`` allowed. Docker's default seccomp profile
+(moby/profiles ``seccomp/default.json``) does not list ``userfaultfd``: in a container under it
+(and under a runtime default derived from it) the system call fails and every checkpoint reads
+every storage, as before.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import errno
 import mmap
@@ -58,8 +67,7 @@ _UFFDIO_REGISTER_MODE_WP = 1 << 1
 _UFFDIO_WRITEPROTECT_MODE_WP = 1 << 0
 _PAGE_IS_WPALLOWED, _PAGE_IS_WRITTEN, _PAGE_IS_FILE = 1 << 0, 1 << 1, 1 << 2
 _PAGE_IS_PRESENT, _PAGE_IS_SWAPPED = 1 << 3, 1 << 4
-_SCAN_CATEGORIES = (_PAGE_IS_WPALLOWED | _PAGE_IS_WRITTEN | _PAGE_IS_FILE | _PAGE_IS_PRESENT
-                    | _PAGE_IS_SWAPPED)
+_CHECKED = _PAGE_IS_WPALLOWED | _PAGE_IS_WRITTEN | _PAGE_IS_PRESENT | _PAGE_IS_SWAPPED
 _SCAN_REGIONS = 64
 
 
@@ -104,6 +112,14 @@ class WrittenPages:
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        self._private: list[tuple[int, int]] | None = None
+
+    def new_checkpoint(self) -> None:
+        """Called as a checkpoint starts writing, once every storage it writes is allocated:
+        the process's private anonymous memory is read again (``/proc/self/maps``) at the next
+        ``watch``, so that it knows every such storage's mapping."""
+        with self._lock:
+            self._private = None
 
     def known_digest(self, address: int, view: memoryview) -> bytes | None:
         """The key kept for the storage at ``address`` when nothing wrote it since (see the
@@ -140,8 +156,8 @@ class WrittenPages:
                 for other in [a for a, e in self._entries.items()
                               if e.watch.start < end and start < e.watch.end]:
                     del self._entries[other]
-            armed = self._protect(start, end)
-            refused = not armed
+            armed, refused = self._protect(start, end) if self._is_private(start, end) else (
+                False, True)
         head, tail = bytes(view[:start - address]), bytes(view[end - address:])
         return Watch(address, nbytes, start, end, head, tail, armed, refused)
 
@@ -164,43 +180,92 @@ class WrittenPages:
             self._entries.move_to_end(address)
             return entry
 
-    def _protect(self, start: int, end: int) -> bool:
+    def _is_private(self, start: int, end: int) -> bool:
+        """Whether ``[start, end)`` lies in private anonymous memory (as ``new_checkpoint``
+        found it): not a file's, not shared, not a device's (pinned memory a driver mapped,
+        which its device writes by DMA)."""
+        with self._lock:
+            if self._private is None:
+                self._private = _private_anonymous_memory()
+            spans = self._private
+        at = bisect.bisect_right(spans, (start, float("inf"))) - 1
+        return at >= 0 and spans[at][0] <= start and end <= spans[at][1]
+
+    def _protect(self, start: int, end: int) -> tuple[bool, bool]:
+        """Register and write-protect ``[start, end)``; (armed, refused): armed when every page
+        is now protected, in memory and anonymous; refused when the system would not protect it
+        or it is a file's or shared memory (another process may write it). A page not in memory
+        cannot be told apart: shared memory not mapped here yet reads as protected and swapped
+        out (a marker the protection leaves), so it is not armed now (it may be when its bytes
+        were read: ``watch(..., again=True)``)."""
         span = struct.pack("QQ", start, end - start)
         register = ctypes.create_string_buffer(span + struct.pack("QQ", _UFFDIO_REGISTER_MODE_WP, 0))
         protect = ctypes.create_string_buffer(span + struct.pack("Q", _UFFDIO_WRITEPROTECT_MODE_WP))
-        return (self._libc.ioctl(self._uffd, _UFFDIO_REGISTER, register) == 0
-                and self._libc.ioctl(self._uffd, _UFFDIO_WRITEPROTECT, protect) == 0)
+        if (self._libc.ioctl(self._uffd, _UFFDIO_REGISTER, register) != 0
+                or self._libc.ioctl(self._uffd, _UFFDIO_WRITEPROTECT, protect) != 0):
+            return False, True
+        found = self._categories(start, end, _CHECKED | _PAGE_IS_FILE, _PAGE_IS_PRESENT)
+        if found is not None and found & _PAGE_IS_FILE:
+            return False, True
+        return found is not None and not found & _PAGE_IS_WRITTEN, False
 
     def _unwritten(self, watch: Watch, view: memoryview) -> bool:
-        return self._pages_unwritten(watch.start, watch.end) and self._edges_unchanged(watch, view)
+        found = self._categories(watch.start, watch.end, _CHECKED,
+                                 _PAGE_IS_PRESENT | _PAGE_IS_SWAPPED)
+        return (found is not None and not found & _PAGE_IS_WRITTEN
+                and self._edges_unchanged(watch, view))
 
     @staticmethod
     def _edges_unchanged(watch: Watch, view: memoryview) -> bool:
         head, tail = watch.start - watch.address, watch.end - watch.address
         return view[:head] == watch.head and view[tail:] == watch.tail
 
-    def _pages_unwritten(self, start: int, end: int) -> bool:
-        """Whether every page of ``[start, end)`` is still protected, present or swapped out,
-        and anonymous (a hole, a page dropped or a file's page: False)."""
+    def _categories(self, start: int, end: int, wanted: int, needed: int) -> int | None:
+        """The ``wanted`` categories found on the pages of ``[start, end)``, together; None
+        unless every page is registered for protection and has one of the ``needed`` (a hole or
+        a page dropped has none). Asking for ``_PAGE_IS_FILE`` costs the kernel a look at every
+        page's own record (4x the time): ``watch`` asks, the checks after it do not (a page
+        of anonymous memory stays so until its mapping is replaced, and the new one is not
+        registered)."""
         regions = (ctypes.c_uint64 * (3 * _SCAN_REGIONS))()
-        at = start
+        found, at = 0, start
         while at < end:
             arg = ctypes.create_string_buffer(struct.pack(
                 "12Q", 96, 0, at, end, 0, ctypes.addressof(regions), _SCAN_REGIONS, 0, 0, 0, 0,
-                _SCAN_CATEGORIES))
-            found = self._libc.ioctl(self._pagemap, _PAGEMAP_SCAN, arg)
-            if found < 0:
-                return False
-            for i in range(found):
+                wanted))
+            count = self._libc.ioctl(self._pagemap, _PAGEMAP_SCAN, arg)
+            if count < 0:
+                return None
+            for i in range(count):
                 first, last, categories = regions[3 * i:3 * i + 3]
                 if (first != at or not categories & _PAGE_IS_WPALLOWED
-                        or categories & (_PAGE_IS_WRITTEN | _PAGE_IS_FILE)
-                        or not categories & (_PAGE_IS_PRESENT | _PAGE_IS_SWAPPED)):
-                    return False
+                        or not categories & needed):
+                    return None
+                found |= categories
                 at = last
-            if found < _SCAN_REGIONS and at < end:
-                return False  # the walk ended before the range did: a hole
-        return True
+            if count < _SCAN_REGIONS and at < end:
+                return None  # the walk ended before the range did: a hole
+        return found
+
+
+def _private_anonymous_memory() -> list[tuple[int, int]]:
+    """The spans of this process's private anonymous mappings (``/proc/self/maps``: a ``p`` in
+    the permissions, no device, no inode, no path but the heap's, the stack's or a name given
+    with ``PR_SET_VMA_ANON_NAME``), sorted, adjacent ones joined."""
+    spans: list[tuple[int, int]] = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            path = fields[5].strip() if len(fields) > 5 else ""
+            if (fields[1][3] != "p" or fields[3] != "00:00" or fields[4] != "0"
+                    or not (path in ("", "[heap]", "[stack]") or path.startswith("[anon:"))):
+                continue
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if spans and spans[-1][1] == low:
+                spans[-1] = (spans[-1][0], high)
+            else:
+                spans.append((low, high))
+    return spans
 
 
 def watchable(source: Any, kind: str, device: str) -> bool:

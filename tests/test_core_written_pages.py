@@ -37,6 +37,7 @@ def hashed(monkeypatch):
     pages = written_pages.tracker()
     if pages is not None:
         monkeypatch.setattr(pages, "_entries", OrderedDict())
+        pages.new_checkpoint()  # as a checkpoint does once its storages are allocated
     sizes: list[int] = []
 
     def digest(view):
@@ -158,6 +159,23 @@ def test_shared_memory_another_process_writes_is_read_every_time(hashed):
     assert key_of(a) == xxhash.xxh3_128_digest(a) != first and len(hashed) == 2
     del a
     shared.close()
+
+
+@needs_tracking
+def test_a_file_mapped_privately_is_read_every_time(hashed, tmp_path):
+    """A private mapping of a file shows the file's bytes where the program did not write: a
+    change to the file changes them without a fault here."""
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\x01" * (2 * MIB))
+    with open(path, "r+b") as f:
+        mapped = mmap.mmap(f.fileno(), 2 * MIB, flags=mmap.MAP_PRIVATE)
+        a = np.frombuffer(mapped, dtype=np.uint8)
+        first = key_of(a)
+        os.pwrite(f.fileno(), b"\x02" * 100, MIB)
+        assert key_of(a) == xxhash.xxh3_128_digest(a) != first
+        assert key_of(a) == xxhash.xxh3_128_digest(a) and hashed == [a.nbytes] * 3
+        del a
+        mapped.close()
 
 
 def test_pinned_and_device_memory_is_never_watched():
