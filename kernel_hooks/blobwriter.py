@@ -302,9 +302,10 @@ def _keyed_parts(header: bytes, views: list[memoryview], keyers: list[xxhash.xxh
             yield chunk
 
 
-def _content_key(view: memoryview, address: int | None) -> bytes:
+def _content_key(view: memoryview, address: int | None, made_here: bool = False) -> bytes:
     """The xxh3-128 of an entry's bytes, without reading them where the page tables show that
-    nothing wrote them since their key was taken (``written_pages``)."""
+    nothing wrote them since their key was taken (``written_pages``; ``made_here``: see
+    ``WrittenPages.watch``)."""
     pages = _pages_watching(view, address)
     if pages is None:
         return xxhash.xxh3_128_digest(view)
@@ -312,7 +313,7 @@ def _content_key(view: memoryview, address: int | None) -> bytes:
     if digest is not None:
         return digest
     before = pages.kept_digest(address, len(view))
-    watch = pages.watch(address, view)
+    watch = pages.watch(address, view, made_here=made_here)
     digest = xxhash.xxh3_128_digest(view)
     if before == digest:  # written before, unchanged since: watched again, and read under it
         watch = pages.watch(address, view, again=True)
@@ -327,15 +328,18 @@ def _pages_watching(view: memoryview, address: int | None) -> WrittenPages | Non
 
 
 def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview],
-              addresses: list[int | None] | None = None) -> tuple:
+              addresses: list[int | None] | None = None, made_here: bool = False) -> tuple:
     """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each
     (``_content_key``: not read again where ``addresses`` says where it may be watched)."""
     addresses = addresses or [None] * len(views)
     return (*_shape(algorithm, dtypes, views),
-            tuple(_content_key(v, a) for v, a in zip(views, addresses, strict=True)))
+            tuple(_content_key(v, a, made_here) for v, a in zip(views, addresses, strict=True)))
 
 
-def remember_blob(digest: str, dtypes: list[str], views: list[memoryview]) -> None:
+def remember_blob(digest: str, dtypes: list[str], views: list[memoryview],
+                  addresses: list[int | None] | None = None) -> None:
     """Record that entries with these bytes make blob ``digest`` (a resume calls this for what
-    it read and verified), so that a checkpoint of the same bytes reuses the blob."""
-    _digest_cache.remember(cache_key(algorithm_of(digest), dtypes, views), digest)
+    it read and verified), so that a checkpoint of the same bytes reuses the blob. The entries
+    at ``addresses`` (memory the resume made: new buffers, its private mappings of the blob
+    files) are watched from then on, so that such a checkpoint does not read them again."""
+    _digest_cache.remember(cache_key(algorithm_of(digest), dtypes, views, addresses, True), digest)

@@ -205,7 +205,7 @@ def test_without_the_system_call_every_storage_is_read(monkeypatch, hashed):
     assert written_pages.tracker() is not None or written_pages._open() is None
 
 
-def test_changes_between_checkpoints_come_back(tmp_path, hashed, monkeypatch):
+def test_changes_between_checkpoints_come_back(tmp_path, hashed):
     """Checkpoints of one session in a row, with a model's weights changed through ``.data``
     and an array changed in place between them: each resume brings back what was there; the
     checkpoint after an unchanged stretch does not read the big storages again (where the
@@ -215,7 +215,6 @@ def test_changes_between_checkpoints_come_back(tmp_path, hashed, monkeypatch):
 
     import kernel_hooks
 
-    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "written-pages-test-" + "5" * 32)
     torch.manual_seed(0)
     model = torch.nn.Linear(512, 1024)
     ns = {"model": model, "table": np.arange(MIB // 8, dtype=np.float64)}
@@ -235,3 +234,30 @@ def test_changes_between_checkpoints_come_back(tmp_path, hashed, monkeypatch):
     assert torch.equal(restored["model"].weight, model.weight)
     assert restored["model"].weight[7, 7] == 123.0
     assert np.array_equal(restored["table"], ns["table"]) and restored["table"][MIB // 16] == -1.0
+
+
+def test_what_a_resume_restored_is_not_read_again_unless_written(tmp_path, hashed):
+    """The pause after a resume: the storages the resume restored (served over its mappings of
+    the blob files, or in new memory) are watched from the resume on, so the checkpoint after
+    it does not read those nothing wrote; one written in place (a copy-on-write of a mapped
+    page) is read, and the next resume brings back the new value."""
+    import builtins
+
+    import kernel_hooks
+
+    torch.manual_seed(0)
+    ns = {"frozen": torch.randn(MIB), "trained": torch.randn(MIB // 2)}  # 4 MiB, 2 MiB
+    store = str(tmp_path / "store")
+    kernel_hooks.checkpoint(namespace=ns, store=store, workspace="ws")
+    restored: dict = {"__builtins__": builtins}
+    kernel_hooks.resume(namespace=restored, store=store, workspace="ws")
+    restored["trained"][MIB // 4] = 5.0
+    hashed.clear()
+    kernel_hooks.checkpoint(namespace=restored, store=store, workspace="ws")
+    if written_pages.tracker() is not None:
+        assert [n for n in hashed if n >= written_pages.WATCH_MIN_BYTES] == [MIB // 2 * 4]
+    again: dict = {"__builtins__": builtins}
+    report = kernel_hooks.resume(namespace=again, store=store, workspace="ws")
+    assert report.verdict["level"] == "exact", report.verdict
+    assert torch.equal(again["frozen"], ns["frozen"]) and again["trained"][MIB // 4] == 5.0
+    assert torch.equal(again["trained"], restored["trained"])
