@@ -340,6 +340,6 @@ def remember_blob(digest: str, dtypes: list[str], views: list[memoryview],
                   addresses: list[int | None] | None = None) -> None:
     """Record that entries with these bytes make blob ``digest`` (a resume calls this for what
     it read and verified), so that a checkpoint of the same bytes reuses the blob. The entries
-    at ``addresses`` (memory the resume made: new buffers, its private mappings of the blob
-    files) are watched from then on, so that such a checkpoint does not read them again."""
+    at ``addresses`` (new memory the resume allocated) are watched from then on, so that such
+    a checkpoint does not read them again."""
     _digest_cache.remember(cache_key(algorithm_of(digest), dtypes, views, addresses, True), digest)

@@ -337,7 +337,8 @@ class StorageLoader:
             return
         refs = [self.manifest.storages[k] for k in keys]
         views = [self._host_bytes(k) for k in keys]
-        remember_blob(digest, [r.dtype for r in refs], views, [self._host_address(k) for k in keys])
+        addresses = [_address(self._buffers[k]) if k in self._buffers else None for k in keys]
+        remember_blob(digest, [r.dtype for r in refs], views, addresses)
 
     def _target(self, keys: list[str] | None, nbytes: int) -> EntryTarget:
         """Where one blob entry goes: the first key's host buffer when all its storages are on
@@ -393,13 +394,6 @@ class StorageLoader:
             mapping, offset = self._mapped.pop(key)
             self._buffers[key] = _allocate(self.manifest.storages[key], over=(mapping, offset))
         return self._buffers[key]
-
-    def _host_address(self, key: str) -> int:
-        """Where ``_host_bytes(key)`` lies."""
-        if key in self._buffers:
-            return _address(self._buffers[key])
-        mapping, offset = self._mapped[key]
-        return ctypes.addressof(ctypes.c_char.from_buffer(mapping)) + offset
 
     def _host_bytes(self, key: str) -> memoryview:
         """The verified host bytes of ``key`` (its blob is read): its buffer's, or the span of
