@@ -31,7 +31,9 @@ at every checkpoint after that, as before, until it is found unchanged between t
 (then it is protected again and read once more under the protection): a training loop's
 parameters, which change every step, pay the fault once, not after every checkpoint.
 
-Where it runs: Linux 6.7+ with ``userfaultfd`` allowed. Docker's default seccomp profile
+Where it runs: Linux 6.7+ with ``userfaultfd`` allowed, unless ``GKERESUME_WATCH_WRITES=0``
+(``WATCH_ENV``; a platform that also dumps the process with CRIU, which cannot dump an open
+userfaultfd: checkpoint-restore/criu issue 2021, turns it off). Docker's default seccomp profile
 (moby/profiles ``seccomp/default.json``) does not list ``userfaultfd``: in a container under it
 (and under a runtime default derived from it) the system call fails and every checkpoint reads
 every storage, as before.
@@ -56,6 +58,8 @@ from typing import Any
 WATCH_MIN_BYTES = 1 << 20
 #: Storages remembered, least recently seen forgotten first.
 MAX_WATCHED = 4096
+#: ``0`` here turns the watching off: every checkpoint reads every storage.
+WATCH_ENV = "GKERESUME_WATCH_WRITES"
 
 _PAGE = mmap.PAGESIZE
 _USERFAULTFD_SYSCALL = {"x86_64": 323, "aarch64": 282}
@@ -291,7 +295,7 @@ _tracker_lock = threading.Lock()
 def tracker() -> WrittenPages | None:
     """This process's tracker, opened at the first call (again in a forked child, whose pages
     are not protected), or None where the system refuses (another kernel or architecture, a
-    seccomp profile without ``userfaultfd``, Linux before 6.7)."""
+    seccomp profile without ``userfaultfd``, Linux before 6.7) or ``WATCH_ENV`` is ``0``."""
     global _tracker
     with _tracker_lock:
         if _tracker is None or _tracker[0] != os.getpid():
@@ -301,7 +305,7 @@ def tracker() -> WrittenPages | None:
 
 def _open() -> WrittenPages | None:
     number = _USERFAULTFD_SYSCALL.get(platform.machine())
-    if number is None:
+    if number is None or os.environ.get(WATCH_ENV, "").strip() == "0":
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     uffd = libc.syscall(number, os.O_CLOEXEC | _UFFD_USER_MODE_ONLY)

@@ -193,16 +193,19 @@ def test_pinned_and_device_memory_is_never_watched():
     assert written_pages.watchable(np.zeros(3), "numpy", "cpu")
 
 
-def test_without_the_system_call_every_storage_is_read(monkeypatch, hashed):
-    """Where the system refuses (another architecture, seccomp, an older kernel) nothing is
-    watched: every checkpoint reads every storage, as before."""
-    monkeypatch.setattr(written_pages, "_USERFAULTFD_SYSCALL", {})
+@pytest.mark.parametrize("refusal", ["no system call", "turned off"])
+def test_without_the_system_call_every_storage_is_read(refusal, monkeypatch, hashed):
+    """Where the system refuses (another architecture, seccomp, an older kernel), or
+    ``GKERESUME_WATCH_WRITES=0`` turns it off, nothing is watched: every checkpoint reads every
+    storage, as before."""
+    if refusal == "no system call":
+        monkeypatch.setattr(written_pages, "_USERFAULTFD_SYSCALL", {})
+    else:
+        monkeypatch.setenv(written_pages.WATCH_ENV, "0")
     monkeypatch.setattr(written_pages, "_tracker", None)
     assert written_pages.tracker() is None
     a = np.ones(2 * MIB // 8)
     assert key_of(a) == key_of(a) and hashed == [a.nbytes, a.nbytes]
-    monkeypatch.undo()
-    assert written_pages.tracker() is not None or written_pages._open() is None
 
 
 def test_changes_between_checkpoints_come_back(tmp_path, hashed):
