@@ -99,6 +99,7 @@ class Watch:
     tail: bytes
     armed: bool
     refused: bool = False
+    spoiled: bool = False  # another storage's pages were protected over some of these since
 
 
 @dataclass
@@ -117,6 +118,7 @@ class WrittenPages:
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self._private: list[tuple[int, int]] | None = None
+        self._watching: list[Watch] = []  # watched, their keys not kept yet
 
     def new_checkpoint(self) -> None:
         """Called as a checkpoint starts writing, once every storage it writes is allocated:
@@ -124,6 +126,7 @@ class WrittenPages:
         ``watch``, so that it knows every such storage's mapping."""
         with self._lock:
             self._private = None
+            self._watching.clear()  # a watch never kept (its write failed) is done with
 
     def known_digest(self, address: int, view: memoryview) -> bytes | None:
         """The key kept for the storage at ``address`` when nothing wrote it since (see the
@@ -159,26 +162,32 @@ class WrittenPages:
         start = -(-address // _PAGE) * _PAGE
         end = (address + nbytes) // _PAGE * _PAGE
         seen = self._entry(address, nbytes)
-        refused = seen is not None and seen.watch.refused
-        armed = False
-        if (seen is None or again) and not refused and end > start:
+        watch = Watch(address, nbytes, start, end, b"", b"", False,
+                      seen is not None and seen.watch.refused)
+        if (seen is None or again) and not watch.refused and end > start:
             with self._lock:  # pages protected for another storage are that storage's no more
                 for other in [a for a, e in self._entries.items()
                               if e.watch.start < end and start < e.watch.end]:
                     del self._entries[other]
+                for other in self._watching:
+                    other.spoiled = other.spoiled or (other.start < end and start < other.end)
+                self._watching.append(watch)
             if made_here or self._is_private(start, end):
-                armed, refused = self._protect(start, end)
+                watch.armed, watch.refused = self._protect(start, end)
             else:
-                refused = True
-        head, tail = bytes(view[:start - address]), bytes(view[end - address:])
-        return Watch(address, nbytes, start, end, head, tail, armed, refused)
+                watch.refused = True
+        watch.head, watch.tail = bytes(view[:start - address]), bytes(view[end - address:])
+        return watch
 
     def keep(self, watch: Watch, view: memoryview, digest: bytes) -> None:
         """Remember ``digest`` as the key of the bytes read after ``watch``; it serves only
-        while nothing writes them (a partial page changed while they were read: not kept)."""
-        if watch.armed and not self._edges_unchanged(watch, view):
-            watch.armed = False
+        while nothing writes them (not at all when a partial page changed while they were
+        read, or another storage's watch protected some of its pages again meanwhile: a write
+        between the two would not be seen)."""
         with self._lock:
+            self._watching = [w for w in self._watching if w is not watch]
+            if watch.armed and (watch.spoiled or not self._edges_unchanged(watch, view)):
+                watch.armed = False
             self._entries[watch.address] = _Entry(watch, digest)
             self._entries.move_to_end(watch.address)
             while len(self._entries) > MAX_WATCHED:

@@ -123,6 +123,26 @@ def test_every_way_of_writing_a_watched_storage_is_seen(write, hashed, tmp_path)
 
 
 @needs_tracking
+def test_storages_over_the_same_pages_are_never_served_an_old_key(hashed):
+    """Two storages over shared pages, watched by two writer threads at once: one's bytes read,
+    then written, then the other's watch protects the shared page again (its written mark
+    gone). The first storage's key no longer holds, and is not served."""
+    pages = written_pages.tracker()
+    base = np.full(4 * MIB, 7, dtype=np.uint8)  # in memory (np.zeros maps none yet)
+    x, y = base[:3 * MIB], base[MIB:]
+    vx, vy = memoryview(x).cast("B"), memoryview(y).cast("B")
+    watch_x = pages.watch(x.ctypes.data, vx)
+    assert watch_x.armed
+    old = xxhash.xxh3_128_digest(vx)
+    base[2 * MIB] = 1  # after x was read: x has changed
+    watch_y = pages.watch(y.ctypes.data, vy)
+    pages.keep(watch_x, vx, old)
+    pages.keep(watch_y, vy, xxhash.xxh3_128_digest(vy))
+    assert pages.known_digest(x.ctypes.data, vx) is None
+    assert key_of(x) == xxhash.xxh3_128_digest(x) != old
+
+
+@needs_tracking
 def test_memory_mapped_again_at_the_same_address_is_read_again(hashed):
     """The storage's memory unmapped and new memory mapped at the same address (what an
     allocator may do between two checkpoints): not protected, so read again."""
