@@ -136,7 +136,11 @@ class WrittenPages:
         if entry is None or not entry.watch.armed:
             return None
         if self._unwritten(entry.watch, view):
-            return entry.digest
+            with self._lock:  # another storage's watch takes the pages (and their marks) only
+                # after it dropped this entry: still here, its pages were not taken before
+                # the scan above
+                if self._entries.get(address) is entry:
+                    return entry.digest
         entry.watch.armed = False
         return None
 

@@ -143,6 +143,30 @@ def test_storages_over_the_same_pages_are_never_served_an_old_key(hashed):
 
 
 @needs_tracking
+def test_a_key_is_not_served_when_another_storage_takes_its_pages_during_the_check(
+        hashed, monkeypatch):
+    """The other interleaving: a storage's key is being checked while another writer thread's
+    watch protects their shared pages again (their written marks gone)."""
+    pages = written_pages.tracker()
+    base = np.full(4 * MIB, 7, dtype=np.uint8)
+    x, y = base[:3 * MIB], base[MIB:]
+    vx, vy = memoryview(x).cast("B"), memoryview(y).cast("B")
+    old = key_of(x)
+    base[2 * MIB] = 1  # x has changed since its key
+    scan = pages._unwritten
+
+    def interleaved(watch, view):
+        if watch.address == x.ctypes.data:
+            pages.watch(y.ctypes.data, vy)  # the other thread, between lookup and scan
+        return scan(watch, view)
+
+    monkeypatch.setattr(pages, "_unwritten", interleaved)
+    assert pages.known_digest(x.ctypes.data, vx) is None
+    monkeypatch.undo()
+    assert key_of(x) == xxhash.xxh3_128_digest(x) != old
+
+
+@needs_tracking
 def test_memory_mapped_again_at_the_same_address_is_read_again(hashed):
     """The storage's memory unmapped and new memory mapped at the same address (what an
     allocator may do between two checkpoints): not protected, so read again."""
