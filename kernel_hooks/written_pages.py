@@ -114,7 +114,7 @@ class WrittenPages:
     def __init__(self, uffd: int, pagemap: int):
         self._uffd = uffd
         self._pagemap = pagemap
-        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc = _libc()
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self._private: list[tuple[int, int]] | None = None
@@ -316,11 +316,18 @@ def tracker() -> WrittenPages | None:
         return _tracker[1]
 
 
+def _libc() -> ctypes.CDLL:
+    """libc, its ``ioctl`` declared (the request numbers need all 32 bits unsigned)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+    return libc
+
+
 def _open() -> WrittenPages | None:
     number = _USERFAULTFD_SYSCALL.get(platform.machine())
     if number is None or os.environ.get(WATCH_ENV, "").strip() == "0":
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     uffd = libc.syscall(number, os.O_CLOEXEC | _UFFD_USER_MODE_ONLY)
     if uffd < 0:
         return None
