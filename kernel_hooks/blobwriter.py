@@ -140,13 +140,17 @@ class WrittenBlobs:
 
 
 class BlobWriter:
-    """Puts planned blobs through ``writer`` with ``concurrency`` threads, reporting progress."""
+    """Puts planned blobs through ``writer`` with ``concurrency`` threads, reporting progress.
+    ``watch_new``: big storages not watched yet are watched (``written_pages``) from this
+    checkpoint on; False for a pause, whose kernel stops after it (the keys of those watched
+    before still serve)."""
 
     def __init__(self, writer: SnapshotWriter, concurrency: int | None = None,
-                 progress: ProgressSink | None = None):
+                 progress: ProgressSink | None = None, watch_new: bool = True):
         self.writer = writer
         self.concurrency = concurrency or writer.store.concurrency
         self.progress = progress
+        self.watch_new = watch_new
         self._writing = PhaseBytes("writing", 0, None)
 
     def write_all(self, plans: list[list[CollectedStorage]]) -> WrittenBlobs:
@@ -204,7 +208,7 @@ class BlobWriter:
             if self.writer.store.hashes_while_writing and not _digest_cache.has_shape(shape):
                 # no key can hit: new content, keyed on the way (each byte read once)
                 pages = [_pages_watching(v, a) for v, a in zip(views, addresses, strict=True)]
-                watches = [p.watch(a, v) if p is not None else None
+                watches = [p.watch(a, v) if p is not None and self.watch_new else None
                            for p, v, a in zip(pages, views, addresses, strict=True)]
                 keyers = [xxhash.xxh3_128() for _ in views]
                 keyed = _keyed_parts(layout.header, views, keyers,
@@ -215,7 +219,8 @@ class BlobWriter:
                         p.keep(watch, view, keyer.digest())
                 _digest_cache.remember((*shape, tuple(k.digest() for k in keyers)), digest)
                 return digest, layout.size, new
-            key = cache_key(DEFAULT, [d for d, _ in entries], views, addresses)
+            key = cache_key(DEFAULT, [d for d, _ in entries], views, addresses,
+                            watch_new=self.watch_new)
             digest = _digest_cache.get(key)
             if digest is None:
                 digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
@@ -302,16 +307,17 @@ def _keyed_parts(header: bytes, views: list[memoryview], keyers: list[xxhash.xxh
             yield chunk
 
 
-def _content_key(view: memoryview, address: int | None, made_here: bool = False) -> bytes:
+def _content_key(view: memoryview, address: int | None, made_here: bool = False,
+                 watch_new: bool = True) -> bytes:
     """The xxh3-128 of an entry's bytes, without reading them where the page tables show that
     nothing wrote them since their key was taken (``written_pages``; ``made_here``: see
-    ``WrittenPages.watch``)."""
+    ``WrittenPages.watch``; ``watch_new``: see ``BlobWriter``)."""
     pages = _pages_watching(view, address)
     if pages is None:
         return xxhash.xxh3_128_digest(view)
     digest = pages.known_digest(address, view)
-    if digest is not None:
-        return digest
+    if digest is not None or not watch_new:
+        return digest or xxhash.xxh3_128_digest(view)
     before = pages.kept_digest(address, len(view))
     watch = pages.watch(address, view, made_here=made_here)
     digest = xxhash.xxh3_128_digest(view)
@@ -328,12 +334,14 @@ def _pages_watching(view: memoryview, address: int | None) -> WrittenPages | Non
 
 
 def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview],
-              addresses: list[int | None] | None = None, made_here: bool = False) -> tuple:
+              addresses: list[int | None] | None = None, made_here: bool = False,
+              watch_new: bool = True) -> tuple:
     """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each
     (``_content_key``: not read again where ``addresses`` says where it may be watched)."""
     addresses = addresses or [None] * len(views)
     return (*_shape(algorithm, dtypes, views),
-            tuple(_content_key(v, a, made_here) for v, a in zip(views, addresses, strict=True)))
+            tuple(_content_key(v, a, made_here, watch_new)
+                  for v, a in zip(views, addresses, strict=True)))
 
 
 def remember_blob(digest: str, dtypes: list[str], views: list[memoryview],

@@ -209,7 +209,7 @@ def take_checkpoint(
 
     mark = time.monotonic()
     snapshot = SnapshotWriter(store, key)
-    writer = BlobWriter(snapshot, progress=progress)
+    writer = BlobWriter(snapshot, progress=progress, watch_new=why in (None, "checkpoint"))
     written = writer.write_all(plan_blobs(collector.items))
     graph_digest, graph_size, graph_new = writer.write_bytes(graph)
     timings["blobs"] = time.monotonic() - mark

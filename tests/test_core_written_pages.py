@@ -312,3 +312,24 @@ def test_what_a_resume_restored_is_not_read_again_unless_written(gcs_bucket, has
     # gcsfs threads and emulator variables are named: this is not a kernel of its own)
     assert torch.equal(again["frozen"], ns["frozen"]) and again["trained"][MIB // 4] == 5.0
     assert torch.equal(again["trained"], restored["trained"])
+
+
+def test_a_pause_watches_nothing_new_but_uses_what_was_watched(tmp_path, hashed):
+    """A pause's kernel stops after its checkpoint (the server's reasons: user, idle, shutdown):
+    protecting pages then would cost the pause and pay back nothing. The keys of storages a
+    ``%checkpoint`` watched before still serve it."""
+    import kernel_hooks
+
+    ns = {"table": np.random.default_rng(1).random(MIB // 4)}  # 2 MiB
+    store = str(tmp_path / "store")
+
+    def big_reads(reason: str) -> int:
+        hashed.clear()
+        kernel_hooks.checkpoint(namespace=ns, store=store, workspace="ws", reason=reason)
+        return len([n for n in hashed if n >= written_pages.WATCH_MIN_BYTES])
+
+    big_reads("user")  # the first: keyed while written
+    assert big_reads("idle") == 1  # not watched by the pause before
+    assert big_reads("checkpoint") == 1  # read once more, and watched from now on
+    if written_pages.tracker() is not None:
+        assert big_reads("shutdown") == 0
