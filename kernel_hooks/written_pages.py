@@ -23,8 +23,9 @@ and the bytes of its partial first and last pages (which neighbours share; never
 those kept with the key.
 
 What the page tables do not see is not seen: a device writing pinned memory by DMA. torch's
-pinned storages are never watched (``watchable``), nor memory a driver mapped (not anonymous);
-ordinary memory pinned by other means (``cudaHostRegister`` by another library, RDMA) would be.
+pinned storages are never watched (``watchable``), nor memory torch or NumPy did not allocate
+themselves, nor memory a driver mapped (not anonymous); memory they allocated and another library
+pinned afterwards (``cudaHostRegister``, RDMA registration) would be.
 Protection costs the program one minor fault per page at its first
 write after ``watch``, so a storage is watched once: at first sight. One found written is read
 at every checkpoint after that, as before, until it is found unchanged between two of them
@@ -48,6 +49,7 @@ import mmap
 import os
 import platform
 import struct
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -294,11 +296,20 @@ def _private_anonymous_memory() -> list[tuple[int, int]]:
 
 
 def watchable(source: Any, kind: str, device: str) -> bool:
-    """Whether a collected storage may be watched: host memory, not pinned for a device's DMA
-    (which the page tables do not see)."""
+    """Whether a collected storage may be watched: host memory that torch or NumPy allocated
+    itself (a resizable torch storage, an array that owns its data: not memory another object
+    lends, such as another library's pinned buffer or a mapped file) and that torch did not pin
+    for a device's DMA, which the page tables do not see. (Only torch's CUDA, once started,
+    pins memory torch allocated: ``is_pinned`` is not asked before, since it may start a CUDA
+    context.)"""
     if device != "cpu":
         return False
-    return not (kind == "torch" and source.is_pinned())
+    if kind == "numpy":
+        return bool(source.flags.owndata)
+    if kind != "torch" or not source.resizable():
+        return False
+    torch = sys.modules.get("torch")
+    return not (torch.cuda.is_initialized() and source.is_pinned())
 
 
 _tracker: tuple[int, WrittenPages | None] | None = None

@@ -222,19 +222,27 @@ def test_a_file_mapped_privately_is_read_every_time(hashed, tmp_path):
         mapped.close()
 
 
-def test_pinned_and_device_memory_is_never_watched():
-    """Pinned host memory is written by a device's DMA, which the page tables do not see."""
-    class Storage:
-        def __init__(self, pinned):
-            self.pinned = pinned
+def test_only_memory_torch_or_numpy_allocated_unpinned_is_watched(monkeypatch):
+    """Pinned host memory is written by a device's DMA, which the page tables do not see; memory
+    another object lends (``torch.frombuffer``, an array over a mapping or another library's
+    buffer) may be such memory."""
+    owned = torch.randn(10)
+    assert written_pages.watchable(owned.untyped_storage(), "torch", "cpu")
+    assert written_pages.watchable(np.ones(3), "numpy", "cpu")
+    lent = torch.frombuffer(bytearray(40), dtype=torch.float32)
+    assert not written_pages.watchable(lent.untyped_storage(), "torch", "cpu")
+    assert not written_pages.watchable(np.frombuffer(mmap.mmap(-1, 80)), "numpy", "cpu")
+    assert not written_pages.watchable(None, "cuda_array", "cuda:0")
+
+    class Pinned:  # a storage torch pinned, once its CUDA runs (none here)
+        def resizable(self):
+            return True
 
         def is_pinned(self):
-            return self.pinned
+            return True
 
-    assert written_pages.watchable(Storage(False), "torch", "cpu")
-    assert not written_pages.watchable(Storage(True), "torch", "cpu")
-    assert not written_pages.watchable(None, "cuda_array", "cuda:0")
-    assert written_pages.watchable(np.zeros(3), "numpy", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert not written_pages.watchable(Pinned(), "torch", "cpu")
 
 
 @pytest.mark.parametrize("refusal", ["no system call", "turned off"])
