@@ -316,8 +316,10 @@ def _content_key(view: memoryview, address: int | None, made_here: bool = False,
     if pages is None:
         return xxhash.xxh3_128_digest(view)
     digest = pages.known_digest(address, view)
-    if digest is not None or not watch_new:
-        return digest or xxhash.xxh3_128_digest(view)
+    if digest is not None:
+        return digest
+    if not watch_new:
+        return xxhash.xxh3_128_digest(view)
     before = pages.kept_digest(address, len(view))
     watch = pages.watch(address, view, made_here=made_here)
     digest = xxhash.xxh3_128_digest(view)
