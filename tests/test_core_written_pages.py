@@ -341,3 +341,39 @@ def test_a_pause_watches_nothing_new_but_uses_what_was_watched(tmp_path, hashed)
     assert big_reads("checkpoint") == 1  # read once more, and watched from now on
     if written_pages.tracker() is not None:
         assert big_reads("shutdown") == 0
+
+
+def test_a_pause_after_a_checkpoint_carries_every_write_in_a_real_kernel(start_kernel):
+    """The path a person takes, in real kernels: ``%checkpoint``, then writes in place of every
+    kind (a parameter through ``.data``, an optimizer step, a NumPy slice, a ``read(2)`` into an
+    array), then the pause's checkpoint (reason ``user``, as the server asks it), which uses the
+    keys the ``%checkpoint`` left; a fresh kernel resumes every value written."""
+    k = start_kernel()
+    k.run("import torch, numpy as np, kernel_hooks, json, os, tempfile\n"
+          "torch.manual_seed(0)\n"
+          "model = torch.nn.Linear(1024, 1024)\n"
+          "opt = torch.optim.Adam(model.parameters())\n"
+          "model(torch.randn(2, 1024)).sum().backward(); opt.step()\n"
+          "table = np.random.default_rng(0).random(1 << 18)\n"
+          "frozen = torch.randn(1 << 20)\n"
+          "path = os.path.join(tempfile.mkdtemp(), 'bytes')\n"
+          "open(path, 'wb').write(b'\\x07' * 64)")
+    k.run("%checkpoint")
+    k.run("model.weight.data[3, 3] = 42.0\n"
+          "model(torch.randn(2, 1024)).sum().backward(); opt.step()\n"
+          "table[1000:1010] = -1.0\n"
+          "with open(path, 'rb', buffering=0) as f:\n"
+          "    f.readinto(memoryview(table).cast('B')[8 * 5000:8 * 5008])\n"
+          "digest = lambda: [float(model.weight.detach().double().sum()),\n"
+          "    float(model.bias.detach().double().sum()),\n"
+          "    float(table.sum()), float(frozen.double().sum()),\n"
+          "    float(sum(s['exp_avg'].double().sum() for s in opt.state.values()))]\n"
+          "before = digest()")
+    assert k.run_json("r = kernel_hooks.checkpoint(reason='user')\n"
+                      "print(json.dumps([s.name for s in r.skipped]))") == []
+    before = k.run_json("print(json.dumps(before))")
+    fresh = start_kernel()
+    fresh.run("import kernel_hooks, json\nr = kernel_hooks.resume()")
+    assert fresh.run_json("print(json.dumps(digest()))") == before
+    written = "print(json.dumps(float(model.weight[3, 3].detach())))"  # 42, then a step
+    assert fresh.run_json(written) == k.run_json(written) != 0.0
