@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import errno
 import mmap
 import os
 import platform
@@ -350,8 +349,14 @@ def _open() -> WrittenPages | None:
             raise OSError(ctypes.get_errno(), "UFFDIO_API")
         pagemap = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
         pages = WrittenPages(uffd, pagemap)
-        probe = ctypes.create_string_buffer(struct.pack("12Q", 96, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
-        if libc.ioctl(pagemap, _PAGEMAP_SCAN, probe) < 0 and ctypes.get_errno() != errno.EINVAL:
+        # a scan of one page in hand (not registered: reported written) checks the layout
+        memory = ctypes.create_string_buffer(2 * _PAGE)
+        page = -(-ctypes.addressof(memory) // _PAGE) * _PAGE
+        region = (ctypes.c_uint64 * 3)()
+        probe = ctypes.create_string_buffer(struct.pack(
+            "12Q", 96, 0, page, page + _PAGE, 0, ctypes.addressof(region), 1, 0, 0, 0, 0, _CHECKED))
+        if (libc.ioctl(pagemap, _PAGEMAP_SCAN, probe) != 1
+                or list(region[:2]) != [page, page + _PAGE] or not region[2] & _PAGE_IS_WRITTEN):
             raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN")
         return pages
     except OSError:
