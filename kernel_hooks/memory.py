@@ -33,9 +33,15 @@ def populate(address: int, nbytes: int) -> bool:
     these sessions run on. The GIL is released meanwhile; bytes already there are kept. Only an
     optimization: False (and nothing done) where the system lacks it; the read then faults the
     pages in."""
-    start = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
-    end = (address + nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    start, end = whole_pages(address, nbytes)
     return end > start and _advise(start, end - start, MADV_POPULATE_WRITE)
+
+
+def whole_pages(address: int, nbytes: int) -> tuple[int, int]:
+    """The span ``[start, end)`` of the whole pages inside ``[address, address + nbytes)``
+    (``end <= start`` when there is none)."""
+    return (-(-address // mmap.PAGESIZE) * mmap.PAGESIZE,
+            (address + nbytes) // mmap.PAGESIZE * mmap.PAGESIZE)
 
 
 def _advise(start: int, length: int, advice: int) -> bool:

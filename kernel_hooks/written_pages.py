@@ -54,6 +54,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from .memory import whole_pages
+
 #: Storages smaller than this are hashed every time: xxh3 over them costs about what the
 #: bookkeeping would (two system calls), and each would cost a protected range.
 WATCH_MIN_BYTES = 1 << 20
@@ -164,8 +166,7 @@ class WrittenPages:
         program's next read of each page takes a fault, 0.45 us a page measured: more than
         reading it at the next checkpoint costs.)"""
         nbytes = len(view)
-        start = -(-address // _PAGE) * _PAGE
-        end = (address + nbytes) // _PAGE * _PAGE
+        start, end = whole_pages(address, nbytes)
         seen = self._entry(address, nbytes)
         watch = Watch(address, nbytes, start, end, b"", b"", False,
                       seen is not None and seen.watch.refused)
@@ -256,10 +257,7 @@ class WrittenPages:
         regions = (ctypes.c_uint64 * (3 * _SCAN_REGIONS))()
         found, at = 0, start
         while at < end:
-            arg = ctypes.create_string_buffer(struct.pack(
-                "12Q", 96, 0, at, end, 0, ctypes.addressof(regions), _SCAN_REGIONS, 0, 0, 0, 0,
-                wanted))
-            count = self._libc.ioctl(self._pagemap, _PAGEMAP_SCAN, arg)
+            count = _scan(self._libc, self._pagemap, at, end, regions, wanted)
             if count < 0:
                 return None
             for i in range(count):
@@ -326,6 +324,17 @@ def tracker() -> WrittenPages | None:
         return _tracker[1]
 
 
+def _scan(libc: ctypes.CDLL, pagemap: int, start: int, end: int, regions: ctypes.Array,
+          wanted: int) -> int:
+    """``PAGEMAP_SCAN`` of ``[start, end)``: fills ``regions`` (``page_region`` triples: start,
+    end, categories) with runs of pages alike in their ``wanted`` categories; returns how many
+    (-1 on an error)."""
+    arg = ctypes.create_string_buffer(struct.pack(
+        "12Q", 96, 0, start, end, 0, ctypes.addressof(regions), len(regions) // 3, 0, 0, 0, 0,
+        wanted))
+    return libc.ioctl(pagemap, _PAGEMAP_SCAN, arg)
+
+
 def _libc() -> ctypes.CDLL:
     """libc, its ``ioctl`` declared (the request numbers need all 32 bits unsigned)."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -351,11 +360,9 @@ def _open() -> WrittenPages | None:
         pages = WrittenPages(uffd, pagemap)
         # a scan of one page in hand (not registered: reported written) checks the layout
         memory = ctypes.create_string_buffer(2 * _PAGE)
-        page = -(-ctypes.addressof(memory) // _PAGE) * _PAGE
+        page = whole_pages(ctypes.addressof(memory), 2 * _PAGE)[0]
         region = (ctypes.c_uint64 * 3)()
-        probe = ctypes.create_string_buffer(struct.pack(
-            "12Q", 96, 0, page, page + _PAGE, 0, ctypes.addressof(region), 1, 0, 0, 0, 0, _CHECKED))
-        if (libc.ioctl(pagemap, _PAGEMAP_SCAN, probe) != 1
+        if (_scan(libc, pagemap, page, page + _PAGE, region, _CHECKED) != 1
                 or list(region[:2]) != [page, page + _PAGE] or not region[2] & _PAGE_IS_WRITTEN):
             raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN")
         return pages
