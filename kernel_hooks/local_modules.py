@@ -85,22 +85,25 @@ def _is_local(name: str, module: Any) -> bool:
     return top == name or (package is not None and _is_local(top, package))
 
 
-#: name -> (module, whether it is the session's own), for the modules seen so far: a session
-#: that imports torch adds some 2,500 modules, judged once (7 ms), not at every checkpoint.
+#: name -> (module, whether it is the session's own), for the modules in ``sys.modules`` at the
+#: last call: a session that imports torch adds some 2,500 modules, judged once (7 ms), not at
+#: every checkpoint; a module gone from ``sys.modules`` is let go.
 _judged: dict[str, tuple[Any, bool]] = {}
 
 
 def local_modules() -> dict[str, types.ModuleType]:
     """The session's own modules (see the module docstring), by name."""
     remember_baseline()
-    found = {}
+    found, judged = {}, {}
     for name, module in list(sys.modules.items()):
         seen = _judged.get(name)
         if seen is None or seen[0] is not module:
-            seen = _judged[name] = (module, isinstance(module, types.ModuleType)
-                                    and _is_local(name, module))
+            seen = (module, isinstance(module, types.ModuleType) and _is_local(name, module))
+        judged[name] = seen
         if seen[1]:
             found[name] = module
+    _judged.clear()
+    _judged.update(judged)
     return found
 
 
