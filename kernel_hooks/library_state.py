@@ -885,7 +885,8 @@ def the_sessions(handler: Any) -> bool:
         return True
     code = getattr(handler, "func", handler)  # a partial
     module = getattr(getattr(code, "__func__", code), "__module__", None)
-    return module == "__main__" or module in local_modules.local_modules()
+    return module == "__main__" or (isinstance(module, str)
+                                  and local_modules.is_local_module(module))
 
 
 def _copyreg_reducers() -> Any:

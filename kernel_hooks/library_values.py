@@ -110,7 +110,7 @@ def _library_place(owner: Any) -> tuple[str, str | None] | None:
             found = vars(found).get(part) if found is not None else None
         if found is not owner:
             return None
-    if module in _NOT_HERE or module.split(".")[0] in OWN or module in local_modules.local_modules():
+    if module in _NOT_HERE or module.split(".")[0] in OWN or local_modules.is_local_module(module):
         return None
     return module, qualname
 

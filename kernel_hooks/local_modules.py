@@ -85,26 +85,37 @@ def _is_local(name: str, module: Any) -> bool:
     return top == name or (package is not None and _is_local(top, package))
 
 
-#: name -> (module, whether it is the session's own), for the modules in ``sys.modules`` at the
-#: last call: a session that imports torch adds some 2,500 modules, judged once (7 ms), not at
-#: every checkpoint; a module gone from ``sys.modules`` is let go.
+#: name -> (module, whether it is the session's own), for the modules in ``sys.modules``: a
+#: session that imports torch adds some 2,500 modules, judged once (7 ms), not at every
+#: checkpoint; a module gone from ``sys.modules`` is let go at the next ``local_modules()``.
 _judged: dict[str, tuple[Any, bool]] = {}
 
 
 def local_modules() -> dict[str, types.ModuleType]:
     """The session's own modules (see the module docstring), by name."""
     remember_baseline()
-    found, judged = {}, {}
-    for name, module in list(sys.modules.items()):
-        seen = _judged.get(name)
-        if seen is None or seen[0] is not module:
-            seen = (module, isinstance(module, types.ModuleType) and _is_local(name, module))
-        judged[name] = seen
-        if seen[1]:
-            found[name] = module
-    _judged.clear()
-    _judged.update(judged)
+    loaded = list(sys.modules.items())
+    found = {name: module for name, module in loaded if _judge(name, module)}
+    if len(_judged) > len(loaded):  # every loaded name is in it: the rest are gone
+        names = dict(loaded)
+        for gone in [name for name in _judged if name not in names]:
+            del _judged[gone]
     return found
+
+
+def is_local_module(name: str) -> bool:
+    """Whether module ``name`` is one of ``local_modules()`` (without a pass over them all)."""
+    remember_baseline()
+    module = sys.modules.get(name)
+    return module is not None and _judge(name, module)
+
+
+def _judge(name: str, module: Any) -> bool:
+    seen = _judged.get(name)
+    if seen is None or seen[0] is not module:
+        seen = _judged[name] = (module, isinstance(module, types.ModuleType)
+                                and _is_local(name, module))
+    return seen[1]
 
 
 def _defined_here(module: str, name: str, value: Any) -> bool:
