@@ -26,11 +26,13 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Set
 from pathlib import Path
 from typing import NamedTuple
 
 import psutil
+
+from jupyter_gkeresume.listings import ListingCache
 
 from .notebooks import ROOT_DIR_ENV
 
@@ -55,23 +57,30 @@ class Installed(NamedTuple):
 
 
 
-_loaded: set[Installed] | None = None  # the scan when the extension loaded
+_loaded: frozenset[Installed] | None = None  # the scan when the extension loaded
+_listings = ListingCache()
 
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def scan(paths: Iterable[str]) -> set[Installed]:
+def scan(paths: Iterable[str]) -> frozenset[Installed]:
     """The distributions in ``paths`` (directories of ``sys.path``), from their metadata
-    directories' names alone."""
-    return {dist for dist, _ in _metadata_dirs(paths)}
+    directories' names alone (kept while the directories do not change: ``listings``)."""
+    locations = _locations(paths)
+    return _listings.get("scan", locations, lambda: frozenset(
+        dist for dist, _ in _metadata_dirs(locations)))
 
 
-def _metadata_dirs(paths: Iterable[str]) -> Iterator[tuple[Installed, os.DirEntry]]:
-    """Each distribution in ``paths`` with its metadata directory (one ``os.scandir`` each),
-    except in a directory vendored inside another one's package (``vendored``)."""
-    locations = list(dict.fromkeys(p for p in paths if p))  # not "" (the working directory)
+def _locations(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` as absolute directories, each once; not "" (the working directory)."""
+    return tuple(dict.fromkeys(os.path.abspath(p) for p in paths if p))
+
+
+def _metadata_dirs(locations: tuple[str, ...]) -> Iterator[tuple[Installed, os.DirEntry]]:
+    """Each distribution in ``locations`` with its metadata directory (one ``os.scandir``
+    each), except in a directory vendored inside another one's package (``vendored``)."""
     for location in locations:
         if vendored(location, locations):
             continue
@@ -82,8 +91,7 @@ def _metadata_dirs(paths: Iterable[str]) -> Iterator[tuple[Installed, os.DirEntr
         for entry in entries:
             match = _DIST_DIR.match(entry.name)
             if match:
-                yield Installed(normalize(match["name"]), match["version"],
-                                os.path.abspath(location)), entry
+                yield Installed(normalize(match["name"]), match["version"], location), entry
 
 
 def vendored(location: str, paths: Iterable[str]) -> bool:
@@ -104,7 +112,7 @@ def vendored(location: str, paths: Iterable[str]) -> bool:
     return False
 
 
-def session_packages(baseline: set[Installed], now: set[Installed],
+def session_packages(baseline: Set[Installed], now: Set[Installed],
                      persistent: Iterable[str]) -> list[Installed]:
     """The distributions installed or changed since ``baseline``, minus those that live under a
     ``persistent`` directory (they come back with the volume)."""
@@ -117,7 +125,7 @@ def persistent_dirs() -> list[str]:
     return [str(Path.home()), os.environ.get(ROOT_DIR_ENV, "")]
 
 
-def remember_environment() -> set[Installed]:
+def remember_environment() -> frozenset[Installed]:
     """The distributions installed when the extension loads (idempotent; see the module
     docstring)."""
     global _loaded
@@ -141,16 +149,21 @@ def started() -> float:
         return me.create_time()
 
 
-def baseline() -> set[Installed]:
+def baseline() -> frozenset[Installed]:
     """What the image holds: of the distributions seen at load, those whose metadata directory
     predates ``started()`` (within ``START_SLACK``; or is newer than now: another machine's
-    clock). One ``stat`` each."""
+    clock). One ``stat`` each, again only where their directories changed (``listings``)."""
     loaded = remember_environment()
+    locations = _locations(d.location for d in loaded)
+    return _listings.get("baseline", locations, lambda: _image_held(loaded, locations))
+
+
+def _image_held(loaded: frozenset[Installed], locations: tuple[str, ...]) -> frozenset[Installed]:
     since, now = started() + START_SLACK, time.time()
     installed = {}
-    for dist, entry in _metadata_dirs({d.location for d in loaded}):
+    for dist, entry in _metadata_dirs(locations):
         try:
             installed[dist] = entry.stat().st_mtime
         except OSError:  # removed meanwhile: not installed now either
             continue
-    return {d for d in loaded if not since <= installed.get(d, 0.0) <= now}
+    return frozenset(d for d in loaded if not since <= installed.get(d, 0.0) <= now)

@@ -14,6 +14,7 @@ import base64
 import dataclasses
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -368,3 +369,77 @@ def test_a_package_installed_in_the_session_comes_back_in_a_fresh_environment(
     assert not Path(back[1]).is_relative_to(first)
     assert "a resume here installs" not in fresh.run("%snapshots")  # it is installed now
     assert fresh.run_json(WATCHED) == before  # our lookups imported none of them (issue 28)
+
+
+def _settled(*directories: Path) -> None:
+    """As a directory nothing changed in for an hour."""
+    for directory in directories:
+        os.utime(directory, (time.time() - 3600, time.time() - 3600))
+
+
+def test_what_the_directories_hold_is_read_again_only_when_they_changed(tmp_path):
+    """``listings.ListingCache``: the value is reused while every directory keeps its (device,
+    inode, mtime) and was last changed more than ``SETTLE_SECONDS`` before the value was
+    computed; a new entry, a directory replaced, one made or removed, a change while the value
+    is computed or a change too recent to trust (a coarse clock may hide a second one) reads
+    again."""
+    from jupyter_gkeresume.listings import ListingCache
+
+    site, other = tmp_path / "site", tmp_path / "other"
+    site.mkdir()
+    cache, calls = ListingCache(), []
+
+    def listing(before=lambda: None):
+        def compute():
+            calls.append(1)
+            before()
+            return sorted(os.listdir(site))
+        return cache.get("k", [str(site), str(other)], compute)
+
+    assert listing() == [] and listing() == [] and len(calls) == 2  # just made: not trusted
+    _settled(site)
+    assert listing() == [] and listing() == [] and len(calls) == 3
+    (site / "tiny-1.0.dist-info").mkdir()  # an install: the directory's mtime moves
+    assert listing() == ["tiny-1.0.dist-info"] and len(calls) == 4
+    _settled(site)
+    listing()
+    assert listing() == ["tiny-1.0.dist-info"] and len(calls) == 5
+    other.mkdir()  # a sys.path directory that appears
+    _settled(other)
+    assert listing() == ["tiny-1.0.dist-info"] and len(calls) == 6
+    assert listing() == ["tiny-1.0.dist-info"] and len(calls) == 6
+    (site / "late-1.0.dist-info").mkdir()  # installed while the value is computed
+    _settled(site)
+    assert listing(before=lambda: (site / "late-1.0.dist-info").rmdir()) == ["tiny-1.0.dist-info"]
+    assert listing() == ["tiny-1.0.dist-info"] and len(calls) == 8  # not kept: read again
+    (site / "tiny-1.0.dist-info").rmdir()
+    site.rmdir()
+    site.mkdir()  # a new directory under the same name (another inode, maybe the same time)
+    _settled(site)
+    assert listing() == [] and len(calls) == 9
+    assert cache.get("another key", [str(site)], lambda: "other") == "other"
+
+
+def test_a_session_install_is_seen_after_a_scan_was_kept(tmp_path, monkeypatch):
+    """Issue 21 with the kept scans: the image's distributions, scanned and kept (their
+    directory unchanged for an hour), then ``%pip install`` in a cell: the next checkpoint's
+    scan and baseline see it as the session's, and the key packages' versions are read again."""
+    from jupyter_gkeresume.snapshot import fingerprint
+
+    site = tmp_path / "site"
+    installed(site, "torch-2.13.0.dist-info")
+    (site / "torch-2.13.0.dist-info" / "METADATA").write_text("Name: torch\nVersion: 2.13.0\n")
+    _settled(site / "torch-2.13.0.dist-info", site)  # the image's
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setenv(distributions.LAUNCHER_ENV, str(os.getpid()))
+    monkeypatch.setattr(distributions, "_loaded", None)
+    distributions.remember_environment()
+    for _ in range(2):
+        assert session_packages(distributions.baseline(), scan(sys.path), []) == []
+        assert fingerprint.package_versions() == {"torch": "2.13.0"}
+    installed(site, "torch-2.14.0.dist-info")  # pip install -U torch
+    (site / "torch-2.14.0.dist-info" / "METADATA").write_text("Name: torch\nVersion: 2.14.0\n")
+    shutil.rmtree(site / "torch-2.13.0.dist-info")
+    assert session_packages(distributions.baseline(), scan(sys.path), []) == [
+        Installed("torch", "2.14.0", str(site))]
+    assert fingerprint.package_versions() == {"torch": "2.14.0"}

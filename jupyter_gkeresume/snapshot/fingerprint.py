@@ -17,6 +17,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from ..listings import ListingCache
 from .format import FORMAT_VERSION
 
 KEY_PACKAGES = (
@@ -31,6 +32,13 @@ ENV_FACTS = {
 
 
 def package_versions() -> dict[str, str]:
+    """The installed versions of ``KEY_PACKAGES`` (read again only where a ``sys.path``
+    directory changed: ``listings``)."""
+    directories = [os.path.abspath(p) for p in sys.path if p]
+    return dict(_listings.get(tuple(sys.path), directories, _read_versions))
+
+
+def _read_versions() -> dict[str, str]:
     out = {}
     for name in KEY_PACKAGES:
         try:
@@ -38,6 +46,9 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+_listings = ListingCache()
 
 
 def cuda_driver() -> Any | None:
