@@ -12,6 +12,7 @@ receive bytes into buffers they allocated.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import struct
@@ -53,7 +54,13 @@ class BlobLayout:
 
 
 def layout_for(entries: Sequence[tuple[str, int]]) -> BlobLayout:
-    """Header for entries given as ``(dtype name, nbytes)``, in file order."""
+    """Header for entries given as ``(dtype name, nbytes)``, in file order (each layout made
+    once: a checkpoint asks again for every blob, unchanged or not)."""
+    return _layout(tuple(entries))
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(entries: tuple[tuple[str, int], ...]) -> BlobLayout:
     header: dict[str, object] = {"__metadata__": {"format": "gkeresume.blob.v1"}}
     offsets, begin = [], 0
     for i, (dtype, nbytes) in enumerate(entries):
