@@ -36,8 +36,11 @@ value or one of the same origin (module and qualified name: a library that patch
 is imported did it again when the resume imported it). An owner that cannot be found, or a value
 that could not be pickled at checkpoint, is named.
 
-Cost: one pass over the loaded modules' classes at each checkpoint (measured in docs/core.md);
-nothing is imported at checkpoint.
+Cost (measured in docs/core.md): the first walk (the baseline, at the session's first code) reads
+every class of every loaded module; each later one reads only the modules and classes that
+CPython's version tags say changed since (``_candidates``), where they can be read
+(``cpython_versions``: CPython 3.11 to 3.13 for modules, 3.11 on for classes); nothing is
+imported at checkpoint.
 """
 
 from __future__ import annotations
@@ -188,8 +191,9 @@ def _candidates() -> list[Patch]:
     A module's dict and a class's attributes that CPython says did not change since the last
     walk (``cpython_versions``) are not read again: what they gave then is asked again only
     where it depends on something else (whether a module is loaded, what an object on the class
-    holds). A function's or a class's ``__module__`` is taken as what it was when it was first
-    seen (a class's is read again when the class changes)."""
+    holds). A function's ``__module__``, and a class's that the module neither defines nor got
+    from the notebook, are taken as they were when the module was last read (a cell's code
+    does not rename them; it sets them on the module, which is then read again)."""
     from .local_modules import local_modules  # their every attribute travels there
 
     found = []
