@@ -51,7 +51,6 @@ import importlib
 import re
 import sys
 import types
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -191,9 +190,9 @@ def _candidates() -> list[Patch]:
     A module's dict and a class's attributes that CPython says did not change since the last
     walk (``cpython_versions``) are not read again: what they gave then is asked again only
     where it depends on something else (whether a module is loaded, what an object on the class
-    holds). A function's ``__module__``, and a class's that the module neither defines nor got
-    from the notebook, are taken as they were when the module was last read (a cell's code
-    does not rename them; it sets them on the module, which is then read again)."""
+    holds). A function's or a class's ``__module__`` is taken as it was when the module holding
+    it was last read (a cell does not rename them; it sets them on a module or class, which is
+    then read again)."""
     from .local_modules import local_modules  # their every attribute travels there
 
     found = []
@@ -201,73 +200,67 @@ def _candidates() -> list[Patch]:
     session_own = local_modules()
     walked: dict[str, _ModuleSeen] = {}
     for name, module in list(sys.modules.items()):
-        if (_package(name) in OWN or module is notebook or not isinstance(module, types.ModuleType)
+        package = _package(name)
+        if (package in OWN or module is notebook or not isinstance(module, types.ModuleType)
                 or name in session_own):
             continue
         if module is builtins:
             found.extend(_builtins_data(vars(module)))
         seen = walked[name] = _ModuleSeen.current(name, vars(module), _last_walk.get(name))
-        found.extend(seen.notebook_functions)
+        found.extend(seen.notebook_code)
         for index, held in enumerate(seen.classes):
-            if held is not (held := held.current()):
-                seen.classes[index] = held
-            if held.candidates:
-                found.extend(patch for patch, still in held.candidates if still is None or still())
+            version = class_version(held.owner)  # before reading: a change meanwhile shows next time
+            if not version or version != held.version:
+                held = seen.classes[index] = _ClassSeen(
+                    held.owner, version, _class_candidates(name, package, held.owner))
+            for attribute, value, condition in held.candidates:
+                if condition is None or (_wraps_notebook_code(value) if condition is _HOLDS
+                                         else condition in sys.modules):
+                    found.append(Patch(name, held.owner.__qualname__, attribute, value))
     _last_walk.clear()  # what is gone from sys.modules is let go
     _last_walk.update(walked)
     return found
 
 
-@dataclass
+@dataclass(slots=True)
 class _ModuleSeen:
     """What a module's own attributes gave at a walk, valid while its dict keeps ``version``
     (the dict held: its id is not reused meanwhile)."""
 
     attributes: dict
     version: int
-    notebook_functions: list[Patch]
-    classes: list[_ClassSeen]  # those the module defines at its top level, and the notebook's
+    notebook_code: list[Patch]  # the notebook's functions and classes on the module
+    classes: list[_ClassSeen]  # those the module defines at its top level
 
     @classmethod
     def current(cls, name: str, attributes: dict, last: _ModuleSeen | None) -> _ModuleSeen:
-        """``last`` where the dict did not change since, else what the dict gives now."""
+        """``last`` where the dict did not change since, else what the dict gives now (its
+        classes not read yet)."""
         version = dict_version(attributes)  # before reading: a change meanwhile shows next time
         if last is not None and last.attributes is attributes and version and last.version == version:
             return last
-        functions, classes = [], []
+        notebook_code, classes = [], []
         for attribute, value in list(attributes.items()):
             kind = type(value)
             if kind is types.FunctionType:
                 if value.__module__ == NOTEBOOK:
-                    functions.append(Patch(name, None, attribute, value))
-            elif ((kind is type or (kind not in _NOT_CLASSES and issubclass(kind, type)))
-                  and value.__module__ in (name, NOTEBOOK)):
-                classes.append(_ClassSeen.read(name, attribute, value))
-        return cls(attributes, version, functions, classes)
+                    notebook_code.append(Patch(name, None, attribute, value))
+            elif kind is type or (kind not in _NOT_CLASSES and issubclass(kind, type)):
+                if value.__module__ == name and "<locals>" not in value.__qualname__:
+                    classes.append(_ClassSeen(value, 0, ()))
+                elif value.__module__ == NOTEBOOK:
+                    notebook_code.append(Patch(name, None, attribute, value))
+        return cls(attributes, version, notebook_code, classes)
 
 
-@dataclass
+@dataclass(slots=True)
 class _ClassSeen:
-    """A class held by module ``module`` as ``attribute``, and its candidates at a walk: valid
-    while CPython's version of the class stays ``version`` (the class held: its id is not reused
-    meanwhile). Each candidate comes with what must still hold for it to count (None: nothing)."""
+    """A library class's candidates at a walk, valid while CPython's version of the class stays
+    ``version`` (0: not read; the class held: its id is not reused meanwhile)."""
 
-    module: str
-    attribute: str
     owner: type
     version: int
-    candidates: list[tuple[Patch, Callable[[], bool] | None]]
-
-    @classmethod
-    def read(cls, module: str, attribute: str, owner: type) -> _ClassSeen:
-        version = class_version(owner)  # before reading: a change meanwhile shows next time
-        return cls(module, attribute, owner, version, _class_candidates(module, attribute, owner))
-
-    def current(self) -> _ClassSeen:
-        """This, where the class did not change since, else what it gives now."""
-        version = class_version(self.owner)
-        return self if version and version == self.version else self.read(
-            self.module, self.attribute, self.owner)
+    candidates: tuple[tuple[str, Any, Any], ...]  # (attribute, value, condition): see below
 
 
 #: The last walk's modules, by name.
@@ -288,20 +281,15 @@ def _builtins_data(names: dict[str, Any]) -> list[Patch]:
 _BUILTINS_AT_START = frozenset(vars(builtins))
 
 
-def _class_candidates(module: str, held_as: str,
-                      cls: type) -> list[tuple[Patch, Callable[[], bool] | None]]:
-    """The candidates of ``cls``, held by ``module`` as ``held_as``: the class itself if it is
-    the notebook's; its attributes if ``module`` defines it at its top level (made by a call, it
-    is made again in a fresh kernel). Each comes with what must still hold for it to count (see
-    ``_ClassSeen``). Inlined type tests, no call per attribute: the common case, a method defined
-    in the class's own module, costs a type check and one comparison (this runs over every class
-    of every loaded module that changed)."""
-    if cls.__module__ == NOTEBOOK:
-        return [(Patch(module, None, held_as, cls), None)]
-    if cls.__module__ != module or "<locals>" in cls.__qualname__:
-        return []
-    found: list[tuple[Patch, Callable[[], bool] | None]] = []
-    package = _package(module)
+def _class_candidates(module: str, package: str | None,
+                      cls: type) -> tuple[tuple[str, Any, Any], ...]:
+    """The candidates on ``cls`` (of ``module``, in ``package``), each as ``(attribute, value,
+    condition)``: it counts if the condition is None, if it is ``_HOLDS`` and the value holds
+    the notebook's code, if it names a module and that module is loaded (see ``_candidates``).
+    Inlined type tests, no call per attribute: the common case, a method defined in the class's
+    own module, costs a type check and one comparison (this runs over every class that changed
+    of every loaded module)."""
+    found = []
     library = package not in sys.stdlib_module_names
     for attribute, value in list(vars(cls).items()):
         kind = type(value)
@@ -317,42 +305,21 @@ def _class_candidates(module: str, held_as: str,
                 continue
             if kind is type or issubclass(kind, type):
                 if value.__module__ == NOTEBOOK:
-                    found.append((Patch(module, cls.__qualname__, attribute, value), None))
+                    found.append((attribute, value, None))
             elif type(_own_dict(value)) is dict:  # without one, it holds nothing
-                found.append((Patch(module, cls.__qualname__, attribute, value),
-                              _HoldsNotebookCode(value)))
+                found.append((attribute, value, _HOLDS))
             continue
         if origin == module:
             continue
         if origin == NOTEBOOK:
-            found.append((Patch(module, cls.__qualname__, attribute, value), None))
+            found.append((attribute, value, None))
         elif library and not attribute.startswith("__") and _foreign(package, origin):
-            found.append((Patch(module, cls.__qualname__, attribute, value),
-                          functools.partial(_loaded, origin)))
-    return found
+            found.append((attribute, value, origin))
+    return tuple(found)
 
 
-def _loaded(module: str) -> bool:
-    return module in sys.modules
-
-
-class _HoldsNotebookCode:
-    """Whether an object on a library class holds the notebook's code in its own attributes
-    (``_wraps_notebook_code``), read again only when its ``__dict__`` changed."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-        self.attributes: Any = None
-        self.version = 0
-        self.answer = False
-
-    def __call__(self) -> bool:
-        attributes = own_attributes(self.value)
-        version = dict_version(attributes)
-        if not version or attributes is not self.attributes or version != self.version:
-            self.attributes, self.version = attributes, version
-            self.answer = _holds_notebook_code(attributes)
-        return self.answer
+#: The condition of a candidate that counts while it holds the notebook's code.
+_HOLDS = object()
 
 
 #: The kinds of most class attributes that are neither functions nor classes: descriptors of
@@ -368,10 +335,7 @@ def _wraps_notebook_code(value: Any) -> bool:
     of the notebook: what ``pd.api.extensions.register_dataframe_accessor("geo")`` sets on
     ``DataFrame`` (pandas' accessor descriptor over the notebook's class). It was lost at the
     resume while the verdict said ``exact``."""
-    return _holds_notebook_code(own_attributes(value))
-
-
-def _holds_notebook_code(attributes: dict | types.MappingProxyType) -> bool:
+    attributes = own_attributes(value)
     return type(attributes) is dict and any(
         (type(held) is _FUNCTION or isinstance(held, type)) and held.__module__ == NOTEBOOK
         for held in list(attributes.values()))
@@ -396,8 +360,8 @@ def _own_dict(value: Any) -> dict | types.MappingProxyType | None:
 
 def _foreign(package: str | None, origin: Any) -> bool:
     """Whether a function of module ``origin`` on a class of ``package`` may be a patch (a
-    module of another package, outside the standard library; it counts while ``_loaded``;
-    ``_library_made`` then asks the distributions)."""
+    module of another package, outside the standard library; it counts while that module is
+    loaded; ``_library_made`` then asks the distributions)."""
     top = _package(origin)
     return top is not None and top != package and top not in NOT_PATCHES
 
