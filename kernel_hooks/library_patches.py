@@ -208,11 +208,10 @@ def _candidates() -> list[Patch]:
             found.extend(_builtins_data(vars(module)))
         seen = walked[name] = _ModuleSeen.current(name, vars(module), _last_walk.get(name))
         found.extend(seen.notebook_code)
-        for index, held in enumerate(seen.classes):
+        for held in seen.classes:
             version = class_version(held.owner)  # before reading: a change meanwhile shows next time
             if not version or version != held.version:
-                held = seen.classes[index] = _ClassSeen(
-                    held.owner, version, _class_candidates(name, package, held.owner))
+                held.version, held.candidates = version, _class_candidates(name, package, held.owner)
             for attribute, value, condition in held.candidates:
                 if condition is None or (_wraps_notebook_code(value) if condition is _HOLDS
                                          else condition in sys.modules):
@@ -255,8 +254,9 @@ class _ModuleSeen:
 
 @dataclass(slots=True)
 class _ClassSeen:
-    """A library class's candidates at a walk, valid while CPython's version of the class stays
-    ``version`` (0: not read; the class held: its id is not reused meanwhile)."""
+    """A library class's candidates, valid while CPython's version of the class stays
+    ``version`` (0: not read yet; the class held: its id is not reused meanwhile); the walk
+    reads the class again, in place, when it changed."""
 
     owner: type
     version: int
