@@ -69,7 +69,7 @@ def scan(paths: Iterable[str]) -> frozenset[Installed]:
     """The distributions in ``paths`` (directories of ``sys.path``), from their metadata
     directories' names alone (kept while the directories do not change: ``listings``)."""
     locations = _locations(paths)
-    return _listings.get("scan", locations, lambda: frozenset(
+    return _listings.get(("scan", locations), locations, lambda: frozenset(
         dist for dist, _ in _metadata_dirs(locations)))
 
 
@@ -155,7 +155,7 @@ def baseline() -> frozenset[Installed]:
     clock). One ``stat`` each, again only where their directories changed (``listings``)."""
     loaded = remember_environment()
     locations = _locations(d.location for d in loaded)
-    return _listings.get("baseline", locations, lambda: _image_held(loaded, locations))
+    return _listings.get(("baseline", loaded), locations, lambda: _image_held(loaded, locations))
 
 
 def _image_held(loaded: frozenset[Installed], locations: tuple[str, ...]) -> frozenset[Installed]:
