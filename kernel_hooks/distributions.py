@@ -155,7 +155,8 @@ def baseline() -> frozenset[Installed]:
     clock). One ``stat`` each, again only where their directories changed (``listings``)."""
     loaded = remember_environment()
     locations = _locations(d.location for d in loaded)
-    return _listings.get(("baseline", loaded), locations, lambda: _image_held(loaded, locations))
+    return _listings.get(("baseline", frozenset(loaded)), locations,
+                         lambda: _image_held(loaded, locations))
 
 
 def _image_held(loaded: frozenset[Installed], locations: tuple[str, ...]) -> frozenset[Installed]:
