@@ -233,11 +233,13 @@ class _ModuleSeen:
 
     @classmethod
     def current(cls, name: str, attributes: dict, last: _ModuleSeen | None) -> _ModuleSeen:
-        """``last`` where the dict did not change since, else what the dict gives now (its
-        classes not read yet)."""
+        """``last`` where the dict did not change since, else what the dict gives now (a class
+        ``last`` held keeps its record; a new one is not read yet). Modules change their
+        globals as they run (caches, counters): their classes are not read again for that."""
         version = dict_version(attributes)  # before reading: a change meanwhile shows next time
         if last is not None and last.attributes is attributes and version and last.version == version:
             return last
+        known = {id(held.owner): held for held in last.classes} if last is not None else {}
         notebook_code, classes = [], []
         for attribute, value in list(attributes.items()):
             kind = type(value)
@@ -246,7 +248,7 @@ class _ModuleSeen:
                     notebook_code.append(Patch(name, None, attribute, value))
             elif kind is type or (kind not in _NOT_CLASSES and issubclass(kind, type)):
                 if value.__module__ == name and "<locals>" not in value.__qualname__:
-                    classes.append(_ClassSeen(value, 0, ()))
+                    classes.append(known.get(id(value)) or _ClassSeen(value, 0, ()))
                 elif value.__module__ == NOTEBOOK:
                     notebook_code.append(Patch(name, None, attribute, value))
         return cls(attributes, version, notebook_code, classes)

@@ -182,3 +182,32 @@ def test_a_function_counts_while_its_module_is_loaded_and_what_leaves_is_let_go(
     finally:
         sys.modules.pop("lender_pkg", None)
         del pandas.Series.shout
+
+
+def test_a_module_that_changes_its_globals_keeps_its_classes_read(monkeypatch, notebook_code):
+    """Modules change their own globals as they run (caches, counters): the walk reads such a
+    module's dict again, not its classes that did not change; a class of it that changed (and
+    its subclasses, whose version the change resets), and a notebook function set on the
+    module, are found."""
+    if not cpython_versions.class_version(int) or not cpython_versions.dict_version({}):
+        pytest.skip("the counters are read on CPython 3.11 to 3.13")
+    import pandas.core.frame as frame
+
+    rows, _ = notebook_code
+    library_patches.find_patches(remembered=False)
+    read = []
+    original = library_patches._class_candidates
+    monkeypatch.setattr(library_patches, "_class_candidates",
+                        lambda module, package, cls: read.append(cls) or original(module, package, cls))
+    try:
+        frame._gkeresume_counter = 1  # the module's dict changes, none of its classes
+        assert library_patches.find_patches(remembered=False) == []
+        assert read == []
+        frame.DataFrame.rows = rows
+        frame.helper = rows
+        assert _labels(library_patches.find_patches(remembered=False)) == {
+            "pandas.core.frame.helper", "pandas.DataFrame.rows"}
+        assert frame.DataFrame in read  # and its subclasses: a base's change reaches them
+        assert all(issubclass(cls, frame.DataFrame) for cls in read)
+    finally:
+        del frame._gkeresume_counter, frame.helper, frame.DataFrame.rows
