@@ -38,6 +38,7 @@ import sys
 import types
 from typing import Any
 
+from .cpython_versions import dict_version
 from .library_patches import OWN
 
 _baseline: set[str] = set()
@@ -92,15 +93,25 @@ _judged: dict[str, tuple[Any, bool]] = {}
 
 
 def local_modules() -> dict[str, types.ModuleType]:
-    """The session's own modules (see the module docstring), by name."""
+    """The session's own modules (see the module docstring), by name (the last answer again
+    while ``sys.modules`` did not change since: a checkpoint asks three times)."""
     remember_baseline()
+    version = dict_version(sys.modules)  # before reading: a change meanwhile shows next time
+    if version and _last_found[0] == version:
+        return dict(_last_found[1])
     loaded = list(sys.modules.items())
     found = {name: module for name, module in loaded if _judge(name, module)}
     if len(_judged) > len(loaded):  # every loaded name is in it: the rest are gone
         names = dict(loaded)
         for gone in [name for name in _judged if name not in names]:
             del _judged[gone]
-    return found
+    _last_found[:] = [version, found]
+    return dict(found)
+
+
+#: ``sys.modules``' version (``cpython_versions.dict_version``) at the last ``local_modules()``,
+#: and what it found.
+_last_found: list[Any] = [0, {}]
 
 
 def is_local_module(name: str) -> bool:

@@ -211,3 +211,26 @@ def test_a_module_that_changes_its_globals_keeps_its_classes_read(monkeypatch, n
         assert all(issubclass(cls, frame.DataFrame) for cls in read)
     finally:
         del frame._gkeresume_counter, frame.helper, frame.DataFrame.rows
+
+
+def test_the_sessions_own_modules_are_judged_again_when_sys_modules_changes(tmp_path):
+    """``local_modules()`` answers again from what it found while ``sys.modules`` did not
+    change (a checkpoint asks three times); a module of the session imported or removed since
+    is seen at the next call, and what it returns is the caller's to change."""
+    from kernel_hooks import local_modules
+
+    source = tmp_path / "mycfg_walk.py"
+    source.write_text("lr = 0.1\n")
+    first = local_modules.local_modules()
+    first["not a module"] = None  # the caller's copy
+    assert "not a module" not in local_modules.local_modules()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import mycfg_walk  # noqa: F401
+        assert "mycfg_walk" in local_modules.local_modules()
+        assert local_modules.is_local_module("mycfg_walk")
+        del sys.modules["mycfg_walk"]
+        assert "mycfg_walk" not in local_modules.local_modules()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mycfg_walk", None)
