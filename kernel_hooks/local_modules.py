@@ -24,8 +24,9 @@ as the import made it. A noted value is named only where the fresh import did no
 attribute of that type again: a module-level lock comes back with the import and is not named;
 a lock or connection the session made and set there is named, and the resume is not exact.
 
-Cost at checkpoint: one pass over ``sys.modules``; values are pickled only for the session's
-own modules (twice: the dry run, then the graph), and their files are read for the digest.
+Cost at checkpoint: one pass over ``sys.modules`` where it changed since the last (each module
+judged once); values are pickled only for the session's own modules (twice: the dry run, then
+the graph), and their files are read for the digest.
 """
 
 from __future__ import annotations
