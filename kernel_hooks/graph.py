@@ -422,7 +422,19 @@ def write_graph(
     name is dropped, unless ``stand_in(name, why)`` gives a value to write in its place (which
     must pickle: one that fails too is dropped). ``namespace``: the dict the items come from,
     whose functions come back bound to the namespace restored into (without it, every
-    function of a ``__main__`` dict does)."""
+    function of a ``__main__`` dict does). The cyclic garbage collector is paused meanwhile, as
+    for reading (``_collector_paused``): what pickling makes is freed by reference counts, and a
+    full pass that landed here walked the whole session (0.14-0.16 s of an unchanged 1.5 GB
+    checkpoint's 0.23 s)."""
+    with _collector_paused():
+        return _write_graph(items, collector_factory, stand_in, namespace)
+
+
+def _write_graph(
+    items: list[tuple[str, object]], collector_factory: Callable[[], StorageCollector],
+    stand_in: Callable[[str, str], object | None] | None,
+    namespace: Mapping[str, Any] | None,
+) -> tuple[bytes, list[GraphRecord], StorageCollector, dict[str, str]]:
     failed: dict[str, str] = {}
     stand_ins: dict[str, object] = {}
     for _ in range(MAX_REBUILDS):
@@ -461,7 +473,7 @@ def write_graph(
             standing = stand_in(name, failed[name]) if stand_in is not None else None
             if standing is not None:
                 stand_ins[name] = standing
-    graph, records, collector, more = write_graph(
+    graph, records, collector, more = _write_graph(
         [(n, stand_ins.get(n, v)) for n, v in items if n not in failed or n in stand_ins],
         collector_factory, stand_in, namespace)
     return graph, records, collector, {**failed, **more}
@@ -610,8 +622,8 @@ class _Primed:
 
 @contextlib.contextmanager
 def _collector_paused():
-    """The cyclic garbage collector off for the block, back as it was after (nothing unpickled
-    is garbage yet: collecting would only walk it)."""
+    """The cyclic garbage collector off for the block, back as it was after (nothing pickled or
+    unpickled is garbage yet: collecting would only walk it)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
