@@ -294,3 +294,19 @@ def test_blobs_are_read_big_ones_first_then_in_the_order_the_unpickler_needs_the
     manifest = Manifest("20261201T000000Z-000001", "ws", "", "s0-blob", [], storages, sizes)
     assert read_order(manifest, 4) == ["other-big", "big", "s0-blob", "s1-blob", "s2-blob"]
     assert read_order(manifest, 1) == ["s0-blob", "s1-blob", "s2-blob", "big", "other-big"]
+
+
+def test_blob_layouts_of_few_entries_are_kept_and_those_of_many_are_not():
+    """A checkpoint asks for every blob's layout again: those of few entries are kept (the same
+    object next time), those of many small storages are made each time (kept, their headers
+    would grow with the session); both are the same bytes as a layout made afresh."""
+    from jupyter_gkeresume.snapshot import blobfile
+
+    few = [("float32", 4096 * (i + 1)) for i in range(blobfile.KEPT_LAYOUT_ENTRIES)]
+    many = [("float32", 4096 * (i + 1)) for i in range(blobfile.KEPT_LAYOUT_ENTRIES + 1)]
+    assert blobfile.layout_for(few) is blobfile.layout_for(list(few))
+    kept = blobfile._kept_layout.cache_info().currsize
+    assert blobfile.layout_for(many) is not blobfile.layout_for(many)
+    assert blobfile._kept_layout.cache_info().currsize == kept
+    for entries in (few, many):
+        assert blobfile.layout_for(entries) == blobfile._layout(tuple(entries))

@@ -53,13 +53,20 @@ class BlobLayout:
         return len(self.header) + sum(self.entry_sizes)
 
 
+#: Layouts of blobs with at most this many entries are kept (``layout_for``); a header takes
+#: about 180 bytes an entry (measured), so the kept ones hold at most about 3 MB.
+KEPT_LAYOUT_ENTRIES = 16
+
+
 def layout_for(entries: Sequence[tuple[str, int]]) -> BlobLayout:
-    """Header for entries given as ``(dtype name, nbytes)``, in file order (each layout made
-    once: a checkpoint asks again for every blob, unchanged or not)."""
-    return _layout(tuple(entries))
+    """Header for entries given as ``(dtype name, nbytes)``, in file order. A checkpoint asks
+    again for every blob, unchanged or not: the layouts of the last 1,024 blobs of few entries
+    are kept (those of many small storages are made each time: kept, their headers would grow
+    with the session)."""
+    entries = tuple(entries)
+    return _kept_layout(entries) if len(entries) <= KEPT_LAYOUT_ENTRIES else _layout(entries)
 
 
-@functools.lru_cache(maxsize=4096)
 def _layout(entries: tuple[tuple[str, int], ...]) -> BlobLayout:
     header: dict[str, object] = {"__metadata__": {"format": "gkeresume.blob.v1"}}
     offsets, begin = [], 0
@@ -78,6 +85,9 @@ def _layout(entries: tuple[tuple[str, int], ...]) -> BlobLayout:
     return BlobLayout(
         head, tuple(len(head) + o for o in offsets), tuple(n for _, n in entries)
     )
+
+
+_kept_layout = functools.lru_cache(maxsize=1024)(_layout)
 
 
 def blob_digest(layout: BlobLayout, buffers: Iterable[object], algorithm: Digest = DEFAULT) -> str:
