@@ -52,6 +52,12 @@ class ListingCache:
         return value
 
 
+def path_directories(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` (``sys.path``'s form) as absolute directories, each once; not "" (the
+    working directory)."""
+    return tuple(dict.fromkeys(os.path.abspath(p) for p in paths if p))
+
+
 def _state(directories: tuple[str, ...]) -> tuple[tuple[str, tuple[int, int, int] | None], ...]:
     """``(device, inode, mtime in ns)`` of each directory (None: there is none to read)."""
     out = []

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import psutil
 
-from jupyter_gkeresume.listings import ListingCache
+from jupyter_gkeresume.listings import ListingCache, path_directories
 
 from .notebooks import ROOT_DIR_ENV
 
@@ -68,14 +68,9 @@ def normalize(name: str) -> str:
 def scan(paths: Iterable[str]) -> frozenset[Installed]:
     """The distributions in ``paths`` (directories of ``sys.path``), from their metadata
     directories' names alone (kept while the directories do not change: ``listings``)."""
-    locations = _locations(paths)
+    locations = path_directories(paths)
     return _listings.get(("scan", locations), locations, lambda: frozenset(
         dist for dist, _ in _metadata_dirs(locations)))
-
-
-def _locations(paths: Iterable[str]) -> tuple[str, ...]:
-    """``paths`` as absolute directories, each once; not "" (the working directory)."""
-    return tuple(dict.fromkeys(os.path.abspath(p) for p in paths if p))
 
 
 def _metadata_dirs(locations: tuple[str, ...]) -> Iterator[tuple[Installed, os.DirEntry]]:
@@ -154,7 +149,7 @@ def baseline() -> frozenset[Installed]:
     predates ``started()`` (within ``START_SLACK``; or is newer than now: another machine's
     clock). One ``stat`` each, again only where their directories changed (``listings``)."""
     loaded = remember_environment()
-    locations = _locations(d.location for d in loaded)
+    locations = path_directories(d.location for d in loaded)
     return _listings.get(("baseline", frozenset(loaded)), locations,
                          lambda: _image_held(loaded, locations))
 

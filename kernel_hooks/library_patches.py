@@ -39,7 +39,7 @@ that could not be pickled at checkpoint, is named.
 Cost (measured in docs/core.md): the first walk (the baseline, at the session's first code) reads
 every class of every loaded module; each later one reads only the modules and classes that
 CPython's version tags say changed since (``_candidates``), where they can be read
-(``cpython_versions``: CPython 3.11 to 3.13 for modules, 3.11 on for classes); nothing is
+(``cpython_versions``: CPython through 3.13 for modules, from 3.11 for classes); nothing is
 imported at checkpoint.
 """
 

@@ -17,7 +17,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from ..listings import ListingCache
+from ..listings import ListingCache, path_directories
 from .format import FORMAT_VERSION
 
 KEY_PACKAGES = (
@@ -34,8 +34,8 @@ ENV_FACTS = {
 def package_versions() -> dict[str, str]:
     """The installed versions of ``KEY_PACKAGES`` (read again only where a ``sys.path``
     directory changed: ``listings``)."""
-    directories = [os.path.abspath(p) for p in sys.path if p]
-    return dict(_listings.get(tuple(sys.path), directories, _read_versions))
+    directories = path_directories(sys.path)
+    return dict(_listings.get(directories, directories, _read_versions))
 
 
 def _read_versions() -> dict[str, str]:
