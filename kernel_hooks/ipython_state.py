@@ -247,8 +247,11 @@ def _restore_shell_settings(changed: dict[str, dict[str, Any]]) -> str | None:
 # -- the notebook's own hooks in the shell --------------------------------------------------
 
 def _notebook_made(value: Any) -> bool:
-    """A function of the notebook, or a method of a notebook object (``__main__``)."""
-    function = getattr(value, "__func__", value)
+    """A function of the notebook, or a method of a notebook object (``__main__``). Only what
+    the object's type defines is read: IPython 9 keeps its own magics as ``LazyMagic``
+    stand-ins, and any attribute read through one's ``__getattr__`` imports and registers the
+    real magic (a checkpoint would load all of them and change the shell it saves)."""
+    function = value.__func__ if hasattr(type(value), "__func__") else value
     return getattr(function, "__module__", None) == "__main__"
 
 
