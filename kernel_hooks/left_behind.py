@@ -48,10 +48,13 @@ KERNEL_MODULES = ("ipykernel.", "IPython.")
 #: tqdm's monitor (tqdm/std.py ``tqdm.__new__`` starts a ``TMonitor`` when ``tqdm.monitor`` is
 #: None or dead); a TensorBoard event writer's (tensorboard/summary/writer/event_file_writer.py,
 #: tensorboardX/event_file_writer.py), which a ``SummaryWriter`` starts again at its next event
-#: (``live_objects``).
+#: (``live_objects``); pyzmq's garbage collector, which the kernel's messaging starts at the
+#: first message part sent without a copy (zmq/utils/garbage.py ``GarbageCollector.store``: any
+#: output above jupyter_client's ``Session.copy_threshold``, 64 KiB: a big table, an image).
 RESTARTED_BY_LIBRARY = ("tqdm._monitor.TMonitor",
                         "tensorboard.summary.writer.event_file_writer._AsyncWriterThread",
-                        "tensorboardX.event_file_writer._EventLoggerThread")
+                        "tensorboardX.event_file_writer._EventLoggerThread",
+                        "zmq.utils.garbage.GarbageCollectorThread")
 SHOWN_CHARS = 120
 
 #: The ``Skipped.type`` of each kind of thing named here.

@@ -16,6 +16,8 @@ import re
 import shutil
 import signal
 
+from fixtures_kernels import resumed_elsewhere
+
 from jupyter_gkeresume.snapshot import SnapshotStore
 from jupyter_gkeresume.snapshot.format import PathRecord
 from kernel_hooks import extra_paths
@@ -185,6 +187,18 @@ def test_a_thread_its_library_starts_again_is_not_named():
     finally:
         bar.close()
         bar.fp.close()
+
+
+def test_a_big_output_leaves_nothing_behind(start_kernel):
+    """A cell whose output is bigger than jupyter_client's ``Session.copy_threshold`` (64 KiB: a
+    wide table, an image) is sent without a copy, and pyzmq starts its garbage collector thread
+    for it (zmq/utils/garbage.py ``GarbageCollector.store``). That thread was named as the
+    session's ("thread Thread-3 stayed on the old pod") and the resume said ``partial`` with
+    nothing lost: the resumed kernel's pyzmq starts its own."""
+    a = start_kernel()
+    a.run("print('.' * 100_000)")
+    _, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "thread" not in out, out
 
 
 def test_an_idle_pool_is_not_named_and_one_at_work_is():
