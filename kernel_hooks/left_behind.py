@@ -55,6 +55,14 @@ RESTARTED_BY_LIBRARY = ("tqdm._monitor.TMonitor",
                         "tensorboard.summary.writer.event_file_writer._AsyncWriterThread",
                         "tensorboardX.event_file_writer._EventLoggerThread",
                         "zmq.utils.garbage.GarbageCollectorThread")
+#: Modules of a library's own worker pool, which the library starts again at its next job:
+#: torch.compile's (inductor's ``AsyncCompile`` pool, torch/_inductor/async_compile.py; with
+#: Triton, every notebook's first compile starts it: a ``SubprocPool`` sidecar process and its
+#: workers, torch/_inductor/compile_worker/subproc_pool.py, with a reader and a timer thread).
+#: A thread running a function of these modules is the pool's; the pool's processes are found
+#: through its objects (``_library_pool_processes``). Compiled code is compiled again in the
+#: resumed kernel (its caches on disk serve).
+LIBRARY_POOL_MODULES = ("torch._inductor.compile_worker.",)
 SHOWN_CHARS = 120
 
 #: The ``Skipped.type`` of each kind of thing named here.
@@ -137,8 +145,9 @@ def _session_processes() -> dict[int, psutil.Process]:
 def _processes() -> list[Found]:
     out = []
     workers = _multiprocessing_children()
+    pools = _library_pool_processes()
     for pid, process in sorted(_session_processes().items()):
-        if pid in _baseline["processes"]:
+        if pid in _baseline["processes"] or pid in pools:
             continue
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
@@ -151,6 +160,33 @@ def _processes() -> list[Found]:
             f"{textwrap.shorten(command, SHOWN_CHARS)}: it keeps running on this "
             "pod only and does not come back after a resume (start it again)")))
     return out
+
+
+def _library_pool_processes() -> set[int]:
+    """The pids of inductor's compile pools (``LIBRARY_POOL_MODULES``) and of their processes'
+    descendants: a ``SubprocPool``'s sidecar (``process``), a ``ProcessPoolExecutor``'s workers
+    (``_processes``, when ``worker_start_method`` is fork or spawn)."""
+    pools = getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", ())
+    pids: set[int] = set()
+    for pool in list(pools):
+        sidecar = getattr(getattr(pool, "process", None), "pid", None)
+        pids.update(([sidecar] if sidecar else []) + list(getattr(pool, "_processes", None) or ()))
+    for pid in list(pids):
+        try:
+            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:  # gone meanwhile
+            continue
+    return pids
+
+
+def _library_pool_thread(thread: threading.Thread) -> bool:
+    """Whether ``thread`` runs a function of a library's worker pool (``LIBRARY_POOL_MODULES``),
+    or is the manager thread of one of its ``ProcessPoolExecutor``s."""
+    target = getattr(thread, "_target", None)
+    if str(getattr(target, "__module__", None)).startswith(LIBRARY_POOL_MODULES):
+        return True
+    pools = getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", ())
+    return any(getattr(pool, "_executor_manager_thread", None) is thread for pool in list(pools))
 
 
 def _multiprocessing_children() -> dict[int, str]:
@@ -172,7 +208,7 @@ def _threads() -> list[Found]:
             if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
             and not type(t).__module__.startswith(KERNEL_MODULES)
             and f"{type(t).__module__}.{type(t).__qualname__}" not in RESTARTED_BY_LIBRARY
-            and not _idle_pool_worker(t)]
+            and not _idle_pool_worker(t) and not _library_pool_thread(t)]
 
 
 def _idle_pool_worker(thread: threading.Thread) -> bool:

@@ -201,6 +201,29 @@ def test_a_big_output_leaves_nothing_behind(start_kernel):
     assert "(exact)" in out.splitlines()[0] and "thread" not in out, out
 
 
+COMPILE_POOL = r"""
+import psutil
+from torch._inductor.async_compile import AsyncCompile
+AsyncCompile.warm_pool(); AsyncCompile.wakeup(); AsyncCompile.wait_pool_ready()
+print(len(psutil.Process().children(recursive=True)))
+"""
+
+
+def test_torch_compiles_worker_pool_is_not_named(start_kernel):
+    """With Triton installed (every CUDA machine), a notebook's first ``torch.compile`` starts
+    inductor's compile pool (torch/_dynamo/backends/inductor.py -> ``maybe_warm_pool`` in
+    torch/_inductor/async_compile.py): a ``SubprocPool`` sidecar process and its workers, a
+    reader and a timer thread (torch/_inductor/compile_worker/subproc_pool.py, timer.py). Each
+    was named as the session's child process or thread, and every compiling notebook on a GPU
+    was ``partial`` with nothing lost: the resumed kernel's inductor starts its own pool at its
+    next compile (``test_core_compile``). Without Triton here, the pool is warmed as
+    ``maybe_warm_pool`` does, with two compile threads."""
+    a = start_kernel(env={"TORCHINDUCTOR_COMPILE_THREADS": "2"})
+    assert int(a.run(COMPILE_POOL)) >= 2  # the sidecar and its workers run
+    _, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "process" not in out and "thread" not in out, out
+
+
 def test_an_idle_pool_is_not_named_and_one_at_work_is():
     """Workers of a ``ThreadPoolExecutor`` with nothing queued and nothing running lose no work
     at a pause (inductor's cached compile pool after ``torch.compile`` made every compiling
