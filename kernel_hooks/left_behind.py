@@ -60,8 +60,8 @@ RESTARTED_BY_LIBRARY = ("tqdm._monitor.TMonitor",
 #: Triton, every notebook's first compile starts it: a ``SubprocPool`` sidecar process and its
 #: workers, torch/_inductor/compile_worker/subproc_pool.py, with a reader and a timer thread).
 #: A thread running a function of these modules is the pool's; the pool's processes are found
-#: through its objects (``_library_pool_processes``). Compiled code is compiled again in the
-#: resumed kernel (its caches on disk serve).
+#: through its objects (``_library_processes``). Compiled code is compiled again in the
+#: resumed kernel (its caches on disk serve). multiprocessing's helpers: ``_library_processes``.
 LIBRARY_POOL_MODULES = ("torch._inductor.compile_worker.",)
 SHOWN_CHARS = 120
 
@@ -145,9 +145,9 @@ def _session_processes() -> dict[int, psutil.Process]:
 def _processes() -> list[Found]:
     out = []
     workers = _multiprocessing_children()
-    pools = _library_pool_processes()
+    helpers = _library_processes()
     for pid, process in sorted(_session_processes().items()):
-        if pid in _baseline["processes"] or pid in pools:
+        if pid in _baseline["processes"] or pid in helpers:
             continue
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
@@ -162,13 +162,18 @@ def _processes() -> list[Found]:
     return out
 
 
-def _library_pool_processes() -> set[int]:
-    """The pids of inductor's compile pools (``LIBRARY_POOL_MODULES``) and of their processes'
-    descendants: a ``SubprocPool``'s sidecar (``process``), a ``ProcessPoolExecutor``'s workers
-    (``_processes``, when ``worker_start_method`` is fork or spawn)."""
-    pools = getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", ())
+def _library_processes() -> set[int]:
+    """The pids of the processes libraries run for themselves and start again at their next
+    need: inductor's compile pools (``LIBRARY_POOL_MODULES``) with their processes'
+    descendants (a ``SubprocPool``'s sidecar, ``process``; a ``ProcessPoolExecutor``'s workers,
+    ``_processes``, when ``worker_start_method`` is fork or spawn); multiprocessing's resource
+    tracker and fork server (multiprocessing/resource_tracker.py ``_resource_tracker._pid``,
+    multiprocessing/forkserver.py ``_forkserver._forkserver_pid``), which the first semaphore
+    or process of the spawn and forkserver methods starts (spawn: what CUDA code asks for;
+    forkserver: Linux's default from Python 3.14). Not the fork server's descendants: the
+    session's own processes are forked from it."""
     pids: set[int] = set()
-    for pool in list(pools):
+    for pool in _inductor_pools():
         sidecar = getattr(getattr(pool, "process", None), "pid", None)
         pids.update(([sidecar] if sidecar else []) + list(getattr(pool, "_processes", None) or ()))
     for pid in list(pids):
@@ -176,6 +181,10 @@ def _library_pool_processes() -> set[int]:
             pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
         except psutil.Error:  # gone meanwhile
             continue
+    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
+    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    pids.update(pid for pid in (getattr(tracker, "_pid", None),
+                                getattr(server, "_forkserver_pid", None)) if pid)
     return pids
 
 
@@ -185,8 +194,13 @@ def _library_pool_thread(thread: threading.Thread) -> bool:
     target = getattr(thread, "_target", None)
     if str(getattr(target, "__module__", None)).startswith(LIBRARY_POOL_MODULES):
         return True
-    pools = getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", ())
-    return any(getattr(pool, "_executor_manager_thread", None) is thread for pool in list(pools))
+    return any(getattr(pool, "_executor_manager_thread", None) is thread
+               for pool in _inductor_pools())
+
+
+def _inductor_pools() -> list[Any]:
+    """Inductor's compile pools of this process (torch/_inductor/async_compile.py)."""
+    return list(getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", ()))
 
 
 def _multiprocessing_children() -> dict[int, str]:

@@ -224,6 +224,33 @@ def test_torch_compiles_worker_pool_is_not_named(start_kernel):
     assert "(exact)" in out.splitlines()[0] and "process" not in out and "thread" not in out, out
 
 
+MULTIPROCESSING_HELPERS = r"""
+import multiprocessing as mp, time
+queue = mp.get_context("spawn").Queue(); queue.put(1); queue.get()  # the resource tracker starts
+server = mp.get_context("forkserver")
+done = server.Process(target=time.sleep, args=(0,)); done.start(); done.join()  # the fork server
+keeper = server.Process(target=time.sleep, args=(300,)); keeper.start()
+del queue, done
+print(keeper.pid)
+"""
+
+
+def test_multiprocessings_helpers_are_not_named_and_a_process_they_started_is(start_kernel):
+    """The first semaphore of the spawn method (what CUDA code asks for: a DataLoader's
+    ``multiprocessing_context="spawn"``) starts multiprocessing's resource tracker, the first
+    process of the forkserver method (Linux's default from Python 3.14) its fork server
+    (multiprocessing/resource_tracker.py, forkserver.py); both stay for the process's life and
+    were named as the session's child processes, so such a notebook was ``partial`` with nothing
+    lost: the resumed kernel's multiprocessing starts its own. A process the fork server started
+    for the session is still named."""
+    a = start_kernel()
+    keeper = a.run(MULTIPROCESSING_HELPERS).strip()
+    out = a.run("%checkpoint")
+    named = [line for line in out.splitlines() if "[child process]" in line]
+    assert len(named) == 1 and f"process {keeper} " in named[0], out
+    a.run("keeper.terminate(); keeper.join()")
+
+
 def test_an_idle_pool_is_not_named_and_one_at_work_is():
     """Workers of a ``ThreadPoolExecutor`` with nothing queued and nothing running lose no work
     at a pause (inductor's cached compile pool after ``torch.compile`` made every compiling
