@@ -59,10 +59,20 @@ RESTARTED_BY_LIBRARY = ("tqdm._monitor.TMonitor",
 #: torch.compile's (inductor's ``AsyncCompile`` pool, torch/_inductor/async_compile.py; with
 #: Triton, every notebook's first compile starts it: a ``SubprocPool`` sidecar process and its
 #: workers, torch/_inductor/compile_worker/subproc_pool.py, with a reader and a timer thread).
-#: A thread running a function of these modules is the pool's; the pool's processes are found
-#: through its objects (``_library_processes``). Compiled code is compiled again in the
-#: resumed kernel (its caches on disk serve). multiprocessing's helpers: ``_library_processes``.
+#: A thread running a function of these modules is the pool's; the pools' processes and other
+#: threads are found through their objects (``_library_pools``). Compiled code is compiled
+#: again in the resumed kernel (its caches on disk serve).
 LIBRARY_POOL_MODULES = ("torch._inductor.compile_worker.",)
+#: Modules whose ``_executor`` is loky's reusable process pool (joblib's ``Parallel``,
+#: scikit-learn's ``n_jobs``: joblib/externals/loky/reusable_executor.py), which keeps its
+#: workers after a job and is made again by the next ``get_reusable_executor``.
+REUSABLE_EXECUTORS = ("joblib.externals.loky.reusable_executor", "loky.reusable_executor")
+#: Modules whose ``_resource_tracker`` runs a resource tracker process for the rest of the
+#: kernel's life once a semaphore or a pool needed one (multiprocessing/resource_tracker.py and
+#: loky's copy); the resumed kernel starts its own.
+RESOURCE_TRACKERS = ("multiprocessing.resource_tracker",
+                     "joblib.externals.loky.backend.resource_tracker",
+                     "loky.backend.resource_tracker")
 SHOWN_CHARS = 120
 
 #: The ``Skipped.type`` of each kind of thing named here.
@@ -164,16 +174,15 @@ def _processes() -> list[Found]:
 
 def _library_processes() -> set[int]:
     """The pids of the processes libraries run for themselves and start again at their next
-    need: inductor's compile pools (``LIBRARY_POOL_MODULES``) with their processes'
-    descendants (a ``SubprocPool``'s sidecar, ``process``; a ``ProcessPoolExecutor``'s workers,
-    ``_processes``, when ``worker_start_method`` is fork or spawn); multiprocessing's resource
-    tracker and fork server (multiprocessing/resource_tracker.py ``_resource_tracker._pid``,
-    multiprocessing/forkserver.py ``_forkserver._forkserver_pid``), which the first semaphore
-    or process of the spawn and forkserver methods starts (spawn: what CUDA code asks for;
-    forkserver: Linux's default from Python 3.14). Not the fork server's descendants: the
-    session's own processes are forked from it."""
+    need: the workers of ``_library_pools`` with their descendants (a ``SubprocPool``'s sidecar,
+    ``process``; a process pool's workers, ``_processes``); the resource trackers
+    (``RESOURCE_TRACKERS``); multiprocessing's fork server (multiprocessing/forkserver.py
+    ``_forkserver._forkserver_pid``), which the first process of the forkserver method starts
+    (Linux's default from Python 3.14), without its descendants: the session's own processes
+    are forked from it. A tracker starts with the first semaphore of the spawn method (what CUDA
+    code asks for)."""
     pids: set[int] = set()
-    for pool in _inductor_pools():
+    for pool in _library_pools():
         sidecar = getattr(getattr(pool, "process", None), "pid", None)
         pids.update(([sidecar] if sidecar else []) + list(getattr(pool, "_processes", None) or ()))
     for pid in list(pids):
@@ -181,26 +190,34 @@ def _library_processes() -> set[int]:
             pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
         except psutil.Error:  # gone meanwhile
             continue
-    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
+    helpers = [getattr(getattr(sys.modules.get(name), "_resource_tracker", None), "_pid", None)
+               for name in RESOURCE_TRACKERS]
     server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
-    pids.update(pid for pid in (getattr(tracker, "_pid", None),
-                                getattr(server, "_forkserver_pid", None)) if pid)
+    pids.update(pid for pid in (*helpers, getattr(server, "_forkserver_pid", None)) if pid)
     return pids
 
 
 def _library_pool_thread(thread: threading.Thread) -> bool:
     """Whether ``thread`` runs a function of a library's worker pool (``LIBRARY_POOL_MODULES``),
-    or is the manager thread of one of its ``ProcessPoolExecutor``s."""
+    or is the manager or queue feeder thread of one of ``_library_pools``."""
     target = getattr(thread, "_target", None)
     if str(getattr(target, "__module__", None)).startswith(LIBRARY_POOL_MODULES):
         return True
     return any(getattr(pool, "_executor_manager_thread", None) is thread
-               for pool in _inductor_pools())
+               or getattr(getattr(pool, "_call_queue", None), "_thread", None) is thread
+               for pool in _library_pools())
 
 
-def _inductor_pools() -> list[Any]:
-    """Inductor's compile pools of this process (torch/_inductor/async_compile.py)."""
-    return list(getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", ()))
+def _library_pools() -> list[Any]:
+    """The worker pools libraries keep for themselves: inductor's compile pools of this
+    process (torch/_inductor/async_compile.py ``_pool_set``) and loky's reusable executor
+    (``REUSABLE_EXECUTORS``) while it has no job pending (one at work is the session's work)."""
+    pools = list(getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", ()))
+    for name in REUSABLE_EXECUTORS:
+        executor = getattr(sys.modules.get(name), "_executor", None)
+        if executor is not None and not getattr(executor, "_pending_work_items", True):
+            pools.append(executor)
+    return pools
 
 
 def _multiprocessing_children() -> dict[int, str]:

@@ -251,6 +251,31 @@ def test_multiprocessings_helpers_are_not_named_and_a_process_they_started_is(st
     a.run("keeper.terminate(); keeper.join()")
 
 
+LOKY = r"""
+import math, time
+from joblib import Parallel, delayed
+from joblib.externals.loky import get_reusable_executor
+print(sum(Parallel(n_jobs=2)(delayed(math.isqrt)(i) for i in range(100))))
+"""
+
+
+def test_joblibs_idle_worker_pool_is_not_named_and_one_at_work_is(start_kernel):
+    """joblib's ``Parallel`` (scikit-learn's ``n_jobs``) leaves loky's reusable executor
+    running after the job (joblib/externals/loky/reusable_executor.py): its workers, loky's
+    resource tracker, a manager and a queue feeder thread. Each was named as the session's, and
+    the notebook was ``partial`` with nothing lost: the next ``Parallel`` in the resumed kernel
+    makes a new pool. A pool with a job still pending is named."""
+    a = start_kernel()
+    assert a.run(LOKY).strip() == "615"
+    out = a.run("%checkpoint")
+    assert "process" not in out and "thread" not in out, out
+    a.run("pool = get_reusable_executor(max_workers=1)\nfuture = pool.submit(time.sleep, 60)\n"
+          "while not future.running():\n    time.sleep(0.05)")
+    busy = a.run("%checkpoint")
+    assert "[child process]" in busy, busy
+    a.run("pool.shutdown(wait=False, kill_workers=True)")
+
+
 def test_an_idle_pool_is_not_named_and_one_at_work_is():
     """Workers of a ``ThreadPoolExecutor`` with nothing queued and nothing running lose no work
     at a pause (inductor's cached compile pool after ``torch.compile`` made every compiling
