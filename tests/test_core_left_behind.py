@@ -249,6 +249,7 @@ def test_multiprocessings_helpers_are_not_named_and_a_process_they_started_is(st
     named = [line for line in out.splitlines() if "[child process]" in line]
     assert len(named) == 1 and f"process {keeper} " in named[0], out
     a.run("keeper.terminate(); keeper.join()")
+    a.manager.shutdown_kernel()  # its resource tracker removes the semaphores in /dev/shm
 
 
 LOKY = r"""
@@ -273,7 +274,8 @@ def test_joblibs_idle_worker_pool_is_not_named_and_one_at_work_is(start_kernel):
           "while not future.running():\n    time.sleep(0.05)")
     busy = a.run("%checkpoint")
     assert "[child process]" in busy, busy
-    a.run("pool.shutdown(wait=False, kill_workers=True)")
+    a.run("pool.shutdown(kill_workers=True)")
+    a.manager.shutdown_kernel()  # its exit handlers remove joblib's folder in /dev/shm
 
 
 def test_an_idle_pool_is_not_named_and_one_at_work_is():
