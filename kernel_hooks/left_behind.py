@@ -197,15 +197,14 @@ def _library_processes() -> set[int]:
     return pids
 
 
-def _library_pool_thread(thread: threading.Thread) -> bool:
-    """Whether ``thread`` runs a function of a library's worker pool (``LIBRARY_POOL_MODULES``),
-    or is the manager or queue feeder thread of one of ``_library_pools``."""
-    target = getattr(thread, "_target", None)
-    if str(getattr(target, "__module__", None)).startswith(LIBRARY_POOL_MODULES):
-        return True
-    return any(getattr(pool, "_executor_manager_thread", None) is thread
-               or getattr(getattr(pool, "_call_queue", None), "_thread", None) is thread
-               for pool in _library_pools())
+def _library_pool_threads() -> set[int]:
+    """The idents of the manager and queue feeder threads of ``_library_pools``' process pools
+    (``_executor_manager_thread``, ``_call_queue._thread``); the other threads of a pool run
+    a function of ``LIBRARY_POOL_MODULES``."""
+    threads = [thread for pool in _library_pools() for thread in (
+        getattr(pool, "_executor_manager_thread", None),
+        getattr(getattr(pool, "_call_queue", None), "_thread", None))]
+    return {t.ident for t in threads if t is not None}
 
 
 def _library_pools() -> list[Any]:
@@ -231,6 +230,7 @@ def _multiprocessing_children() -> dict[int, str]:
 
 
 def _threads() -> list[Found]:
+    pools = _library_pool_threads()
     return [(("thread", t.ident), Skipped(
                 f"thread {t.name}", "thread",
                 "a thread started in the session does not come back: its work stops with "
@@ -239,7 +239,9 @@ def _threads() -> list[Found]:
             if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
             and not type(t).__module__.startswith(KERNEL_MODULES)
             and f"{type(t).__module__}.{type(t).__qualname__}" not in RESTARTED_BY_LIBRARY
-            and not _idle_pool_worker(t) and not _library_pool_thread(t)]
+            and not _idle_pool_worker(t) and t.ident not in pools
+            and not str(getattr(getattr(t, "_target", None), "__module__", None)
+                        ).startswith(LIBRARY_POOL_MODULES)]
 
 
 def _idle_pool_worker(thread: threading.Thread) -> bool:
