@@ -23,7 +23,7 @@ from jupyter_gkeresume.snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_
 from jupyter_gkeresume.snapshot.signing import key_of_workspace
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
 
-from . import warnings_shown
+from . import collector, warnings_shown
 from .capture import take_checkpoint
 from .notebooks import newest_snapshot, this_notebook
 from .replay import ReplayPlan, plan_replay
@@ -73,24 +73,26 @@ def checkpoint(
     """Write a snapshot of the namespace and return what was saved, skipped and written.
     ``reason`` goes into the manifest: ``checkpoint`` (a magic or a call), or the server's
     ``user`` / ``idle`` / ``shutdown``. The snapshot records the number the next cell gets
-    (``next_cell_number``). Warnings the session has shown stay shown (``warnings_shown.kept``)."""
+    (``next_cell_number``). Warnings the session has shown stay shown (``warnings_shown.kept``);
+    the cyclic garbage collector waits until it is done (``collector``)."""
     if name is not None:
         validate_snapshot_name(name)
     namespace, shell = _target(namespace)
-    snapshots = open_store(store, workspace)
-    with warnings_shown.kept():
-        return take_checkpoint(
-            namespace,
-            snapshots,
-            load_signing_key(workspace=snapshots.workspace),
-            name=name,
-            notebook=this_notebook(notebook),
-            hidden=shell.user_ns_hidden if shell else None,
-            execution_count=next_cell_number(shell) if shell else 0,
-            history=list(shell.history_manager.input_hist_raw) if shell else None,
-            progress=progress,
-            why=reason,
-        )
+    with collector.paused():
+        snapshots = open_store(store, workspace)
+        with warnings_shown.kept():
+            return take_checkpoint(
+                namespace,
+                snapshots,
+                load_signing_key(workspace=snapshots.workspace),
+                name=name,
+                notebook=this_notebook(notebook),
+                hidden=shell.user_ns_hidden if shell else None,
+                execution_count=next_cell_number(shell) if shell else 0,
+                history=list(shell.history_manager.input_hist_raw) if shell else None,
+                progress=progress,
+                why=reason,
+            )
 
 
 def resume(
@@ -118,22 +120,24 @@ def resume(
     ``key_file``: verify the snapshot with the key in that file, an earlier key of this
     workspace (after the key changed), refused unless it is one (``key_of_workspace``); it
     needs an explicit id. ``continuing_cell`` is for callers running inside a counted cell (the magics).
-    ``lease_wait``: seconds to wait while another restore of the same snapshot runs.
+    ``lease_wait``: seconds to wait while another restore of the same snapshot runs. The cyclic
+    garbage collector waits until it is done (``collector``).
     """
     if key_file and not (reference and SNAPSHOT_ID_RE.match(reference)):
         raise InvalidInputError("a key file verifies one snapshot named by its id, not "
                                 f"{reference or 'the default'!r}: pass its id")
     namespace, shell = _target(namespace)
-    snapshots = open_store(store, workspace)
-    key = (key_of_workspace(key_file, snapshots.workspace) if key_file
-           else load_signing_key(workspace=snapshots.workspace))
-    into = None if any_notebook else this_notebook(notebook)
-    if reference is None or reference.strip() == "latest":
-        reference = newest_snapshot(snapshots, key, into)
-    with warnings_shown.kept():
-        return take_resume(namespace, snapshots, key, reference=reference, only=only,
-                           progress=progress, continuing_cell=continuing_cell, shell=shell,
-                           lease_wait=lease_wait, into_notebook=into)
+    with collector.paused():
+        snapshots = open_store(store, workspace)
+        key = (key_of_workspace(key_file, snapshots.workspace) if key_file
+               else load_signing_key(workspace=snapshots.workspace))
+        into = None if any_notebook else this_notebook(notebook)
+        if reference is None or reference.strip() == "latest":
+            reference = newest_snapshot(snapshots, key, into)
+        with warnings_shown.kept():
+            return take_resume(namespace, snapshots, key, reference=reference, only=only,
+                               progress=progress, continuing_cell=continuing_cell, shell=shell,
+                               lease_wait=lease_wait, into_notebook=into)
 
 
 def replay(

@@ -23,9 +23,10 @@ keeps globals of its own, as cloudpickle writes them. The values they referenced
 fill only the names that namespace lacks (``rebuild.Loading``). Their code keeps its file name
 (the cell's), where cloudpickle writes ``<dynamic-code>``.
 
-``read_graph`` loads the records back in order with one unpickler, with the cyclic garbage
-collector paused (a namespace of many small objects would otherwise trigger a collection every
-few hundred allocations, each walking the whole heap: measured 0.5-2 s of a 2-3 s resume). If a
+``read_graph`` loads the records back in order with one unpickler (the verbs pause the cyclic
+garbage collector, ``collector``: a namespace of many small objects would otherwise trigger a
+collection every few hundred allocations, each walking the whole heap: measured 0.5-2 s of a
+2-3 s resume). If a
 record fails (say, its class's library is gone), reading resumes at the next record with a fresh
 unpickler that has the memo so far (``_RecordUnpickler.after``). Of the failed record's memo
 entries only the imported globals (classes, functions: complete objects, which later records
@@ -37,7 +38,6 @@ visibly. The rest load.
 from __future__ import annotations
 
 import array
-import contextlib
 import copyreg
 import enum
 import functools
@@ -422,19 +422,8 @@ def write_graph(
     name is dropped, unless ``stand_in(name, why)`` gives a value to write in its place (which
     must pickle: one that fails too is dropped). ``namespace``: the dict the items come from,
     whose functions come back bound to the namespace restored into (without it, every
-    function of a ``__main__`` dict does). The cyclic garbage collector is paused meanwhile, as
-    for reading (``_collector_paused``): what pickling makes is freed by reference counts, and a
-    full pass that landed here walked the whole session (0.14-0.16 s of an unchanged 1.5 GB
-    checkpoint's 0.23 s)."""
-    with _collector_paused():
-        return _write_graph(items, collector_factory, stand_in, namespace)
-
-
-def _write_graph(
-    items: list[tuple[str, object]], collector_factory: Callable[[], StorageCollector],
-    stand_in: Callable[[str, str], object | None] | None,
-    namespace: Mapping[str, Any] | None,
-) -> tuple[bytes, list[GraphRecord], StorageCollector, dict[str, str]]:
+    function of a ``__main__`` dict does). The verbs call it with the cyclic garbage collector
+    paused (``collector``)."""
     failed: dict[str, str] = {}
     stand_ins: dict[str, object] = {}
     for _ in range(MAX_REBUILDS):
@@ -473,7 +462,7 @@ def _write_graph(
             standing = stand_in(name, failed[name]) if stand_in is not None else None
             if standing is not None:
                 stand_ins[name] = standing
-    graph, records, collector, more = _write_graph(
+    graph, records, collector, more = write_graph(
         [(n, stand_ins.get(n, v)) for n, v in items if n not in failed or n in stand_ins],
         collector_factory, stand_in, namespace)
     return graph, records, collector, {**failed, **more}
@@ -509,14 +498,9 @@ def read_graph(
     by record index, and the placeholders that stand in for the failed records' objects.
     Storages are served by the loader installed with ``rebuild.loading``. ``progress`` is told
     how many more bytes of the pickle were consumed, as the unpickler reads them (a frame at a
-    time, so it moves inside one big record too)."""
-    with _collector_paused():
-        return _read_records(data, ends, _Reached(progress))
-
-
-def _read_records(
-    data: bytes | bytearray, ends: list[int], reached: _Reached,
-) -> tuple[list[object], dict[int, str], list[Uncaptured]]:
+    time, so it moves inside one big record too). The verbs call it with the cyclic garbage
+    collector paused (``collector``)."""
+    reached = _Reached(progress)
     stream = reached.stream(data)
     unpickler = _RecordUnpickler(stream, set())
     values: list[object] = []
@@ -618,19 +602,6 @@ class _Primed:
     def _consumed(self, data: bytes) -> None:
         if self._left:
             self._left -= len(data)
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """The cyclic garbage collector off for the block, back as it was after (nothing pickled or
-    unpickled is garbage yet: collecting would only walk it)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _Reached:

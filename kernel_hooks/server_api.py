@@ -9,7 +9,8 @@ broadcast) whose code is exactly::
 and ``user_expressions={"result": "...last_result()"}``. Call order and invariants:
 
 1. ``run`` calls ``kernel_hooks.checkpoint`` or ``kernel_hooks.resume`` on the user namespace
-   and binds no name in it.
+   and binds no name in it; the cyclic garbage collector is paused from before the verb's first
+   import (``collector``).
 2. While it runs, progress goes out on IOPub as ``display_data`` of the MIME type
    ``PROGRESS_MIME`` (``Progress.to_dict()``), at most every ``PROGRESS_INTERVAL`` seconds, the
    first report of every phase at once, and the last report of every phase always (before the
@@ -39,6 +40,7 @@ from jupyter_gkeresume.kernel_protocol import (
     request_from_json,
 )
 
+from . import collector
 from .progress import ProgressThrottle
 
 PROGRESS_INTERVAL = 0.25
@@ -115,12 +117,14 @@ def run(action: str, request_json: str) -> None:
         publisher = ProgressThrottle(_publish, PROGRESS_INTERVAL)
         common = {"store": request.store, "workspace": request.workspace, "progress": publisher}
         try:
-            if isinstance(request, CheckpointRequest):
-                result = kernel_hooks.checkpoint(request.name, notebook=request.notebook,
-                                                 reason=request.reason or "user", **common)
-            else:
-                result = kernel_hooks.resume(request.reference or "latest", only=request.only,
-                                             notebook=request.notebook, **common)
+            with collector.paused():  # from the verb's first import on
+                if isinstance(request, CheckpointRequest):
+                    result = kernel_hooks.checkpoint(request.name, notebook=request.notebook,
+                                                     reason=request.reason or "user", **common)
+                else:
+                    result = kernel_hooks.resume(request.reference or "latest",
+                                                 only=request.only, notebook=request.notebook,
+                                                 **common)
         finally:
             publisher.flush()  # a failed operation's last reports too
         _last = Outcome.success(result.to_dict()).to_dict()

@@ -152,66 +152,6 @@ def test_snapshot_ids_sort_by_creation_time_within_a_second():
     assert all(validate_snapshot_id(i) for i in ids)
 
 
-@pytest.mark.parametrize("enabled", [True, False])
-def test_graph_loads_with_the_collector_paused_and_leaves_it_as_it_was(enabled):
-    """Unpickling many small objects would run a collection every few hundred allocations; the
-    graph loads with the collector off and gives it back as it found it, even when a record fails."""
-    import gc
-    import pickle
-
-    from kernel_hooks.graph import read_graph
-
-    class GcStateWhenLoaded:
-        def __reduce__(self):
-            return (gc.isenabled, ())
-
-    class FailsToLoad:
-        def __reduce__(self):
-            return (int, ("not a number",))
-
-    stream = pickle.dumps([GcStateWhenLoaded()], protocol=5)
-    broken = pickle.dumps(FailsToLoad(), protocol=5)
-    gc.enable() if enabled else gc.disable()
-    try:
-        values, failures, _ = read_graph(stream + broken, [len(stream), len(stream) + len(broken)])
-        assert values[0] == [False] and list(failures) == [1]
-        assert gc.isenabled() is enabled
-    finally:
-        gc.enable()
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_graph_is_written_with_the_collector_paused_and_leaves_it_as_it_was(enabled):
-    """Pickling the session allocates for every object: a full collection that landed in it
-    walked the whole session (0.14-0.16 s of an unchanged 1.5 GB checkpoint). The graph is
-    written with the collector off and gives it back as it found it, even when a name fails."""
-    import gc
-
-    from kernel_hooks.graph import write_graph
-    from kernel_hooks.storages import StorageCollector
-
-    seen = []
-
-    class GcStateWhenSaved:
-        def __reduce__(self):
-            seen.append(gc.isenabled())
-            return (int, (1,))
-
-    class FailsToSave:
-        def __reduce__(self):
-            raise RuntimeError("no")
-
-    gc.enable() if enabled else gc.disable()
-    try:
-        _, records, _, failed = write_graph(
-            [("ok", GcStateWhenSaved()), ("bad", FailsToSave())], StorageCollector)
-        assert seen and not any(seen) and list(failed) == ["bad"]
-        assert [r.name for r in records] == ["ok"]
-        assert gc.isenabled() is enabled
-    finally:
-        gc.enable()
-
-
 def test_populating_new_memory_faults_it_in_and_keeps_what_it_holds():
     """The resume faults in each host buffer at once before reading into it: on Linux 5.14+
     that is one madvise call, which must never change bytes already there; a range smaller
