@@ -33,8 +33,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, BinaryIO, Protocol, TypeVar
 
-from fsspec.implementations.local import LocalFileSystem
-
 from ..errors import StoreError
 from .transfer_types import UploadInterrupted
 
@@ -79,12 +77,24 @@ class Backend(Protocol):
 
 def open_backend(fs: Any, root: str, *, chunk_bytes: int, retries: int) -> Backend:
     """The backend for an fsspec filesystem; ``root`` is the workspace folder."""
+    from fsspec.implementations.local import LocalFileSystem
+
     if isinstance(fs, LocalFileSystem):
         return LocalBackend(root)
     return FsspecBackend(fs, chunk_bytes=chunk_bytes, retries=retries)
 
 
 # -- local directory -------------------------------------------------------------------------
+def local_root(url: str) -> str | None:
+    """The absolute folder of a local path or ``file://`` URL (``~`` expanded, as fsspec's
+    ``LocalFileSystem`` reads it), or None for any other fsspec URL (``gs://``, ``memory://``,
+    chained ``a::b``)."""
+    path = url.removeprefix("file://")
+    if "://" in path or "::" in path or path.startswith("data:") or not path:
+        return None
+    return os.path.abspath(os.path.expanduser(path))
+
+
 #: Local files at least this big leave the page cache once written (``_write_temporary``).
 UNCACHED_BYTES = 1 << 20
 

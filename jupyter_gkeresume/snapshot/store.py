@@ -30,9 +30,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
-import fsspec
-from fsspec.exceptions import FSTimeoutError
-
 from ..credentials import mask
 from ..errors import (
     CommitConflictError,
@@ -43,7 +40,7 @@ from ..errors import (
     NotFoundInStore,
     StoreError,
 )
-from .backends import OBSERVED_CHUNK, WRITE_CHUNK, LocalBackend, Sent, open_backend
+from .backends import OBSERVED_CHUNK, WRITE_CHUNK, LocalBackend, Sent, local_root, open_backend
 from .digests import BLAKE3, PARALLEL_HASH_BYTES, Digest, hex_part, is_digest
 from .format import SNAPSHOT_ID_RE, validate_snapshot_id
 
@@ -103,7 +100,9 @@ class SnapshotStore:
     """Blobs, manifests and records of one workspace; ``url`` is any fsspec URL or local path.
 
     ``fs`` is the fsspec filesystem behind it (for tools and tests); the store itself only
-    talks to ``backend``."""
+    talks to ``backend``. A local path (or ``file://`` URL) opens its backend without fsspec,
+    whose import reads every installed distribution's entry points (20 ms of a pause's first
+    checkpoint); ``fs`` imports it when first asked."""
 
     def __init__(
         self,
@@ -119,10 +118,15 @@ class SnapshotStore:
 
         self.url = url
         self.workspace = validate_workspace_id(workspace)
-        try:
-            self.fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        except (ImportError, ValueError) as exc:
-            raise InvalidInputError(f"cannot open store {_safe_url(url)}: {exc}") from None
+        base = None if storage_options else local_root(url)
+        self._fs = None
+        if base is None:
+            import fsspec
+
+            try:
+                self._fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
+            except (ImportError, ValueError) as exc:
+                raise InvalidInputError(f"cannot open store {_safe_url(url)}: {exc}") from None
         self.root = f"{base.rstrip('/')}/{self.workspace}"
         if chunk_bytes <= 0 or chunk_bytes % (256 << 10):
             raise InvalidInputError(f"chunk_bytes must be a multiple of 256 KiB: {chunk_bytes}")
@@ -130,11 +134,22 @@ class SnapshotStore:
             raise InvalidInputError(f"retries must be between 0 and 10: {retries}")
         self.chunk_bytes, self.retries = chunk_bytes, retries
         with self._errors("open store"):
-            self.backend = open_backend(self.fs, self.root, chunk_bytes=chunk_bytes, retries=retries)
+            self.backend = (LocalBackend(self.root) if self._fs is None else
+                            open_backend(self._fs, self.root, chunk_bytes=chunk_bytes,
+                                         retries=retries))
         self.concurrency = resolve_concurrency(concurrency, local=self.backend.local)
 
     def __repr__(self) -> str:
         return f"SnapshotStore({_safe_url(self.url)!r}, {self.workspace!r})"
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem behind the store (a local one is made when first asked)."""
+        if self._fs is None:
+            from fsspec.implementations.local import LocalFileSystem
+
+            self._fs = LocalFileSystem()
+        return self._fs
 
     # -- paths -----------------------------------------------------------------------------
     def blob_path(self, digest: str) -> str:
@@ -359,6 +374,8 @@ class SnapshotStore:
         ``timeout <= 0``. Callers: the CLI before any command, the doctor before its probe."""
         if self.backend.local or timeout <= 0:
             return
+        from fsspec.exceptions import FSTimeoutError
+
         try:
             self.fs.ls(self.root, timeout=timeout)  # fsspec's sync wrappers take a deadline
         except FileNotFoundError:
