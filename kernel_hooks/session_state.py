@@ -34,11 +34,14 @@ def hash_seed() -> str | None:
 
 
 def rng_states() -> dict[str, Any]:
-    """RNG states of random, numpy's global generator, torch CPU and initialized CUDA devices."""
+    """RNG states of random, numpy's global generator, torch CPU and initialized CUDA devices.
+    numpy's generator only once ``numpy.random`` is imported: before, it does not exist (the
+    import seeds it from the OS, in the resumed kernel as it would have here), and importing it
+    for nothing costs a checkpoint 6 ms."""
     states: dict[str, Any] = {"random": random.getstate()}
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        states["numpy"] = numpy.random.get_state()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        states["numpy"] = numpy_random.get_state()
     torch = sys.modules.get("torch")
     if torch is not None:
         states["torch"] = torch.get_rng_state()

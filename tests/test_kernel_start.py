@@ -44,10 +44,11 @@ def test_the_extension_loads_without_the_store_and_the_first_checkpoint_imports_
     assert [m for m in CHECKPOINT_MACHINERY if m in loaded] == []
 
     # the verbs and the magics load the rest when first used
-    kernel.run("import os\nos.environ['GKERESUME_STORE'] = os.getcwd()")
+    kernel.run("import os\nos.environ['GKERESUME_STORE'] = os.getcwd()\nimport numpy")
     assert "checkpoint " in kernel.run("%checkpoint")
     now = set(kernel.run_json(MODULES))
     assert {"kernel_hooks.api", "blake3", "jupyter_gkeresume.snapshot.store"} <= now
+    assert "numpy.random" not in now  # no generator drawn from yet: none to save
     # a local store is opened without fsspec (its import reads every distribution's entry points)
     assert [m for m in now if m.split(".")[0] in ("aiohttp", "gcsfs", "google", "fsspec")] == []
     assert kernel.run_json("import json, kernel_hooks\n"
