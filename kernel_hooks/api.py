@@ -27,7 +27,6 @@ from . import collector, warnings_shown
 from .capture import take_checkpoint
 from .notebooks import newest_snapshot, this_notebook
 from .replay import ReplayPlan, plan_replay
-from .restore import take_resume
 from .results import CheckpointResult, Progress, ReplayResult, ResumeResult
 
 
@@ -134,6 +133,8 @@ def resume(
         into = None if any_notebook else this_notebook(notebook)
         if reference is None or reference.strip() == "latest":
             reference = newest_snapshot(snapshots, key, into)
+        from .restore import take_resume  # the resume's machinery: a checkpoint does not load it
+
         with warnings_shown.kept():
             return take_resume(namespace, snapshots, key, reference=reference, only=only,
                                progress=progress, continuing_cell=continuing_cell, shell=shell,

@@ -49,6 +49,7 @@ def test_the_extension_loads_without_the_store_and_the_first_checkpoint_imports_
     now = set(kernel.run_json(MODULES))
     assert {"kernel_hooks.api", "blake3", "jupyter_gkeresume.snapshot.store"} <= now
     assert "numpy.random" not in now  # no generator drawn from yet: none to save
+    assert "kernel_hooks.restore" not in now  # a pause's checkpoint needs none of the resume
     # a local store is opened without fsspec (its import reads every distribution's entry points)
     assert [m for m in now if m.split(".")[0] in ("aiohttp", "gcsfs", "google", "fsspec")] == []
     assert kernel.run_json("import json, kernel_hooks\n"
