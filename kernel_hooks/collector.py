@@ -10,8 +10,10 @@ pause's checkpoint it never runs, as the kernel's exit collects once (``teardown
 
 Call order: ``paused()`` wraps the verbs ``api.checkpoint`` and ``api.resume``, and the
 server's request in ``server_api.run`` from before the verb is looked up (its import). Nested
-uses leave the collector to the outermost one, which gives it back as it found it (a session
-that disabled it keeps it disabled).
+uses leave the collector to the outermost one. Meanwhile the session's switch is
+``session_enabled()`` (what a checkpoint saves: ``library_state``'s python settings), and a
+resume sets it with ``set_session_enabled``; the outermost pause ends with the collector
+switched as the session has it (a session that disabled it keeps it disabled).
 """
 
 from __future__ import annotations
@@ -20,14 +22,33 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
+_session: list[bool] = []  # while a pause holds the collector: the session's switch
+
 
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
-    """The collector off for the block, back as it was after, also when the block raises."""
-    was_enabled = gc.isenabled()
+    """The collector off for the block, then switched as the session has it, also when the
+    block raises."""
+    if _session:  # an outer pause holds it
+        yield
+        return
+    _session.append(gc.isenabled())
     gc.disable()
     try:
         yield
     finally:
-        if was_enabled:
+        if _session.pop():
             gc.enable()
+
+
+def session_enabled() -> bool:
+    """Whether the session has the collector on (while a pause holds it: as it was before)."""
+    return _session[0] if _session else gc.isenabled()
+
+
+def set_session_enabled(enabled: bool) -> None:
+    """Switch the collector for the session (while a pause holds it: when the pause ends)."""
+    if _session:
+        _session[0] = enabled
+    else:
+        (gc.enable if enabled else gc.disable)()

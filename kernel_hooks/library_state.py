@@ -31,7 +31,7 @@ import sys
 import warnings
 from typing import Any
 
-from . import local_modules, registrations
+from . import collector, local_modules, registrations
 from .ipython_state import the_shell
 
 _baseline: dict[str, Any] = {}
@@ -728,7 +728,7 @@ def _python_settings_now() -> dict[str, Any]:
     whether ``tracemalloc`` traces, with how many frames (0: it does not; the traces it took
     are this process's: the resumed kernel traces from its resume on)."""
     now: dict[str, Any] = {"recursion_limit": sys.getrecursionlimit(),
-                           "gc": (gc.isenabled(), gc.get_threshold()), "umask": _umask(),
+                           "gc": (collector.session_enabled(), gc.get_threshold()), "umask": _umask(),
                            "rlimits": _rlimits(), "locale": locale.setlocale(locale.LC_ALL),
                            "switch_interval": sys.getswitchinterval(),
                            "faulthandler": faulthandler.is_enabled(),
@@ -781,8 +781,8 @@ def _python_settings() -> Any:
 
 
 def _restore_python_settings(changed: dict[str, Any]) -> str | None:
-    def collector(value: tuple[bool, tuple[int, ...]]) -> None:
-        (gc.enable if value[0] else gc.disable)()
+    def collector_switch(value: tuple[bool, tuple[int, ...]]) -> None:
+        collector.set_session_enabled(value[0])  # a resume holds the collector: at its end
         gc.set_threshold(*value[1])
 
     def decimal_context(context: Any) -> None:
@@ -822,7 +822,7 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
         if frames:
             tracemalloc.start(frames)
 
-    setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector, "umask": os.umask,
+    setters = {"recursion_limit": sys.setrecursionlimit, "gc": collector_switch, "umask": os.umask,
                "rlimits": rlimits, "locale": locale_setting,
                "switch_interval": sys.setswitchinterval, "faulthandler": crash_tracebacks,
                "socket_timeout": socket.setdefaulttimeout, "tracemalloc": memory_tracing,

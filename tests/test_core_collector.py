@@ -80,3 +80,26 @@ def test_the_servers_request_pauses_the_collector_from_the_verbs_import_on(monke
     assert server_api.last_result()._repr_json_() == Outcome.success({"done": True}).to_dict()
     assert seen == [("looked up", False), ("called", False)]
     assert gc.isenabled()
+
+
+def test_the_sessions_switch_is_what_a_checkpoint_saves_and_a_resume_gives_back(tmp_path):
+    """Found reading the change again: the python settings entry read ``gc.isenabled()`` inside
+    the checkpoint, where the collector is paused, so every snapshot said "disabled"; and a
+    resume that set the session's ``gc.disable()`` had it switched on again when the pause ended.
+    """
+    from kernel_hooks import collector, library_state
+
+    with collector.paused():
+        assert "gc" not in (library_state._python_settings() or {})  # the session's: on
+
+    root = str(tmp_path / "store")
+    gc.disable()  # the session's own choice
+    try:
+        kernel_hooks.checkpoint(namespace={"x": 1}, store=root, workspace="ws")
+    finally:
+        gc.enable()
+    try:
+        kernel_hooks.resume(namespace={}, store=root, workspace="ws")
+        assert not gc.isenabled()  # given back as the session had it
+    finally:
+        gc.enable()
