@@ -16,6 +16,11 @@ One ``jupyter server`` subprocess per session and directory, with the extension 
   ``import torch`` returned in it.
 
     .venv/bin/python benchmarks/server.py --gb 1.5 --dirs /var/tmp,/dev/shm --rounds 3 [--out F]
+    .venv/bin/python benchmarks/server.py --fixed-cost --dirs /var/tmp,/dev/shm --rounds 7
+
+``--fixed-cost`` runs rounds of ``pause_empty`` alone, back to back: the rest of a full round
+(a pause and a resume of ``--gb``, raw writes and reads) leaves the next round's small pause
+sharing the two cores and the disk with its after-effects.
 
 Each round measures every case once, so ours and its yardstick run minutes apart at most; the
 figures are per-round ratios, reported as their median with every round beside it (a memory
@@ -148,16 +153,20 @@ def start_server(work: Path) -> ServerProcess:
     return server
 
 
-def measure_round(folder: str, gb: float, poll: float) -> dict[str, Any]:
-    """One round in ``folder``: every case once, then the round's ratios."""
-    out: dict[str, Any] = {}
+def pause_empty(folder: str, poll: float) -> dict[str, Any]:
+    """The pause of the session of a few KB, in a fresh server (the fixed cost)."""
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         server = start_server(Path(tmp))
         try:
             server.run_cell(server.new_session("empty.ipynb"), EMPTY_CELL)
-            out["pause_empty"] = operation(server, "gkeresume/api/pause", "paused", poll)
+            return operation(server, "gkeresume/api/pause", "paused", poll)
         finally:
             server.stop()
+
+
+def measure_round(folder: str, gb: float, poll: float) -> dict[str, Any]:
+    """One round in ``folder``: every case once, then the round's ratios."""
+    out: dict[str, Any] = {"pause_empty": pause_empty(folder, poll)}
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         work = Path(tmp)
         server = start_server(work)
@@ -226,6 +235,21 @@ def report(rounds: list[dict[str, Any]], gb: float, folder: str) -> None:
                       + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
 
 
+def report_fixed_cost(rounds: list[dict[str, Any]], folder: str) -> None:
+    """``--fixed-cost``: every round's ``pause_empty``, their median, and where the time went
+    in the median round."""
+    seconds = [r["seconds"] for r in rounds]
+    median = sorted(rounds, key=lambda r: r["seconds"])[len(rounds) // 2]
+    print(f"\n### {folder}: pause_empty alone, {len(rounds)} rounds; {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}\n")
+    print(f"median {statistics.median(seconds):.3f} s (target <= 0.5 s); rounds "
+          + ", ".join(f"{x:.3f}" for x in seconds))
+    print(f"\nround {rounds.index(median) + 1}, where the time goes:\n")
+    for (at, label), (nxt, _) in itertools.pairwise(median["phases"]):
+        print(f"- {at:7.2f} s  +{nxt - at:5.2f} s  {label}")
+    print(f"- {median['phases'][-1][0]:7.2f} s  {median['phases'][-1][1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.5)
@@ -233,11 +257,17 @@ def main() -> None:
                         help="comma-separated directories to measure in (e.g. /var/tmp,/dev/shm)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--poll", type=float, default=0.05, help="status poll interval, seconds")
+    parser.add_argument("--fixed-cost", action="store_true",
+                        help="rounds of pause_empty alone (nothing else in the round)")
     parser.add_argument("--out")
     args = parser.parse_args()
     os.environ.pop("GKERESUME_SERVER_URL", None)  # the kernels talk to this run's server
     results = {}
     for folder in args.dirs.split(","):
+        if args.fixed_cost:
+            results[folder] = [pause_empty(folder, args.poll) for _ in range(args.rounds)]
+            report_fixed_cost(results[folder], folder)
+            continue
         results[folder] = [measure_round(folder, args.gb, args.poll)
                            for _ in range(args.rounds)]
         report(results[folder], args.gb, folder)
