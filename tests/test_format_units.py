@@ -108,6 +108,29 @@ def test_store_url_resolution_order(tmp_path):
     assert resolve_store_url(None, env={}).endswith(os.path.join("gkeresume", "store"))
 
 
+def test_a_local_store_opens_where_fsspec_would_open_it_without_fsspec(tmp_path, monkeypatch):
+    """A plain path or ``file://`` URL names the folder fsspec's ``LocalFileSystem`` would (so a
+    store written before is found again), opened without fsspec (its import reads every
+    distribution's entry points); any other URL goes to fsspec; ``fs`` is there for tools."""
+    import fsspec
+
+    from jupyter_gkeresume.snapshot.backends import LocalBackend, local_root
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for url in ("store", "./store", str(tmp_path / "store") + "/", f"file://{tmp_path}/store",
+                "~/store", "store/../other"):
+        expected = fsspec.core.url_to_fs(url)[1].rstrip("/")
+        assert os.path.normpath(expected) == local_root(url), url
+        store = SnapshotStore(url, "ws")
+        assert isinstance(store.backend, LocalBackend) and store.root == f"{local_root(url)}/ws"
+    for url in ("gs://bucket/prefix", "memory://x", "simplecache::gs://bucket/x", ""):
+        assert local_root(url) is None, url
+    from fsspec.implementations.local import LocalFileSystem
+
+    assert isinstance(store.fs, LocalFileSystem) and store.fs.isdir(str(tmp_path))
+
+
 def test_claiming_a_blob_refreshes_its_age_for_gc(tmp_path):
     store = SnapshotStore(str(tmp_path), "ws")
     data, digest = make_blob([np.arange(10, dtype=np.float32)])
