@@ -24,15 +24,14 @@ fill only the names that namespace lacks (``rebuild.Loading``). Their code keeps
 (the cell's), where cloudpickle writes ``<dynamic-code>``.
 
 ``read_graph`` loads the records back in order with one unpickler (the verbs pause the cyclic
-garbage collector, ``collector``: a namespace of many small objects would otherwise trigger a
-collection every few hundred allocations, each walking the whole heap: measured 0.5-2 s of a
-2-3 s resume). If a
-record fails (say, its class's library is gone), reading resumes at the next record with a fresh
-unpickler that has the memo so far (``_RecordUnpickler.after``). Of the failed record's memo
-entries only the imported globals (classes, functions: complete objects, which later records
-reference wherever this one named them first) and strings stay; every other object it built may
-be half made and becomes a placeholder, so a record that depended on one fails or carries it
-visibly. The rest load.
+garbage collector, ``kernel_hooks.collector``: a namespace of many small objects would otherwise
+trigger a collection every few hundred allocations, each walking the whole heap: measured 0.5-2 s
+of a 2-3 s resume). If a record fails (say, its class's library is gone), reading resumes at the
+next record with a fresh unpickler that has the memo so far (``_RecordUnpickler.after``). Of the
+failed record's memo entries only the imported globals (classes, functions: complete objects, which
+later records reference wherever this one named them first) and strings stay; every other object it
+built may be half made and becomes a placeholder, so a record that depended on one fails or carries
+it visibly. The rest load.
 """
 
 from __future__ import annotations
@@ -423,7 +422,7 @@ def write_graph(
     must pickle: one that fails too is dropped). ``namespace``: the dict the items come from,
     whose functions come back bound to the namespace restored into (without it, every
     function of a ``__main__`` dict does). The verbs call it with the cyclic garbage collector
-    paused (``collector``)."""
+    paused (``kernel_hooks.collector``)."""
     failed: dict[str, str] = {}
     stand_ins: dict[str, object] = {}
     for _ in range(MAX_REBUILDS):
@@ -499,7 +498,7 @@ def read_graph(
     Storages are served by the loader installed with ``rebuild.loading``. ``progress`` is told
     how many more bytes of the pickle were consumed, as the unpickler reads them (a frame at a
     time, so it moves inside one big record too). The verbs call it with the cyclic garbage
-    collector paused (``collector``)."""
+    collector paused (``kernel_hooks.collector``)."""
     reached = _Reached(progress)
     stream = reached.stream(data)
     unpickler = _RecordUnpickler(stream, set())
