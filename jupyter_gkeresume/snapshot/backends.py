@@ -86,13 +86,17 @@ def open_backend(fs: Any, root: str, *, chunk_bytes: int, retries: int) -> Backe
 
 # -- local directory -------------------------------------------------------------------------
 def local_root(url: str) -> str | None:
-    """The absolute folder of a local path or ``file://`` URL (``~`` expanded, as fsspec's
-    ``LocalFileSystem`` reads it), or None for any other fsspec URL (``gs://``, ``memory://``,
-    chained ``a::b``)."""
+    """The folder of a local path or ``file://`` URL as fsspec's ``LocalFileSystem`` names it
+    (absolute: ``~`` expanded, a relative path under the working directory; not normalized, so
+    ``..`` stays the OS's to resolve, through symbolic links), or None for any other fsspec URL
+    (``gs://``, ``memory://``, chained ``a::b``)."""
     path = url.removeprefix("file://")
     if "://" in path or "::" in path or path.startswith("data:") or not path:
         return None
-    return os.path.abspath(os.path.expanduser(path))
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path):
+        path = os.path.join(os.getcwd(), "" if path == "." else path.removeprefix("./"))
+    return path.rstrip("/") or "/"
 
 
 #: Local files at least this big leave the page cache once written (``_write_temporary``).
