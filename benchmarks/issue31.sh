@@ -36,6 +36,9 @@ run blob_write_disk $py benchmarks/blob_write.py --dir /var/tmp/gkeresume-bench/
 # items 2 and 5: the pause's fixed cost, the per-byte pause and the resume through the server
 run server $py benchmarks/server.py --gb 1.5 --dirs /var/tmp/gkeresume-bench,"$shm" \
     --out "$out/server.json"
+# item 2 again: the small pause alone, back to back (nothing of a big round's after-effects)
+run server_fixed_cost $py benchmarks/server.py --fixed-cost --rounds 7 \
+    --dirs /var/tmp/gkeresume-bench,"$shm" --out "$out/server_fixed_cost.json"
 # item 5: checkpoint and resume at 1.5 GB against raw write/copy, dill, torch, the unchanged second
 run core_1_5gb $py benchmarks/core.py --gb 1.5 --dirs /var/tmp/gkeresume-bench,"$shm" --repeat 2 \
     --cases ours_save,ours_load,raw_write,raw_copy,raw_read,raw_read_fresh,ours_save_tensors,dill_save_no_opt,dill_load_no_opt,torch_save,torch_load \
