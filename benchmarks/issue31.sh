@@ -8,8 +8,8 @@
 # OUT: a folder for the reports (*.md) and the raw rows (*.json). BEFORE: optional checkout of an
 # earlier commit (git worktree add DIR COMMIT), measured beside ours at kernel start. Needs the
 # test venv (bash scripts/test.sh), about 12 GB free on /var/tmp and 3 GB on /dev/shm; 23
-# minutes on 2 cores (2026-12-04). Run it on a quiet machine: other work on the cores moves
-# every figure.
+# minutes on 2 cores (2026-12-04), 2 more since the --fixed-cost run. Run it on a quiet machine:
+# other work on the cores moves every figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="$1"
