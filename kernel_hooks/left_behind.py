@@ -116,7 +116,8 @@ def left_behind() -> list[Found]:
     each with its ``held_key``. Without the extension loaded (the API used in a plain process)
     the first call takes the baseline."""
     remember_baseline()
-    return [*_processes(), *_threads(), *_tasks(), *_callbacks(), *_open_files()]
+    pools = _library_pools()  # one look, so that processes and threads see the same pools
+    return [*_processes(pools), *_threads(pools), *_tasks(), *_callbacks(), *_open_files()]
 
 
 def named_under(found: list[Found], held: Mapping[tuple[str, int], str]) -> list[Skipped]:
@@ -152,10 +153,10 @@ def _session_processes() -> dict[int, psutil.Process]:
     return found
 
 
-def _processes() -> list[Found]:
+def _processes(pools: list[Any]) -> list[Found]:
     out = []
     workers = _multiprocessing_children()
-    helpers = _library_processes()
+    helpers = _library_processes(pools)
     for pid, process in sorted(_session_processes().items()):
         if pid in _baseline["processes"] or pid in helpers:
             continue
@@ -172,9 +173,9 @@ def _processes() -> list[Found]:
     return out
 
 
-def _library_processes() -> set[int]:
+def _library_processes(pools: list[Any]) -> set[int]:
     """The pids of the processes libraries run for themselves and start again at their next
-    need: the workers of ``_library_pools`` with their descendants (a ``SubprocPool``'s sidecar,
+    need: the workers of ``pools`` (``_library_pools``) with their descendants (a ``SubprocPool``'s sidecar,
     ``process``; a process pool's workers, ``_processes``); the resource trackers
     (``RESOURCE_TRACKERS``); multiprocessing's fork server (multiprocessing/forkserver.py
     ``_forkserver._forkserver_pid``), which the first process of the forkserver method starts
@@ -182,7 +183,7 @@ def _library_processes() -> set[int]:
     are forked from it. A tracker starts with the first semaphore of the spawn method (what CUDA
     code asks for)."""
     pids: set[int] = set()
-    for pool in _library_pools():
+    for pool in pools:
         sidecar = getattr(getattr(pool, "process", None), "pid", None)
         pids.update(([sidecar] if sidecar else []) + list(getattr(pool, "_processes", None) or ()))
     for pid in list(pids):
@@ -197,11 +198,11 @@ def _library_processes() -> set[int]:
     return pids
 
 
-def _library_pool_threads() -> set[int]:
-    """The idents of the manager and queue feeder threads of ``_library_pools``' process pools
-    (``_executor_manager_thread``, ``_call_queue._thread``); the other threads of a pool run
-    a function of ``LIBRARY_POOL_MODULES``."""
-    threads = [thread for pool in _library_pools() for thread in (
+def _library_pool_threads(pools: list[Any]) -> set[int]:
+    """The idents of the manager and queue feeder threads of the process pools among ``pools``
+    (``_library_pools``: ``_executor_manager_thread``, ``_call_queue._thread``); the other
+    threads of a pool run a function of ``LIBRARY_POOL_MODULES``."""
+    threads = [thread for pool in pools for thread in (
         getattr(pool, "_executor_manager_thread", None),
         getattr(getattr(pool, "_call_queue", None), "_thread", None))]
     return {t.ident for t in threads if t is not None}
@@ -229,8 +230,8 @@ def _multiprocessing_children() -> dict[int, str]:
             for child in children if child.pid is not None}
 
 
-def _threads() -> list[Found]:
-    pools = _library_pool_threads()
+def _threads(pools: list[Any]) -> list[Found]:
+    pool_threads = _library_pool_threads(pools)
     return [(("thread", t.ident), Skipped(
                 f"thread {t.name}", "thread",
                 "a thread started in the session does not come back: its work stops with "
@@ -239,7 +240,7 @@ def _threads() -> list[Found]:
             if t.ident not in _baseline["threads"] and t.is_alive() and not t.name.startswith(OWN_THREADS)
             and not type(t).__module__.startswith(KERNEL_MODULES)
             and f"{type(t).__module__}.{type(t).__qualname__}" not in RESTARTED_BY_LIBRARY
-            and not _idle_pool_worker(t) and t.ident not in pools
+            and not _idle_pool_worker(t) and t.ident not in pool_threads
             and not str(getattr(getattr(t, "_target", None), "__module__", None)
                         ).startswith(LIBRARY_POOL_MODULES)]
 
