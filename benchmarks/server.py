@@ -219,10 +219,7 @@ def report(rounds: list[dict[str, Any]], gb: float, folder: str) -> None:
     print(f"\nWhere the time went in round {rounds.index(r) + 1} (the median per-byte round):")
     for case in ("pause_empty", "pause", "resume"):
         print(f"\n{case}, where the time goes (status phases: workspace, kernel:phase):\n")
-        phases = r[case]["phases"]
-        for (at, label), (nxt, _) in itertools.pairwise(phases):
-            print(f"- {at:7.2f} s  +{nxt - at:5.2f} s  {label}")
-        print(f"- {phases[-1][0]:7.2f} s  {phases[-1][1]}")
+        print_phases(r[case]["phases"])
         server_phases = r[case]["server_phases"]
         if server_phases.get("total"):
             rest = server_phases["total"] - sum(v for k, v in server_phases.items() if k != "total")
@@ -245,9 +242,15 @@ def report_fixed_cost(rounds: list[dict[str, Any]], folder: str) -> None:
     print(f"median {statistics.median(seconds):.3f} s (target <= 0.5 s); rounds "
           + ", ".join(f"{x:.3f}" for x in seconds))
     print(f"\nround {rounds.index(median) + 1}, where the time goes:\n")
-    for (at, label), (nxt, _) in itertools.pairwise(median["phases"]):
+    print_phases(median["phases"])
+
+
+def print_phases(phases: list[tuple[float, str]]) -> None:
+    """Each status phase seen (seconds since the request, label) with its seconds until the
+    next one."""
+    for (at, label), (nxt, _) in itertools.pairwise(phases):
         print(f"- {at:7.2f} s  +{nxt - at:5.2f} s  {label}")
-    print(f"- {median['phases'][-1][0]:7.2f} s  {median['phases'][-1][1]}")
+    print(f"- {phases[-1][0]:7.2f} s  {phases[-1][1]}")
 
 
 def main() -> None:
