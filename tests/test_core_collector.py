@@ -1,7 +1,7 @@
 """A checkpoint and a resume run with the cyclic garbage collector paused, and give it back as they
 found it. Found timing a pause of a tiny session with torch imported (issue 31 item 2): the first
 checkpoint's imports and allocations passed the collector's thresholds, and a full collection
-(0.085-0.12 s in five runs, reported by ``gc.callbacks``) walked torch's heap inside the pause,
+(0.084-0.12 s in five runs, reported by ``gc.callbacks``) walked torch's heap inside the pause,
 to free nothing; the kernel's exit collects once right after. In process, on a local store."""
 
 from __future__ import annotations
