@@ -70,6 +70,9 @@ from .torch_reduce import TorchReductions
 PROTOCOL = 5
 MAX_REBUILDS = 8
 _BY_REFERENCE = (type, types.FunctionType, types.BuiltinFunctionType)
+#: Pickled as pickle does, asked nothing: the builtin containers and values, and an exact
+#: ``OrderedDict`` (every ``nn.Module`` holds eleven, its hook tables: two thirds of a model's
+#: objects) unless a registered checkpoint claims it.
 _PLAIN = frozenset({dict, list, tuple, set, frozenset, str, bytes, bytearray, complex, int, float})
 
 
@@ -102,6 +105,9 @@ class RecordNote:
 class _GraphPickler(cloudpickle.Pickler):
     def __init__(self, file: io.BytesIO, collector: StorageCollector,
                  namespace: Mapping[str, Any] | None = None):
+        # cloudpickle's table is a ChainMap over copyreg's, which pickle asks, in Python, for
+        # every object's type; the same entries in one dict are asked in C (read by __init__)
+        self.dispatch_table = {**copyreg.dispatch_table, **cloudpickle.Pickler.dispatch_table}
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
         self.namespace = namespace  # whose functions are bound to the one restored into
@@ -119,7 +125,7 @@ class _GraphPickler(cloudpickle.Pickler):
     def reducer_override(self, obj: object) -> Any:
         """Called by pickle for every non-atomic object not yet in the memo: keep it lean."""
         kind = type(obj)
-        if kind in _PLAIN:
+        if kind in _PLAIN or (kind is OrderedDict and registry.for_object(obj) is None):
             return NotImplemented
         reduced = weak_references.reduce(obj)  # first: a dead proxy raises on isinstance
         if reduced is not None:

@@ -213,7 +213,7 @@ def _candidates() -> list[Patch]:
             if not version or version != held.version:
                 held.version, held.candidates = version, _class_candidates(name, package, held.owner)
             for attribute, value, condition in held.candidates:
-                if condition is None or (_wraps_notebook_code(value) if condition is _HOLDS
+                if condition is None or (condition.now(value) if type(condition) is _Holding
                                          else condition in sys.modules):
                     found.append(Patch(name, held.owner.__qualname__, attribute, value))
     _last_walk.clear()  # what is gone from sys.modules is let go
@@ -286,7 +286,7 @@ _BUILTINS_AT_START = frozenset(vars(builtins))
 def _class_candidates(module: str, package: str | None,
                       cls: type) -> tuple[tuple[str, Any, Any], ...]:
     """The candidates on ``cls`` (of ``module``, in ``package``), each as ``(attribute, value,
-    condition)``: it counts if the condition is None, if it is ``_HOLDS`` and the value holds
+    condition)``: it counts if the condition is None, if it is a ``_Holding`` and the value holds
     the notebook's code, if it names a module and that module is loaded (see ``_candidates``).
     Inlined type tests, no call per attribute: the common case, a method defined in the class's
     own module, costs a type check and one comparison (this runs over every class that changed
@@ -309,7 +309,7 @@ def _class_candidates(module: str, package: str | None,
                 if value.__module__ == NOTEBOOK:
                     found.append((attribute, value, None))
             elif type(_own_dict(value)) is dict:  # without one, it holds nothing
-                found.append((attribute, value, _HOLDS))
+                found.append((attribute, value, _Holding()))
             continue
         if origin == module:
             continue
@@ -320,8 +320,25 @@ def _class_candidates(module: str, package: str | None,
     return tuple(found)
 
 
-#: The condition of a candidate that counts while it holds the notebook's code.
-_HOLDS = object()
+@dataclass(slots=True)
+class _Holding:
+    """The condition of a candidate that counts while its own dict holds the notebook's code
+    (``_wraps_notebook_code``), answered again only when that dict changed: ``holds`` as of
+    ``attributes`` (held, so its id is not reused) at ``version`` (0: not known, ask again).
+    Most such candidates are enum members (a torch session has 3,500 on library classes, most
+    of cuda.bindings'), asked at every walk."""
+
+    attributes: Any = None
+    version: int = 0
+    holds: bool = False
+
+    def now(self, value: Any) -> bool:
+        attributes = _own_dict(value)
+        version = dict_version(attributes)  # before reading: a change meanwhile shows next time
+        if not version or version != self.version or attributes is not self.attributes:
+            self.attributes, self.version = attributes, version
+            self.holds = _holds_notebook_code(attributes)
+        return self.holds
 
 
 #: The kinds of most class attributes that are neither functions nor classes: descriptors of
@@ -337,7 +354,11 @@ def _wraps_notebook_code(value: Any) -> bool:
     of the notebook: what ``pd.api.extensions.register_dataframe_accessor("geo")`` sets on
     ``DataFrame`` (pandas' accessor descriptor over the notebook's class). It was lost at the
     resume while the verdict said ``exact``."""
-    attributes = own_attributes(value)
+    return _holds_notebook_code(_own_dict(value))
+
+
+def _holds_notebook_code(attributes: dict | types.MappingProxyType | None) -> bool:
+    """Whether an object's own dict (``_own_dict``) holds a class or function of the notebook."""
     return type(attributes) is dict and any(
         (type(held) is _FUNCTION or isinstance(held, type)) and held.__module__ == NOTEBOOK
         for held in list(attributes.values()))

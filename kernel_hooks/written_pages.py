@@ -245,7 +245,8 @@ class WrittenPages:
     @staticmethod
     def _edges_unchanged(watch: Watch, view: memoryview) -> bool:
         head, tail = watch.start - watch.address, watch.end - watch.address
-        return view[:head] == watch.head and view[tail:] == watch.tail
+        # as bytes: a memoryview compares with bytes item by item (12 us for two partial pages)
+        return view[:head].tobytes() == watch.head and view[tail:].tobytes() == watch.tail
 
     def _categories(self, start: int, end: int, wanted: int, needed: int) -> int | None:
         """The ``wanted`` categories found on the pages of ``[start, end)``, together; None

@@ -85,8 +85,9 @@ def test_the_walk_after_a_walk_finds_every_change_between(notebook_code):
     """Between two walks: a notebook function set on a library class and on a library module,
     ``tqdm.pandas()`` (another distribution's functions on pandas' classes and groupby classes),
     and, with no class changed, an object already on a library class that now holds a notebook
-    class (pandas' ``Accessor`` behind ``DataFrame.plot``), then its ``__dict__`` replaced
-    whole. The second walk finds each; a walk from nothing finds the same."""
+    class (pandas' ``Accessor`` behind ``DataFrame.plot``), back in place and again, then its
+    ``__dict__`` replaced whole (the walk keeps each such object's answer while its dict's
+    version holds). The second walk finds each; a walk from nothing finds the same."""
     import json
 
     import pandas
@@ -109,6 +110,10 @@ def test_the_walk_after_a_walk_finds_every_change_between(notebook_code):
         found_after = _labels(library_patches.find_patches(remembered=False))
         assert found_after == found | {"pandas.DataFrame.plot"}
         library_patches._last_walk.clear()
+        assert _labels(library_patches.find_patches(remembered=False)) == found_after
+        accessor._accessor = accessor_attributes["_accessor"]  # back, in place
+        assert _labels(library_patches.find_patches(remembered=False)) == found
+        accessor._accessor = Plot
         assert _labels(library_patches.find_patches(remembered=False)) == found_after
 
         accessor.__dict__ = dict(accessor_attributes)  # back to pandas' own, a new dict

@@ -270,6 +270,54 @@ def test_a_dict_view_stays_a_view_of_its_dict(tmp_path):
     assert type(restored["ordered"]) is type(order.keys())
 
 
+class Point:
+    """A class pickle would make by its ``__reduce_ex__``; a ``copyreg`` reducer says how."""
+
+    def __init__(self, x, how="by its class"):
+        self.x, self.how = x, how
+
+
+def point_by_copyreg(point):
+    return Point, (point.x, "by copyreg")
+
+
+def test_ordered_dicts_and_copyreg_reducers_pickle_as_registered(tmp_path, monkeypatch):
+    """Two short cuts of the graph's pickler (issue 31 item 5): an exact ``OrderedDict`` asks
+    none of the graph's reducers (a model holds a dozen per module: two thirds of its
+    objects: its hook tables), and pickle asks one dict of copyreg's and cloudpickle's reducers (cloudpickle's
+    ``ChainMap`` over them was asked in Python for every object). What each must keep: a
+    checkpoint registered for ``OrderedDict`` (or for ``dict``, a base) still applies to one,
+    not to a plain dict; a subclass is still asked about; a ``copyreg`` reducer registered in
+    the session is used; identity across names holds."""
+    import copyreg
+    from collections import OrderedDict
+
+    import torch
+    from fixtures_kernels import resumed_in_process
+
+    from kernel_hooks import registry
+
+    class Tagged(OrderedDict):
+        pass
+
+    model, order, plain = torch.nn.Linear(2, 3), OrderedDict(a=1), {"p": 1}
+    namespace = {"model": model, "hooks": model._forward_hooks, "order": order, "plain": plain,
+                 "tagged": Tagged(t=1), "point": Point(3)}
+    monkeypatch.setitem(copyreg.dispatch_table, Point, point_by_copyreg)
+    restored = resumed_in_process(namespace, tmp_path / "plain")
+    assert restored["hooks"] is restored["model"]._forward_hooks
+    assert torch.equal(restored["model"].weight, model.weight)
+    assert restored["order"] == order and type(restored["tagged"]) is Tagged
+    assert (restored["point"].x, restored["point"].how) == (3, "by copyreg")
+    for registered in (OrderedDict, dict):
+        monkeypatch.setattr(registry, "by_type", {registered: registry.AppCheckpoint(
+            save=lambda d: sorted(d.items()), load=lambda items: ("loaded", items))})
+        restored = resumed_in_process(namespace, tmp_path / registered.__name__)
+        assert restored["order"] == ("loaded", [("a", 1)]), registered
+        assert restored["model"]._forward_hooks == ("loaded", [])
+        assert restored["tagged"] == ("loaded", [("t", 1)]) and restored["plain"] == plain
+
+
 GENERATORS = r"""
 import contextlib, inspect
 FACTOR = 2
