@@ -162,10 +162,10 @@ class BlobWriter:
         if pages is not None:  # the storages are collected: their memory is mapped by now
             pages.new_checkpoint()
         out = WrittenBlobs({}, {})
-        # On a local store, a blob whose bytes need no reading (page tables) is claimed here: a
-        # stat and a touch cost less than handing them to a thread (10 ms of an unchanged
-        # checkpoint's 25 at 1.5 GB, docs/benchmarks.md); the pool reads and writes the rest.
-        done = [self._write_plan(plan, unread_only=True) if self.writer.store.backend.local
+        # On a local store, a blob known by keys taken without reading much (page tables) is
+        # claimed here: a stat and a touch cost less than handing them to a thread (10 ms of an
+        # unchanged checkpoint's 25 at 1.5 GB, docs/benchmarks.md); the pool does the rest.
+        done = [self._write_plan(plan, claim_only=True) if self.writer.store.backend.local
                 else None for plan in plans]
         rest = [plan for plan, result in zip(plans, done, strict=True) if result is None]
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="gkeresume-write") as pool:
@@ -203,12 +203,12 @@ class BlobWriter:
     def write_views(self, entries: list[tuple[str, object]],
                     sent: Callable[[int], None] | None = None,
                     addresses: list[int | None] | None = None,
-                    unread_only: bool = False) -> tuple[str, int, bool] | None:
+                    claim_only: bool = False) -> tuple[str, int, bool] | None:
         """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written).
         ``sent`` is told the bytes of each chunk as it is written. ``addresses``: where each
         entry's buffer lies in host memory that ``written_pages`` may watch (None: it may not).
-        ``unread_only``: only a blob the skip-cache knows by keys that need no byte read, else
-        None (nothing done)."""
+        ``claim_only``: only a blob the skip-cache knows by keys taken without reading a big
+        entry (``cache_key``), else None (nothing done)."""
         views = [memoryview(b).cast("B") for _, b in entries]
         addresses = addresses or [None] * len(views)
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
@@ -217,7 +217,7 @@ class BlobWriter:
         keyed = None
         try:
             if self.writer.store.hashes_while_writing and not _digest_cache.has_shape(shape):
-                if unread_only:
+                if claim_only:
                     return None
                 # no key can hit: new content, keyed on the way (each byte read once)
                 pages = [_pages_watching(v, a) for v, a in zip(views, addresses, strict=True)]
@@ -233,10 +233,10 @@ class BlobWriter:
                 _digest_cache.remember((*shape, tuple(k.digest() for k in keyers)), digest)
                 return digest, layout.size, new
             key = cache_key(DEFAULT, [d for d, _ in entries], views, addresses,
-                            watch_new=self.watch_new, unread_only=unread_only)
+                            watch_new=self.watch_new, claim_only=claim_only)
             digest = None if key is None else _digest_cache.get(key)
             if digest is None:
-                if unread_only:
+                if claim_only:
                     return None
                 digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
                 _digest_cache.remember(key, digest)
@@ -253,11 +253,12 @@ class BlobWriter:
         return digest, layout.size, new
 
     def _write_plan(self, plan: list[CollectedStorage],
-                    unread_only: bool = False) -> tuple[str, int, bool] | None:
-        """Write one planned blob (``unread_only``: see ``write_views``; device memory always
-        needs reading)."""
+                    claim_only: bool = False) -> tuple[str, int, bool] | None:
+        """Write one planned blob (``claim_only``: see ``write_views``; device memory, or a
+        pack of small storages of ``WATCH_MIN_BYTES`` or more, always needs reading)."""
         devices = {m.device for m in plan} - {"cpu"}
-        if unread_only and devices:
+        if claim_only and (devices or sum(m.nbytes for m in plan if m.nbytes < WATCH_MIN_BYTES)
+                           >= WATCH_MIN_BYTES):
             return None
         engine = get_engine() if devices and all(cuda_index(d) is not None for d in devices) else None
         share = self._writing.share(sum(m.nbytes for m in plan))
@@ -274,7 +275,7 @@ class BlobWriter:
                     keepalive.append(host)
                     entries.append((m.dtype, host_view(host.data_ptr(), m.nbytes)))
                     addresses.append(None)
-            result = self.write_views(entries, share.add, addresses, unread_only)
+            result = self.write_views(entries, share.add, addresses, claim_only)
         if result is not None:
             share.finish()
         return result
@@ -329,16 +330,17 @@ def _keyed_parts(header: bytes, views: list[memoryview], keyers: list[xxhash.xxh
 
 
 def _content_key(view: memoryview, address: int | None, made_here: bool = False,
-                 watch_new: bool = True, unread_only: bool = False) -> bytes | None:
+                 watch_new: bool = True, claim_only: bool = False) -> bytes | None:
     """The xxh3-128 of an entry's bytes, without reading them where the page tables show that
     nothing wrote them since their key was taken (``written_pages``; ``made_here``: see
-    ``WrittenPages.watch``; ``watch_new``: see ``BlobWriter``; ``unread_only``: None where the
-    bytes would have to be read)."""
+    ``WrittenPages.watch``; ``watch_new``: see ``BlobWriter``; ``claim_only``: None where a big
+    entry's bytes would have to be read)."""
     pages = _pages_watching(view, address)
     if pages is None:
-        return None if unread_only else xxhash.xxh3_128_digest(view)
+        big = claim_only and len(view) >= WATCH_MIN_BYTES
+        return None if big else xxhash.xxh3_128_digest(view)
     digest = pages.known_digest(address, view)
-    if digest is not None or unread_only:
+    if digest is not None or claim_only:
         return digest
     if not watch_new:
         return xxhash.xxh3_128_digest(view)
@@ -359,13 +361,13 @@ def _pages_watching(view: memoryview, address: int | None) -> WrittenPages | Non
 
 def cache_key(algorithm: Digest, dtypes: list[str], views: list[memoryview],
               addresses: list[int | None] | None = None, made_here: bool = False,
-              watch_new: bool = True, unread_only: bool = False) -> tuple | None:
+              watch_new: bool = True, claim_only: bool = False) -> tuple | None:
     """The skip-cache key of a blob's entries: algorithm, dtypes, sizes, xxh3-128 of each
     (``_content_key``: not read again where ``addresses`` says where it may be watched;
-    ``unread_only``: None where an entry would have to be read)."""
+    ``claim_only``: None where a big entry would have to be read)."""
     keys = []
     for view, address in zip(views, addresses or [None] * len(views), strict=True):
-        key = _content_key(view, address, made_here, watch_new, unread_only)
+        key = _content_key(view, address, made_here, watch_new, claim_only)
         if key is None:
             return None
         keys.append(key)
