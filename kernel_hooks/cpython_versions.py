@@ -53,7 +53,7 @@ def class_version(cls: type) -> int:
     """``cls``'s version tag (assigned now if it has none), or 0: see the module docstring."""
     if not _classes_counted():
         return 0
-    return _class_tag(cls) or _tag_now(cls)
+    return _WORDS32[(id(cls) + _TP_VERSION_TAG) >> 2] or _tag_now(cls)  # _class_tag, inlined
 
 
 def dict_version(mapping: object) -> int:
