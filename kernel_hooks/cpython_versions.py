@@ -44,9 +44,13 @@ _TP_VERSION_TAG = _TYPE_FIELDS + 45 * _POINTER
 _MA_USED = object.__basicsize__
 _MA_VERSION_TAG = _MA_USED + ctypes.sizeof(ctypes.c_ssize_t)
 #: The process's memory as 32- and 64-bit words, indexed by address // 4 and // 8 (nothing is
-#: read until an index is): a read costs a third of a ``from_address`` object's.
-_WORDS32 = memoryview((ctypes.c_uint32 * (sys.maxsize >> 2)).from_address(0)).cast("B").cast("I")
-_WORDS64 = memoryview((ctypes.c_uint64 * (sys.maxsize >> 3)).from_address(0)).cast("B").cast("Q")
+#: read until an index is): a read costs a third of a ``from_address`` object's. None where
+#: ctypes or memoryview refuse so long an array (then nothing is counted).
+try:
+    _WORDS32 = memoryview((ctypes.c_uint32 * (sys.maxsize >> 2)).from_address(0)).cast("B").cast("I")
+    _WORDS64 = memoryview((ctypes.c_uint64 * (sys.maxsize >> 3)).from_address(0)).cast("B").cast("Q")
+except (OverflowError, ValueError, TypeError, MemoryError):
+    _WORDS32 = _WORDS64 = None
 
 
 def class_version(cls: type) -> int:
@@ -76,7 +80,7 @@ def _tag_now(cls: type) -> int:
 @functools.cache
 def _classes_counted() -> bool:
     """Whether class tags sit where ``_TP_VERSION_TAG`` reads and behave as documented."""
-    if (sys.implementation.name != "cpython" or sys.version_info < (3, 11)
+    if (sys.implementation.name != "cpython" or sys.version_info < (3, 11) or _WORDS32 is None
             or _TP_VERSION_TAG % 4 or object.__basicsize__ % 8):  # the words above: aligned
         return False
     try:
@@ -100,7 +104,8 @@ def _classes_counted() -> bool:
 @functools.cache
 def _dicts_counted() -> bool:
     """Whether dict tags sit where ``_MA_VERSION_TAG`` reads and change with each change."""
-    if sys.implementation.name != "cpython" or _MA_VERSION_TAG % 8 or object.__basicsize__ % 8:
+    if (sys.implementation.name != "cpython" or _WORDS64 is None or _MA_VERSION_TAG % 8
+            or object.__basicsize__ % 8):
         return False
     try:
         one, other = {"a": 1}, {"a": 1}

@@ -105,9 +105,10 @@ class RecordNote:
 class _GraphPickler(cloudpickle.Pickler):
     def __init__(self, file: io.BytesIO, collector: StorageCollector,
                  namespace: Mapping[str, Any] | None = None):
-        # cloudpickle's table is a ChainMap over copyreg's, which pickle asks, in Python, for
-        # every object's type; the same entries in one dict are asked in C (read by __init__)
-        self.dispatch_table = {**copyreg.dispatch_table, **cloudpickle.Pickler.dispatch_table}
+        # cloudpickle's table is a ChainMap of its reducers over copyreg's, which pickle asks,
+        # in Python, for every object's type; the same in one dict are asked in C (__init__
+        # reads it). The copy is of the reducers registered when the graph's writing starts.
+        self.dispatch_table = dict(cloudpickle.Pickler.dispatch_table)
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
         self.namespace = namespace  # whose functions are bound to the one restored into
