@@ -309,9 +309,7 @@ def _class_candidates(module: str, package: str | None,
                 if value.__module__ == NOTEBOOK:
                     found.append((attribute, value, None))
             elif type(_own_dict(value)) is dict:  # without one, it holds nothing
-                holding = _Holding()
-                holding.now(value)  # answered now: the next walk asks only whether it changed
-                found.append((attribute, value, holding))
+                found.append((attribute, value, _Holding()))
             continue
         if origin == module:
             continue
