@@ -283,12 +283,12 @@ def point_by_copyreg(point):
 
 def test_ordered_dicts_and_copyreg_reducers_pickle_as_registered(tmp_path, monkeypatch):
     """Two short cuts of the graph's pickler (issue 31 item 5): an exact ``OrderedDict`` asks
-    none of the graph's reducers (a model holds a dozen per module: two thirds of its
-    objects: its hook tables), and pickle asks one dict of copyreg's and cloudpickle's reducers (cloudpickle's
-    ``ChainMap`` over them was asked in Python for every object). What each must keep: a
-    checkpoint registered for ``OrderedDict`` (or for ``dict``, a base) still applies to one,
-    not to a plain dict; a subclass is still asked about; a ``copyreg`` reducer registered in
-    the session is used; identity across names holds."""
+    none of the graph's reducers (each module of a model holds eleven, its hook tables: two
+    thirds of its objects), and pickle asks one dict of copyreg's and cloudpickle's reducers
+    (cloudpickle's ``ChainMap`` over them was asked in Python for every object). What each
+    must keep: a checkpoint registered for ``OrderedDict`` (or for ``dict``, a base) still
+    applies to one, not to a plain dict; a subclass is still asked about; a ``copyreg``
+    reducer registered in the session is used; identity across names holds."""
     import copyreg
     from collections import OrderedDict
 
