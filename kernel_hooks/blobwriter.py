@@ -207,8 +207,8 @@ class BlobWriter:
         """Write a blob of ``(dtype, buffer)`` entries; returns (digest, size, newly written).
         ``sent`` is told the bytes of each chunk as it is written. ``addresses``: where each
         entry's buffer lies in host memory that ``written_pages`` may watch (None: it may not).
-        ``claim_only``: only a blob the skip-cache knows by keys taken without reading a big
-        entry (``cache_key``), else None (nothing done)."""
+        ``claim_only``: only claim a blob the skip-cache knows by keys taken without reading a
+        big entry (``cache_key``) and the store has, else None (nothing written)."""
         views = [memoryview(b).cast("B") for _, b in entries]
         addresses = addresses or [None] * len(views)
         layout = layout_for([(dtype, len(v)) for (dtype, _), v in zip(entries, views, strict=True)])
@@ -240,6 +240,10 @@ class BlobWriter:
                     return None
                 digest, new = self.writer.put_new_blob(layout.size, parts, DEFAULT, sent=sent)
                 _digest_cache.remember(key, digest)
+            elif claim_only:
+                if not self.writer.claim_blob(digest, layout.size, lambda: parts):
+                    return None  # the store lacks it (another store, a gc): the pool writes it
+                new = False
             else:
                 new = self.writer.put_blob(digest, layout.size, lambda: parts, sent=sent)
         finally:

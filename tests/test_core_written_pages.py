@@ -386,7 +386,9 @@ def test_a_local_store_claims_what_needs_no_reading_without_the_writers_threads(
     and a touch: less than a thread's hand-off, issue 31 item 5), the big storages' keys from
     the page tables, a pack of small ones' by hashing it there (under ``WATCH_MIN_BYTES``);
     the writer's pool gets only what needs reading or writing: every blob the first time, one
-    written since later. What was written comes back."""
+    written since later, every blob a second store lacks although the skip-cache knows it
+    (claimed there, it would be written in the calling thread, one at a time). What was
+    written comes back from both stores."""
     import builtins
     from concurrent.futures import ThreadPoolExecutor
 
@@ -418,7 +420,11 @@ def test_a_local_store_claims_what_needs_no_reading_without_the_writers_threads(
     ns["b"][5] = -1.0
     result = kernel_hooks.checkpoint(namespace=ns, store=store, workspace="ws")
     assert taken() == [[2 * MIB]] and result.bytes_new > 2 * MIB
-    restored: dict = {"__builtins__": builtins}
-    kernel_hooks.resume(namespace=restored, store=store, workspace="ws")
-    assert restored["b"][5] == -1.0 and np.array_equal(restored["b"], ns["b"])
-    assert np.array_equal(restored["a"], ns["a"])
+    other = str(tmp_path / "other")  # the skip-cache knows every blob; this store has none
+    kernel_hooks.checkpoint(namespace=ns, store=other, workspace="ws")
+    assert [p for p in taken() if p == [2 * MIB]] == [[2 * MIB]] * 2  # written by the pool
+    for root in (store, other):
+        restored: dict = {"__builtins__": builtins}
+        kernel_hooks.resume(namespace=restored, store=root, workspace="ws")
+        assert restored["b"][5] == -1.0 and np.array_equal(restored["b"], ns["b"])
+        assert np.array_equal(restored["a"], ns["a"])

@@ -4,7 +4,8 @@ Call order (one ``SnapshotWriter`` per snapshot; the kernel's capture drives it)
 
 1. ``put_blob(digest, size, parts)`` for every blob, from any number of threads: an existing
    blob of that size is claimed (its age refreshed, so gc's grace period protects it until the
-   manifest that reuses it commits), else written from ``parts()`` and made durable; or
+   manifest that reuses it commits), else written from ``parts()`` and made durable
+   (``claim_blob``: the claim alone, False where the store lacks the blob); or
    ``put_new_blob(size, parts, algorithm)`` for a blob whose digest is not known yet (hashed
    while it is written where the store can, ``SnapshotStore.write_blob_hashing``). Blob names
    are predictable from their content, so what is found under one is never trusted by its name
@@ -73,14 +74,21 @@ class SnapshotWriter:
         ``parts()`` when needed), else write ``parts()`` (the buffers, in order, whose content
         has ``digest``; ``sent`` is told the bytes of each chunk as it is written). True when it
         was newly written."""
+        if self.claim_blob(digest, size, parts, crc32c=crc32c):
+            return False
+        self._record(digest, size, self.store.write_blob(digest, parts(), sent=sent))
+        return True
+
+    def claim_blob(self, digest: str, size: int, parts: Callable[[], Iterable[object]], *,
+                   crc32c: int | None = None) -> bool:
+        """``put_blob`` without the write: True when the store has the blob (it is claimed, and
+        counts as put), else False and nothing is done."""
         self._refuse_after_commit()
         ours = _OwnChecksum(parts, crc32c)
-        if self.store.claim_blob(digest, size, ours):
-            new, stored = False, ours.value
-        else:
-            new, stored = True, self.store.write_blob(digest, parts(), sent=sent)
-        self._record(digest, size, stored)
-        return new
+        if not self.store.claim_blob(digest, size, ours):
+            return False
+        self._record(digest, size, ours.value)
+        return True
 
     def put_new_blob(self, size: int, parts: Sequence[object], algorithm: Digest, *,
                      sent: Sent | None = None) -> tuple[str, bool]:
