@@ -57,7 +57,7 @@ def class_version(cls: type) -> int:
     """``cls``'s version tag (assigned now if it has none), or 0: see the module docstring."""
     if not _classes_counted():
         return 0
-    return _WORDS32[(id(cls) + _TP_VERSION_TAG) >> 2] or _tag_now(cls)  # _class_tag, inlined
+    return _class_tag(cls) or _tag_now(cls)
 
 
 def dict_version(mapping: object) -> int:

@@ -70,9 +70,7 @@ from .torch_reduce import TorchReductions
 PROTOCOL = 5
 MAX_REBUILDS = 8
 _BY_REFERENCE = (type, types.FunctionType, types.BuiltinFunctionType)
-#: Pickled as pickle does, asked nothing: the builtin containers and values, and an exact
-#: ``OrderedDict`` (every ``nn.Module`` holds eleven, its hook tables: two thirds of a model's
-#: objects) unless a registered checkpoint claims it.
+#: Pickled as pickle does, asked nothing: the builtin containers and values.
 _PLAIN = frozenset({dict, list, tuple, set, frozenset, str, bytes, bytearray, complex, int, float})
 
 
@@ -127,6 +125,8 @@ class _GraphPickler(cloudpickle.Pickler):
         """Called by pickle for every non-atomic object not yet in the memo: keep it lean."""
         kind = type(obj)
         if kind in _PLAIN or (kind is OrderedDict and registry.for_object(obj) is None):
+            # an exact OrderedDict too, unless a registered checkpoint claims it: every
+            # nn.Module holds eleven (its hook tables), two thirds of a model's objects
             return NotImplemented
         reduced = weak_references.reduce(obj)  # first: a dead proxy raises on isinstance
         if reduced is not None:

@@ -333,10 +333,7 @@ class _Holding:
     holds: bool = False
 
     def now(self, value: Any) -> bool:
-        try:  # _own_dict, inlined: this runs for thousands of objects at every walk
-            attributes = object.__getattribute__(value, "__dict__")
-        except Exception:
-            attributes = None
+        attributes = _own_dict(value)
         version = dict_version(attributes)  # before reading: a change meanwhile shows next time
         if not version or version != self.version or attributes is not self.attributes:
             self.attributes, self.version = attributes, version
