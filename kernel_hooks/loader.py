@@ -108,27 +108,34 @@ class StorageLoader:
             self._uploads = self._cleanup.enter_context(engine.uploads())
         self._concurrency = concurrency
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="gkeresume-read")
+        self._torch_imported = threading.Event()  # by the calling thread: see ``_host_buffer``
         self._futures: dict[str, Future] = {}
         self._synchronized: set[tuple[Future, int]] = set()  # (blob read, GPU) whose copies landed
 
     # -- call order ------------------------------------------------------------------------------
     def start(self) -> None:
         """Start reading every storage blob, in ``read_order``. Equal content is stored once, so
-        one blob entry may hold several distinct storages: all are filled from it."""
+        one blob entry may hold several distinct storages: all are filled from it. numpy and
+        torch are imported here, on the calling thread (``_import_first``; torch while the
+        readers map and verify the big blobs, which need neither; a reader making a torch
+        buffer waits for it: ``_host_buffer``)."""
         by_blob: dict[str, dict[int, list[str]]] = {}
         for key, ref in self.manifest.storages.items():
             by_blob.setdefault(ref.blob, {}).setdefault(ref.entry, []).append(key)
         kinds = {ref.kind for ref in self.manifest.storages.values()}
         if kinds:
             _import_first("numpy")
-        for digest in read_order(self.manifest, self._concurrency):
-            entries = by_blob[digest]
-            future = self._pool.submit(self._read_blob, digest, entries)
-            for keys in entries.values():
-                for key in keys:
-                    self._futures[key] = future
-        if "torch" in kinds:
-            _import_first("torch")  # while the mapped blobs are read
+        try:
+            for digest in read_order(self.manifest, self._concurrency):
+                entries = by_blob[digest]
+                future = self._pool.submit(self._read_blob, digest, entries)
+                for keys in entries.values():
+                    for key in keys:
+                        self._futures[key] = future
+            if "torch" in kinds:
+                _import_first("torch")  # while the mapped blobs are read
+        finally:
+            self._torch_imported.set()
 
     def read_graph_blob(self) -> bytearray:
         """The graph pickle (the blob's single entry), read once into its own buffer."""
@@ -324,7 +331,7 @@ class StorageLoader:
         for key in keys:
             if key not in self._on_device:
                 ref = self.manifest.storages[key]
-                self._buffers[key] = _allocate(ref)
+                self._buffers[key] = self._host_buffer(ref)
                 populate(_address(self._buffers[key]), ref.nbytes)
 
     def _remember(self, digest: str, entries: dict[int, list[str]], count: int) -> None:
@@ -368,7 +375,7 @@ class StorageLoader:
         unverified bytes, is never handed out)."""
         self._mapped.pop(key, None)
         if key in self._on_device or key not in self._buffers:
-            self._buffers[key] = _allocate(self.manifest.storages[key])
+            self._buffers[key] = self._host_buffer(self.manifest.storages[key])
         ctypes.memset(_address(self._buffers[key]), 0, self.manifest.storages[key].nbytes)
 
     def _landed(self, key: str) -> bool:
@@ -392,8 +399,18 @@ class StorageLoader:
         self._futures[key].result()
         if key not in self._buffers:
             mapping, offset = self._mapped.pop(key)
-            self._buffers[key] = _allocate(self.manifest.storages[key], over=(mapping, offset))
+            self._buffers[key] = self._host_buffer(self.manifest.storages[key], (mapping, offset))
         return self._buffers[key]
+
+    def _host_buffer(self, ref: StorageRef, over: tuple[Any, int] | None = None) -> Any:
+        """``_allocate(ref, over)``, torch's only once the calling thread of ``start`` imported
+        torch: a reader that made the first torch buffer of a fresh kernel ran torch's import
+        on its own thread, which ends with the resume, and what torch ties to the importing
+        thread went with it (kineto's profiler client: every later profile printed "External
+        init callback must run in same thread as registerClient")."""
+        if ref.kind == "torch":
+            self._torch_imported.wait()
+        return _allocate(ref, over)
 
     def _host_bytes(self, key: str) -> memoryview:
         """The verified host bytes of ``key`` (its blob is read): its buffer's, or the span of

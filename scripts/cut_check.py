@@ -38,10 +38,11 @@ SIGNING_KEY = "cut-check-key-" + "4" * 32
 #: Masked before comparing: object addresses, ipykernel's cell directory, and the elapsed time and
 #: rate of a tqdm bar (``[00:01<00:00, 94.2it/s]``), which differ between any two runs.
 #: So are the timings a ``transformers.Trainer`` logs (``'train_runtime': '2.885'``) and the
-#: time and process id that open a line of torch's logging (``W1206 13:00:03.795000 6390 ``).
+#: time and process id that open a line of torch's logging (``W1206 13:00:03.795000 6390 ``)
+#: or of its profiler's (``USDT:2026-12-07 19:58:34 15031:15031 ``).
 VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+|\[\d+:\d+<[^\]]*\]"
                       r"|'\w*(?:runtime|per_second)': '[^']*'"
-                      r"|^[IWEF]\d{4} [\d:.]+ +\d+ ", re.M)
+                      r"|^[IWEF]\d{4} [\d:.]+ +\d+ |^USDT:[\d-]+ [\d:]+ \d+:\d+ ", re.M)
 
 
 def cells_of(script: Path) -> list[str]:

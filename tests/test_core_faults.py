@@ -371,3 +371,41 @@ def test_first_imports_of_numpy_and_torch_do_not_race_the_readers(start_kernel):
     assert "(exact)" in resumed, resumed
     assert "warning:" not in resumed and "not restored" not in resumed, resumed
     assert fresh.run(draws) == expected
+
+
+FIRST_IMPORT_THREAD = r"""
+import sys, threading
+
+class FirstImportThread:
+    '''Notes the thread that finds torch's C extension: the one that runs torch's import.'''
+    seen = []
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch._C":
+            self.seen.append(threading.current_thread().name)
+        return None
+
+sys.meta_path.insert(0, FirstImportThread())
+print("torch" in sys.modules)
+"""
+
+
+def test_torch_is_first_imported_on_the_thread_that_resumes(start_kernel):
+    """A resume in a fresh kernel imported torch on a blob reader's thread: a storage of a
+    small blob (read, not mapped: the RNG state, a small tensor) needs a torch host buffer, and
+    the reader asked for torch before the resuming thread did (every time, on this machine).
+    Whatever torch ties to the thread that imports it then belonged to a thread that ends with
+    the resume: kineto registers its profiler client there, so every ``torch.profiler`` session
+    of the resumed kernel printed "ERROR: External init callback must run in same thread as
+    registerClient" (found by a cut check of a notebook that profiles after the cut). The
+    readers now wait for the resuming thread's import before they make torch buffers."""
+    kernel = start_kernel()
+    kernel.run("import torch\ntorch.manual_seed(0)\nsmall = torch.arange(6.0)\n"
+               "big = torch.ones(1 << 19)  # 2 MiB: its own blob, mapped\ndel torch")
+    kernel.run("%checkpoint")
+    kernel.kill()
+    fresh = start_kernel()
+    assert fresh.run(FIRST_IMPORT_THREAD) == "False\n"
+    resumed = fresh.run("%resume")
+    assert "(exact)" in resumed, resumed
+    assert fresh.run("print(FirstImportThread.seen, small.tolist(), float(big.sum()))") == \
+        "['MainThread'] [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] 524288.0\n"
