@@ -105,6 +105,16 @@ has a ``meta`` of its own, empty, so what ``quantize_fx.prepare_fx`` kept there 
 left on the old ones (``ShapeProp``'s ``tensor_meta``). Both are set back
 (``_graph_module_reduce``); node metadata that does not pickle (fake tensors) is named.
 
+A profiler (``torch.profiler.profile`` holds a ``torch.autograd.profiler.profile`` for each
+session it records): one recording at the pause came back thinking it still recorded, under an
+``exact`` verdict: its ``stop()`` found no session ("disableProfiler called but no active
+profiling session") and its tables were empty (found by a cut check). What it recorded is
+kineto's, in this process: it is named and left out (``_profile_reduce``). A finished one holds
+kineto's results, which do not pickle (the whole profiler was named as not saved): it comes
+back with its events (``_ensure_function_events``: processed now if they were not; what
+``key_averages`` and ``table`` read) and without the trace, which ``export_chrome_trace`` and
+``export_stacks`` need: that is named.
+
 A tensor computed under ``torch.inference_mode()`` came back an ordinary one, which took the
 in-place updates and ``backward()`` the session refused: it is made again in that mode
 (``rebuild.inference_tensor``).
@@ -222,6 +232,7 @@ class TorchReductions:
         self._dynamo_context = getattr(frames, "_TorchDynamoContext", None)
         hooks = sys.modules.get("torch.utils.hooks")
         self._handle = hooks.RemovableHandle if hooks is not None else None
+        self._profile = getattr(sys.modules.get("torch.autograd.profiler"), "profile", None)
         self._global_hooks = {id(dicts): (module, name)
                               for module, name, dicts in loaded_global_hooks()}
         script = sys.modules.get("torch.jit._script")
@@ -242,7 +253,7 @@ class TorchReductions:
         """A reduce tuple for a tensor with a gradient or hooks, an optimizer, a parametrized
         module, an FX graph module, a module that sets its own state, a global hook's handle,
         a compiled function, a TorchScript module or function, an exported program, a custom
-        operator, an operator of ``torch.ops`` or a dtype's limits (see the module
+        operator, a profiler, an operator of ``torch.ops`` or a dtype's limits (see the module
         docstring), else None. A tensor's autograd graph that could still be used is noted in
         ``note``."""
         if self._tensor is not None and isinstance(obj, self._tensor):
@@ -280,6 +291,8 @@ class TorchReductions:
             return rebuild.dynamo_config_patch, (dict(obj.changes),)
         if self._custom_op is not None and type(obj) is self._custom_op:
             return _custom_op_reduce(obj)
+        if self._profile is not None and isinstance(obj, self._profile):
+            return _profile_reduce(obj, note, self.protocol)
         if type(obj) in self._limits:  # a dtype's limits, which do not pickle: by their dtype
             return type(obj), (getattr(self._torch, obj.dtype),)
         if self._operators and isinstance(obj, self._operators):
@@ -440,6 +453,28 @@ def _whole_dict_reduce(obj: Any, base: type, protocol: int) -> tuple | None:
         return None
     make, args, state, *rest = obj.__reduce_ex__(protocol)
     return (make, args, {**vars(obj), **state}, *rest)
+
+
+def _profile_reduce(profile: Any, note: RecordNote, protocol: int) -> tuple:
+    """A ``torch.autograd.profiler.profile`` (see the module docstring): one whose session is
+    under way (entered, not exited since: ``__exit__`` stamps its end after its start) is left
+    out and named; a finished one pickles without kineto's results, its events processed
+    first (named: the trace stays here)."""
+    start, end = profile.profiling_start_time_ns, profile.profiling_end_time_ns
+    if profile.entered and end <= start:
+        return note.placeholder(profile, (
+            "a profiling session in progress: what it records stays in this process (stop "
+            "it before the pause, or start a new one after the resume)"))
+    if profile.kineto_results is None:
+        return profile.__reduce_ex__(protocol)
+    with contextlib.suppress(Exception):  # a trace_only config keeps no events
+        profile._ensure_function_events()  # what key_averages and table read, into the state
+    note.without("profiler trace", (
+        "kineto's trace of a finished profiling session stays in this process: "
+        "export_chrome_trace and export_stacks need it (its events, key_averages and table "
+        "come back)"))
+    make, args, state, *rest = profile.__reduce_ex__(protocol)
+    return (make, args, {**state, "kineto_results": None}, *rest)
 
 
 def _needs_arguments(cls: Any) -> bool:

@@ -17,6 +17,8 @@ fresh kernel (issue 28 item 8, ``kernel_hooks.live_objects``), with the real lib
   resume, under an exact verdict, found by a probe),
   a task held in a variable and one nobody holds;
 - TensorBoard: torch's ``SummaryWriter`` goes on logging into its run;
+- torch's profiler: one recording at the pause is named, a finished one comes back with its
+  events and without kineto's trace (named);
 - the kernel's own objects (the shell, the kernel, its event loop) come back as the resumed
   kernel's.
 
@@ -648,3 +650,55 @@ def test_a_dataset_cached_outside_the_home_volume_travels(tmp_path):
     kernel_hooks.resume(namespace=later, store=root, workspace="ws")
     assert later["made"].map(lambda row: {"d": row["c"] * 2})["d"] == [d * 2 for d in
                                                                        expected["c"]]
+
+
+def test_a_profiler_recording_at_the_pause_is_named_and_a_finished_one_keeps_its_events(
+        tmp_path, monkeypatch):
+    """A ``torch.profiler.profile`` started in one cell and stopped in a later one (a cut check
+    of such a notebook, between the two) came back under an ``exact`` verdict believing it
+    still recorded: its ``stop()`` found no session in the resumed kernel ("disableProfiler
+    called but no active profiling session found") and its tables were empty. What it records
+    is kineto's, in the process (torch/autograd/profiler.py ``profile._start_trace``): it is
+    named, and a new session can start from the restored profiler. A finished profiler holds
+    kineto's results (``_ProfilerResult``), which do not pickle: the whole profiler was named as
+    not saved. It comes back with its events, so ``key_averages`` and ``table`` show what they
+    showed, and the trace it no longer has (``export_chrome_trace``) is named. One never started
+    comes back as it was. In process, on a local store."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import kernel_hooks
+
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "live-objects-test-key-" + "3" * 32)
+
+    def multiply() -> None:
+        torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+
+    idle, recording, finished = (profile(activities=[ProfilerActivity.CPU]) for _ in range(3))
+    finished.start()
+    multiply()
+    finished.stop()
+    shown = finished.key_averages().table(row_limit=5)
+    recording.start()
+    try:
+        multiply()
+        kernel_hooks.checkpoint(namespace={"idle": idle, "recording": recording,
+                                           "finished": finished}, store=str(tmp_path), workspace="ws")
+    finally:
+        recording.stop()
+    restored: dict = {}
+    report = kernel_hooks.resume(namespace=restored, store=str(tmp_path), workspace="ws")
+    assert report.verdict["level"] == "partial", report.verdict
+    assert report.not_restored == []
+    warnings = "\n".join(report.warnings)
+    assert "recording: restored without: torch.autograd.profiler.profile (a profiling " \
+           "session in progress" in warnings, warnings
+    assert "finished: restored without: profiler trace" in warnings, warnings
+    assert "idle:" not in warnings, warnings
+    assert restored["finished"].key_averages().table(row_limit=5) == shown
+    assert "aten::mm" in shown
+    for again in (restored["recording"], restored["idle"]):
+        again.start()
+        multiply()
+        again.stop()
+        assert "aten::mm" in {event.key for event in again.key_averages()}
