@@ -1,8 +1,11 @@
 """Session state beside the objects: RNG states, cwd, sys.path changes, env changes, counts,
-and the string hash seed the kernel started with.
+``sys.argv`` when the session set it, and the string hash seed the kernel started with.
 
 ``remember_baseline()`` runs when the extension loads (at kernel start when auto-loaded): changes
-to ``sys.path`` and ``os.environ`` after it are "made in the session" and travel with snapshots.
+to ``sys.path``, ``sys.argv`` and ``os.environ`` after it are "made in the session" and travel
+with snapshots. ``sys.argv`` travels only then: a notebook sets it to run a script's
+``argparse`` code (``sys.argv = ["train.py", "--lr", "0.1"]``); the kernel's own names its
+connection file, which the resumed kernel's names instead.
 Environment variables that look like credentials (by name or value, ``jupyter_gkeresume.
 credentials``) are never saved; they are reported. ``without_credentials(history)`` is the input
 history a snapshot may keep: the values of such variables scrubbed from it.
@@ -20,9 +23,10 @@ _baseline: dict[str, Any] = {}
 
 
 def remember_baseline() -> None:
-    """Record sys.path and the environment as they are now (idempotent)."""
+    """Record sys.path, sys.argv and the environment as they are now (idempotent)."""
     if not _baseline:
         _baseline["sys_path"] = list(sys.path)
+        _baseline["argv"] = list(sys.argv)
         _baseline["env"] = dict(os.environ)
 
 
@@ -72,6 +76,7 @@ def capture(execution_count: int) -> tuple[dict[str, Any], list[str]]:
         "sys_path_removed": [p for p in _baseline["sys_path"] if p not in sys.path],
         "env_set": env_set,
         "env_unset": [n for n in env_before if n not in os.environ],
+        "argv": list(sys.argv) if sys.argv != _baseline["argv"] else None,
         "execution_count": execution_count,
         "hash_seed": hash_seed(),
         "torch_hook_id": getattr(_removable_handle(), "next_id", None),
@@ -154,6 +159,8 @@ def restore(state: dict[str, Any], warnings: list[str]) -> None:
         except OSError as exc:
             warnings.append(f"working directory {cwd} not restored: {exc.strerror}")
     sys.path[:] = _sys_path(state, sys.path)
+    if state.get("argv") is not None:
+        sys.argv = list(state["argv"])
     os.environ.update(state.get("env_set", {}))
     for name in state.get("env_unset", []):
         os.environ.pop(name, None)

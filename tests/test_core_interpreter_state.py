@@ -918,6 +918,33 @@ def test_sys_path_comes_back_in_its_order(start_kernel, tmp_path):
     assert b.run_json(observe) == ["first", str(first), str(last), False]
 
 
+def test_sys_argv_the_session_set_comes_back(start_kernel):
+    """A notebook that runs a script's ``main()`` sets ``sys.argv`` for its ``argparse``
+    (``sys.argv = ["train.py", "--lr", "0.1"]``): after a resume the parser read the resumed
+    kernel's own arguments (``-f <connection file>``) and exited with status 2, under a verdict
+    that named nothing else (found by a probe). It travels when the session set it; the
+    kernel's own does not (it names the old kernel's connection file)."""
+    parse = ("import argparse\nparser = argparse.ArgumentParser()\n"
+             "parser.add_argument('--lr', type=float)\nprint(parser.parse_args().lr, sys.argv[0])")
+    a = start_kernel()
+    a.run("import sys\nsys.argv = ['train.py', '--lr', '0.1']")
+    a.run("%checkpoint")
+    assert a.run(parse) == "0.1 train.py\n"
+    a.kill()
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out, out
+    assert b.run(parse) == "0.1 train.py\n"
+    untouched = start_kernel()
+    untouched.run("%checkpoint")
+    own = untouched.run("import sys\nprint(sys.argv[-1])")
+    untouched.kill()
+    c = start_kernel()
+    c.run("%resume")
+    mine = c.run("import sys\nprint(sys.argv[-1])")
+    assert mine != own and mine.strip().endswith(".json"), (mine, own)
+
+
 EXIT_HANDLERS = r"""
 import atexit
 
