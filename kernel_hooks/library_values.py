@@ -14,7 +14,8 @@ owner up in the namespace now, through modules and classes only (attributes read
 its name) or a class of one (found again by its module and qualified name), the attribute in its
 own ``__dict__``, is the session's setting, carried with the value it has now. Not the
 notebook's own modules (``local_modules`` carries theirs), this product's, ``builtins``
-(``library_patches``), ``sys`` (the kernel's streams, ``sys.path``: ``session_state``). What a
+(``library_patches``), and of ``sys`` what is the kernel's own or carried by another entry
+(``_SYS_NOT_HERE``: the streams, the hooks, ``sys.path`` and ``sys.argv``). What a
 module keeps outside its ``__dict__`` (torch's ``backends`` flags, config modules) has its own
 entries; setter functions (``torch.hub.set_dir``) are not assignments and are not seen here.
 
@@ -37,7 +38,14 @@ from .ipython_state import the_shell
 from .library_patches import OWN
 
 #: Modules whose attributes this entry leaves alone (see the module docstring).
-_NOT_HERE = frozenset({"__main__", "builtins", "sys"}) | OWN
+_NOT_HERE = frozenset({"__main__", "builtins"}) | OWN
+#: The attributes of ``sys`` it leaves alone: the kernel's streams and hooks (ipykernel's and
+#: IPython's), the last error, the import system's lists (``library_state``'s import finders),
+#: ``sys.path`` and ``sys.argv`` (``session_state``).
+_SYS_NOT_HERE = frozenset({
+    "stdin", "stdout", "stderr", "displayhook", "excepthook", "breakpointhook",
+    "unraisablehook", "last_type", "last_value", "last_traceback", "last_exc", "modules",
+    "meta_path", "path_hooks", "path_importer_cache", "path", "argv"})
 _parsed: dict[str, list[tuple[str, ...]]] = {}  # cell source -> its assigned chains
 
 
@@ -138,7 +146,8 @@ def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | N
             owner = _owner(namespace, chain[:-1])
             place = _library_place(owner) if owner is not None else None
             attribute = chain[-1]
-            if place is None or attribute not in vars(owner) or (*place, attribute) in seen:
+            if (place is None or attribute not in vars(owner) or (*place, attribute) in seen
+                    or (owner is sys and attribute in _SYS_NOT_HERE)):
                 continue
             key = (*place, attribute)
             seen.add(key)

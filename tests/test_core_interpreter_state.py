@@ -997,13 +997,16 @@ def configure(every):
 
 configure(1)
 json.service_token = "ghp_" + "x" * 36         # looks like a credential: not saved
+sys.tracebacklimit = 3                         # the interpreter's own value
+sys.stdout = sys.stdout                        # the kernel's stream: stays the resumed kernel's
 """
 OBSERVE_LIBRARY_VALUES = r"""
-import json, logging, tqdm
+import json, logging, sys, tqdm
 from PIL import Image, ImageFile
 print(json.dumps([Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES,
                   tqdm.tqdm.monitor_interval, logging.raiseExceptions, logging.logThreads,
-                  ImageFile.SAFEBLOCK, hasattr(json, "service_token")]))
+                  ImageFile.SAFEBLOCK, hasattr(json, "service_token"),
+                  getattr(sys, "tracebacklimit", None)]))
 """
 
 
@@ -1012,11 +1015,13 @@ def test_values_the_cells_set_on_libraries_come_back(start_kernel):
     (``Image.MAX_IMAGE_PIXELS = None`` and ``ImageFile.LOAD_TRUNCATED_IMAGES = True`` in vision
     notebooks, tqdm's ``monitor_interval = 0``, ``logging.raiseExceptions = False``) was lost
     under an exact verdict (found by probes). The cells' own assignments name what the session
-    set (``kernel_hooks.library_values``); a credential-looking value stays out, named."""
+    set (``kernel_hooks.library_values``); a credential-looking value stays out, named. So
+    were values set on ``sys`` (``sys.tracebacklimit``), which the entry left alone as a whole
+    for the kernel's streams and ``sys.path``: now only those (and what other entries carry)."""
     a = start_kernel()
     a.run(LIBRARY_VALUES)
     before = a.run_json(OBSERVE_LIBRARY_VALUES)
-    assert before[:5] == [None, True, 0, False, False] and before[6] is True
+    assert before[:5] == [None, True, 0, False, False] and before[6:] == [True, 3]
     out = a.run("%checkpoint")
     a.kill()
 
@@ -1024,7 +1029,8 @@ def test_values_the_cells_set_on_libraries_come_back(start_kernel):
     out = b.run("%resume")
     assert "values set on libraries" in out, out
     assert "json.service_token (looks like a credential: not saved)" in out, out
-    assert b.run_json(OBSERVE_LIBRARY_VALUES) == [*before[:6], False]
+    assert "stdout" not in out, out
+    assert b.run_json(OBSERVE_LIBRARY_VALUES) == [*before[:6], False, 3]
 
 
 def _assert_not_carried(start_kernel, cell: str, entry: str) -> None:
