@@ -460,12 +460,13 @@ def _profile_reduce(profile: Any, note: RecordNote, protocol: int) -> tuple:
     under way (entered, not exited since: ``__exit__`` stamps its end after its start) is left
     out and named; a finished one pickles without kineto's results, its events processed
     first (named: the trace stays here)."""
-    start, end = profile.profiling_start_time_ns, profile.profiling_end_time_ns
-    if profile.entered and end <= start:
+    start = getattr(profile, "profiling_start_time_ns", 0)  # 0, 0: a torch without the stamps
+    end = getattr(profile, "profiling_end_time_ns", 0)
+    if getattr(profile, "entered", False) and end <= start:
         return note.placeholder(profile, (
             "a profiling session in progress: what it records stays in this process (stop "
             "it before the pause, or start a new one after the resume)"))
-    if profile.kineto_results is None:
+    if getattr(profile, "kineto_results", None) is None:
         return profile.__reduce_ex__(protocol)
     with contextlib.suppress(Exception):  # a trace_only config keeps no events
         profile._ensure_function_events()  # what key_averages and table read, into the state
