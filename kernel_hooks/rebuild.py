@@ -357,8 +357,8 @@ def tensor_view(base: Any, dtype: Any, size: tuple, stride: tuple, offset: int,
 
 
 def array_subclass_state(array: Any, state: tuple) -> None:
-    """State setter of an array subclass pickled with its attributes (``storages``): NumPy's
-    own state, then the attributes."""
+    """State setter of an array subclass pickled with its attributes (``storages``): the state
+    its class's reduction gave (NumPy's, or the class's own), then the attributes."""
     numpy_state, attributes = state
     array.__setstate__(numpy_state)
     vars(array).update(attributes)

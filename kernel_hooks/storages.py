@@ -111,17 +111,23 @@ class StorageCollector:
         return None
 
     def _subclass_reduce(self, array: Any) -> tuple | None:
-        """An array of a subclass with attributes that pickles by ``ndarray``'s own reduction,
-        which keeps its type and data, not its ``__dict__`` (NumPy's ``InfoArray`` lost its
-        ``info``): that reduction, and the attributes beside its state
-        (``rebuild.array_subclass_state``); else None (as NumPy pickles it)."""
-        kind, ndarray = type(array), self._ndarray
+        """An array of a subclass with attributes: its class's reduction with the attributes
+        beside its state, set after it (``rebuild.array_subclass_state``). ``ndarray``'s own
+        keeps the type and data, not the ``__dict__`` (NumPy's ``InfoArray`` lost its
+        ``info``); one of the class's own may keep less than its ``__dict__`` too
+        (``MaskedArray``'s keeps data, mask and fill value, not ``harden_mask()``'s flag or
+        ``_optinfo``). None (pickled as its class says) where the class pickles through its own
+        ``__reduce_ex__``, or its reduction carries no state to set (``np.ma.masked``, a
+        singleton)."""
+        kind = type(array)
         attributes = getattr(array, "__dict__", None)
-        if (not attributes or kind.__reduce__ is not ndarray.__reduce__
-                or kind.__reduce_ex__ is not ndarray.__reduce_ex__
-                or kind.__setstate__ is not ndarray.__setstate__):
+        if not attributes or kind.__reduce_ex__ is not self._ndarray.__reduce_ex__:
             return None
-        make, args, state = ndarray.__reduce__(array)
+        reduced = array.__reduce__()
+        if (not isinstance(reduced, tuple) or len(reduced) != 3 or reduced[2] is None
+                or not hasattr(array, "__setstate__")):
+            return None
+        make, args, state = reduced
         return make, args, (state, dict(attributes)), None, None, rebuild.array_subclass_state
 
     def _torch_reduce(self, storage: Any, dtype: str | None) -> tuple | None:

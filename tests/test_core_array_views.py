@@ -137,21 +137,31 @@ def test_an_array_subclass_keeps_its_attributes(tmp_path):
     """``ndarray.__reduce__`` pickles a subclass's type and data, not its ``__dict__``: an
     ``InfoArray`` came back with ``info`` ``None`` under an ``exact`` verdict (found by a
     probe). Its attributes come back, small or large; a subclass without any (``np.matrix``)
-    and one with a reduction of its own (``np.ma.MaskedArray``) as before."""
+    as before. One with a reduction of its own keeps what that reduction leaves out: NumPy's
+    ``MaskedArray`` pickles data, mask and fill value, not ``harden_mask()``'s flag or its
+    ``_optinfo``, so a masked element took a value after a resume, silently (found by a probe);
+    ``np.ma.masked``, whose reduction carries no state, stays the one singleton."""
     namespace = {
         "small": InfoArray([1, 2, 3], info={"unit": "m"}),
         "large": InfoArray(np.arange(200_000.0), info="sensor 7"),
         "matrix": np.matrix([[1, 2], [3, 4]]),
-        "masked": np.ma.masked_array([1.0, 2.0], mask=[False, True]),
+        "masked": np.ma.masked_array([1.0, 2.0, 3.0], mask=[False, True, False], fill_value=-9),
+        "constant": np.ma.masked,
     }
     namespace["small"].calibrated = True
+    namespace["masked"].harden_mask()
+    namespace["masked"]._optinfo["source"] = "sensor 7"
     restored = resumed_in_process(namespace, tmp_path)
+    masked = restored["masked"]
+    assert masked.hardmask and masked._optinfo == {"source": "sensor 7"}
+    masked[1] = 100.0  # a hard mask keeps the element masked
+    assert masked.mask.tolist() == [False, True, False] and masked.filled().tolist() == [1, -9, 3]
+    assert restored["constant"] is np.ma.masked
     assert type(restored["small"]) is InfoArray and restored["small"].info == {"unit": "m"}
     assert restored["small"].calibrated is True and restored["small"].tolist() == [1, 2, 3]
     assert restored["large"].info == "sensor 7" and restored["large"][-1] == 199_999.0
     assert (restored["small"] * 2).info == {"unit": "m"}  # __array_finalize__ still at work
     assert type(restored["matrix"]) is np.matrix and restored["matrix"].tolist() == [[1, 2], [3, 4]]
-    assert restored["masked"].mask.tolist() == [False, True]
 
 
 def test_a_memoryview_stays_a_view_of_what_it_views(tmp_path):
