@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from fixtures_kernels import resumed_elsewhere
+from fixtures_kernels import resumed_elsewhere, resumed_in_process
 
 TRAINING = r"""
 import hashlib, json, warnings
@@ -353,3 +353,40 @@ def test_a_patch_that_cannot_travel_is_named_and_one_already_there_is_left_alone
         for cls, name in ((pandas.DataFrame, "locked"), (pandas.Series, "rows")):
             if name in vars(cls):
                 delattr(cls, name)
+
+
+def test_a_lightning_module_stays_attached_to_its_trainer(tmp_path, monkeypatch):
+    """``LightningModule.__getstate__`` (lightning/pytorch/core/module.py) sets ``_trainer`` to
+    None, so that a saved model does not drag its trainer along. A session that kept both got
+    the module back detached while the trainer still held it: ``model.current_epoch`` and
+    ``model.global_step`` read 0 and ``model.trainer`` raised, under an ``exact`` verdict (a
+    probe's cut after ``trainer.fit``). The module comes back attached to the same restored
+    trainer; one never attached stays without. In process, on a local store."""
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, index):
+            return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+    model, spare = Tiny(), Tiny()
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, data)
+    assert (model.current_epoch, model.global_step) == (2, 4)
+    restored = resumed_in_process({"model": model, "trainer": trainer, "spare": spare}, tmp_path)
+    assert restored["model"].trainer is restored["trainer"]
+    assert restored["trainer"].lightning_module is restored["model"]
+    assert (restored["model"].current_epoch, restored["model"].global_step) == (2, 4)
+    assert restored["spare"]._trainer is None
