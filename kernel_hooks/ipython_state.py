@@ -39,6 +39,10 @@ _SETTING_LINE = re.compile(
     r"\b.*))$", re.MULTILINE)
 
 
+#: The key of how the shell reports exceptions among the settings (``_exception_reports``).
+_REPORTS = "exception reports"
+
+
 def remember_baseline(shell: Any) -> None:
     """Record the extensions loaded before the session's cells ran, this one included
     (idempotent)."""
@@ -47,6 +51,7 @@ def remember_baseline(shell: Any) -> None:
         _baseline["aliases"] = dict(shell.alias_manager.aliases)
         _baseline["settings"] = {which: _settings(made) for which, made in
                                  _configurables(shell).items()}
+        _baseline["settings"][_REPORTS] = _exception_reports(shell)
 
 
 def the_shell() -> Any:
@@ -208,18 +213,30 @@ def _expected(configurable: Any, shell: Any) -> dict[str, Any]:
             for name, trait in configurable.traits(config=True).items()}
 
 
+def _exception_reports(shell: Any) -> dict[str, Any]:
+    """How the shell reports an exception: ``%xmode``'s mode and ``%pdb``'s switch, which those
+    magics set on its traceback printer (``InteractiveTB``), not on a trait: called from code
+    (``get_ipython().run_line_magic("xmode", "Minimal")``), not typed, they were lost."""
+    return {"mode": shell.InteractiveTB.mode, "call_pdb": bool(shell.call_pdb)}
+
+
 def _shell_settings() -> Any:
     """The settings of the shell's objects (``_configurables``) that differ from when the
     extension loaded, as set by assignment (``get_ipython().ast_node_interactivity = "all"``,
-    ``shell.Completer.use_jedi = False``, ``set_matplotlib_close(False)``); ``%config`` lines
-    are that entry's, and come back the same."""
+    ``shell.Completer.use_jedi = False``, ``set_matplotlib_close(False)``), and how it reports
+    exceptions (``_exception_reports``); ``%config`` lines are that entry's, and come back the
+    same (this entry is restored after it: the settings end as they were)."""
     shell = the_shell()
     if shell is None:
         return None
-    changed = {}
-    for which, configurable in _configurables(shell).items():
-        before = _baseline.get("settings", {}).get(which) or _expected(configurable, shell)
-        now = {name: value for name, value in _settings(configurable).items()
+    changed, configurables = {}, _configurables(shell)
+    current = {which: _settings(configurable) for which, configurable in configurables.items()}
+    current[_REPORTS] = _exception_reports(shell)
+    for which, settings in current.items():
+        before = _baseline.get("settings", {}).get(which)
+        if before is None:  # made since the extension loaded (the inline backend's)
+            before = _expected(configurables[which], shell) if which in configurables else {}
+        now = {name: value for name, value in settings.items()
                if name in before and value != before[name]}
         if now:
             changed[which] = now
@@ -238,7 +255,10 @@ def _restore_shell_settings(changed: dict[str, dict[str, Any]]) -> str | None:
     for which, settings in changed.items():
         for name, value in settings.items():
             try:
-                setattr(configurables[which], name, value)
+                if which == _REPORTS and name == "mode":
+                    shell.InteractiveTB.set_mode(mode=value)
+                else:
+                    setattr(shell if which == _REPORTS else configurables[which], name, value)
             except Exception as exc:  # a TraitError, or what the setting's observer raised
                 refused.append(f"{which} {name} ({type(exc).__name__}: {exc})")
     return f"not accepted here: {', '.join(refused)}" if refused else None

@@ -1112,7 +1112,8 @@ SHELL_SETTINGS = r"""
 import json
 from matplotlib_inline.backend_inline import InlineBackend
 print(json.dumps([get_ipython().ast_node_interactivity, get_ipython().Completer.use_jedi,
-                  InlineBackend.instance().close_figures]))
+                  InlineBackend.instance().close_figures, get_ipython().InteractiveTB.mode,
+                  get_ipython().call_pdb]))
 """
 
 
@@ -1121,16 +1122,19 @@ def test_settings_assigned_to_the_shells_objects_come_back(start_kernel):
     ``get_ipython().Completer.use_jedi = False`` (the usual fix for slow completion) and
     ``set_matplotlib_close(False)`` set traits of the shell's objects without ``%config``, so
     that entry's replay missed them: each was lost under an exact verdict (found by a probe).
-    A session that sets nothing carries nothing."""
+    So were ``%xmode`` and ``%pdb`` called from code (``run_line_magic``), not typed: they set
+    the shell's traceback printer, not a trait. A session that sets nothing carries nothing."""
     _assert_not_carried(start_kernel, "x = 1", "IPython settings")
 
     a = start_kernel()
     a.run("get_ipython().ast_node_interactivity = 'all'\n"
           "get_ipython().Completer.use_jedi = False\n"
           "from matplotlib_inline.backend_inline import set_matplotlib_close\n"
-          "set_matplotlib_close(False)")
+          "set_matplotlib_close(False)\n"
+          "get_ipython().run_line_magic('xmode', 'Minimal')\n"
+          "get_ipython().run_line_magic('pdb', 'on')")
     expected = a.run_json(SHELL_SETTINGS)
-    assert expected == ["all", False, False]
+    assert expected == ["all", False, False, "Minimal", True]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0] and "IPython settings" in out, out
     assert b.run_json(SHELL_SETTINGS) == expected
