@@ -19,10 +19,14 @@ open connection) is not carried but noted with its type.
 At resume (after the variables, so ``settings is mycfg.items`` holds when a variable named it):
 each module is imported (the resume's ``sys.path`` and cwd are already back) and, where its file
 is the one the checkpoint saw (by digest), its attributes are set; a file edited during the
-pause wins, and the module is named. A class attribute equal to the one the import made is left
-as the import made it. A noted value is named only where the fresh import did not make an
-attribute of that type again: a module-level lock comes back with the import and is not named;
-a lock or connection the session made and set there is named, and the resume is not exact.
+pause wins, and the module is named. So is one whose file was edited after the session imported
+it and before the checkpoint (no ``importlib.reload``): the session ran the code it imported,
+the resumed kernel runs the file's (``_code_changed``: the file compiled again, each function
+and method the module holds compared with it, line numbers aside; Python 3.11+). A class
+attribute equal to the one the import made is left as the import made it. A noted value is
+named only where the fresh import did not make an attribute of that type again: a module-level
+lock comes back with the import and is not named; a lock or connection the session made and
+set there is named, and the resume is not exact.
 
 Cost at checkpoint: one pass over ``sys.modules`` where it changed since the last (each module
 judged once); values are pickled only for the session's own modules (twice: the dry run, then
@@ -165,6 +169,7 @@ def _capture() -> Any:
     carried: dict[str, dict[str, Any]] = {}
     noted: dict[str, dict[str, tuple[str, str]]] = {}
     sources: dict[str, str | None] = {}
+    stale: list[str] = []
     for name, module in local_modules().items():
         for path, value in _attributes(name, module):
             why = why_not_whole(value)
@@ -172,11 +177,77 @@ def _capture() -> Any:
                 carried.setdefault(name, {})[path] = value
             else:
                 noted.setdefault(name, {})[path] = (type(value).__qualname__, why)
-        if name in carried or name in noted:
+        if _code_changed(name, module):
+            stale.append(name)
+        if name in carried or name in noted or name in stale:
             sources[name] = _source_digest(module)
     if not sources:
         return None
-    return {"modules": carried, "noted": noted, "sources": sources}
+    return {"modules": carried, "noted": noted, "sources": sources, "stale": stale}
+
+
+def _code_changed(name: str, module: types.ModuleType) -> bool:
+    """Whether a function or method the module holds (``_defined_here``) is no longer what its
+    file compiles to now, or gone from it: the file was edited after the import. Judged once
+    per module object and file state (path, size, mtime)."""
+    path = module.__file__
+    if sys.version_info < (3, 11):  # no ``co_qualname`` to match code objects by
+        return False
+    try:
+        stat = os.stat(path)
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError:
+        return False  # gone: the resume's import names it
+    seen = (id(module), path, stat.st_size, stat.st_mtime_ns)
+    if _compared.get(name, (None,))[0] == seen:
+        return _compared[name][1]
+    try:
+        fresh = _code_shapes(compile(source, path, "exec", dont_inherit=True))
+    except (SyntaxError, ValueError):
+        changed = True
+    else:
+        changed = any(fresh.get(code.co_qualname) != _shape(code)
+                      for code in _held_code(name, module) if code.co_filename == path)
+    _compared[name] = (seen, changed)
+    return changed
+
+
+#: module name -> ((module id, path, size, mtime), whether its code changed) of the last look.
+_compared: dict[str, tuple[tuple, bool]] = {}
+
+
+def _held_code(name: str, module: types.ModuleType) -> list[types.CodeType]:
+    """The code of the functions and methods ``module`` holds under the names it defines
+    them by (``_defined_here``); those its file made are compared (a dataclass's ``__init__``
+    comes from a string)."""
+    found = []
+    for attribute, value in list(vars(module).items()):
+        if not _defined_here(name, attribute, value):
+            continue
+        members = list(vars(value).values()) if isinstance(value, type) else [value]
+        for member in members:
+            function = member.__func__ if isinstance(member, (classmethod, staticmethod)) else \
+                member.fget if isinstance(member, property) else member
+            if isinstance(function, types.FunctionType) and function.__module__ == name:
+                found.append(function.__code__)
+    return found
+
+
+def _code_shapes(code: types.CodeType) -> dict[str, tuple]:
+    """Every code object compiled from a file, by qualified name (``co_qualname``: 3.11+)."""
+    found = {}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found[const.co_qualname] = _shape(const)
+            found.update(_code_shapes(const))
+    return found
+
+
+def _shape(code: types.CodeType) -> tuple:
+    """What a code object does, without where it stands (line numbers, file name)."""
+    return (code.co_code, code.co_names, code.co_varnames, code.co_freevars,
+            tuple(_shape(c) if isinstance(c, types.CodeType) else c for c in code.co_consts))
 
 
 def _source_digest(module: types.ModuleType) -> str | None:
@@ -195,7 +266,7 @@ def _owner(module: types.ModuleType, path: str) -> tuple[Any, str]:
 
 def _restore(state: dict[str, Any]) -> str | None:
     missing = []
-    for name in dict.fromkeys([*state["modules"], *state["noted"]]):
+    for name in dict.fromkeys([*state["modules"], *state["noted"], *state.get("stale", ())]):
         try:
             module = importlib.import_module(name)
         except Exception as exc:  # the file is gone, or raises now: every value of it is named
@@ -205,6 +276,10 @@ def _restore(state: dict[str, Any]) -> str | None:
             missing.append(f"{name} ({module.__file__} changed since the checkpoint: the file's "
                            "values stand)")
             continue
+        if name in state.get("stale", ()):
+            missing.append(f"{name} ({module.__file__} was edited after the session imported "
+                           "it: the session ran the code it had imported, this kernel runs the "
+                           "file's)")
         for path, value in state["modules"].get(name, {}).items():
             try:
                 owner, attribute = _owner(module, path)

@@ -160,3 +160,43 @@ def test_a_module_edited_during_the_pause_keeps_the_files_values_and_is_named(
         assert (fresh.lr, fresh.steps) == (0.01, 10)
     finally:
         sys.modules.pop("settings_edited", None)
+
+
+def test_a_module_edited_after_its_import_is_named(tmp_path, monkeypatch):
+    """The user rewrites ``helpers_stale.py`` (``%%writefile``, an editor) after importing it and
+    pauses without reloading it: the session still ran the imported code, the resumed kernel
+    imported the new file and ran that, under an exact verdict (found by a probe: ``f()`` gave
+    'v2' after the cut, 'v1' without it). The module is named. A file whose code did not change
+    (a comment added above, which moves every line) is not."""
+    import importlib
+    import sys
+
+    from kernel_hooks import local_modules
+
+    local_modules.remember_baseline()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = ("def f():\n    return 'v{v}'\n\nclass K:\n    @property\n    def who(self):\n"
+            "        return 'K{v}'\n\nsteps = 10\n")
+    stale, moved = tmp_path / "helpers_stale.py", tmp_path / "helpers_moved.py"
+    stale.write_text(code.format(v=1))
+    moved.write_text(code.format(v=1))
+    modules = [importlib.import_module(name) for name in ("helpers_stale", "helpers_moved")]
+    try:
+        for module in modules:
+            module.steps = 20
+        stale.write_text(code.format(v=2))
+        moved.write_text("# a note\n\n" + code.format(v=1))
+        state = local_modules._capture()
+        assert state["stale"] == ["helpers_stale"], state["stale"]
+        for name in ("helpers_stale", "helpers_moved"):
+            del sys.modules[name]
+        fresh = importlib.import_module("helpers_stale")
+        why = local_modules._restore(state)
+        assert why == (f"not set again: helpers_stale ({stale} was edited after the session "
+                       "imported it: the session ran the code it had imported, this kernel "
+                       "runs the file's)"), why
+        assert (fresh.f(), fresh.steps) == ("v2", 20)
+        assert sys.modules["helpers_moved"].steps == 20
+    finally:
+        for name in ("helpers_stale", "helpers_moved"):
+            sys.modules.pop(name, None)
