@@ -63,7 +63,7 @@ from .left_behind import held_key
 from .live_objects import LiveObjects
 from .placeholders import SHOWN_CHARS, Uncaptured, type_name, uncapturable_reason
 from .remade import Remade
-from .singletons import AccelerateStates, KernelSingletons
+from .singletons import AccelerateStates, GlobalGenerators, KernelSingletons
 from .storages import StorageCollector
 from .torch_reduce import TorchReductions
 
@@ -116,6 +116,7 @@ class _GraphPickler(cloudpickle.Pickler):
         self.accelerate = AccelerateStates()
         self.callbacks = CallbackRegistries()
         self.kernel = KernelSingletons()
+        self.generators = GlobalGenerators()
         self.note = RecordNote()
         self._app_saving: set[int] = set()
         self._forwarding: dict[type, bool] = {}  # _forwards_attributes, once per class
@@ -150,7 +151,8 @@ class _GraphPickler(cloudpickle.Pickler):
         if reason is not None:
             return self.note.placeholder(obj, reason)
         reduced = (self.torch.reduce(obj, self.note) or self.accelerate.reduce(obj)
-                   or self.callbacks.reduce(obj) or self.kernel.reduce(obj))
+                   or self.callbacks.reduce(obj) or self.kernel.reduce(obj)
+                   or self.generators.reduce(obj))
         if reduced is not None:
             return reduced
         if isinstance(obj, _BY_REFERENCE):

@@ -26,13 +26,23 @@ the namespace's own dict held in a variable (``g = globals()``: ``capture`` puts
 in its place), which pickled as a copy that no longer saw the namespace; held inside another
 object it still does (pickle asks ``reducer_override`` about no dict).
 
-Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)`` and then
-``KernelSingletons.reduce(obj)`` for every object, after ``torch_reduce``; the restore reads the
-graph inside ``restoring()``. Nothing is imported (the classes come from ``sys.modules``).
+The process's global random generators (``GlobalGenerators``): Python's (``random._inst``,
+whose bound methods ``from random import randint`` takes), NumPy's legacy one
+(``numpy.random.mtrand._rand``: ``from numpy.random import rand``) and torch's
+(``torch.default_generator``). Pickled as objects, each came back a copy: ``randint`` drew from
+a stream of its own that ``random.seed`` no longer reached, under an ``exact`` verdict (found by a
+probe). Each reduces to ``global_generator(module, attribute)``: the resumed process's, whose
+state the session state gives back (``session_state.restore``).
+
+Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)``, then
+``KernelSingletons.reduce(obj)`` and ``GlobalGenerators.reduce(obj)`` for every object, after
+``torch_reduce``; the restore reads the graph inside ``restoring()``. Nothing is imported (the
+classes and generators come from ``sys.modules``).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import weakref
 from collections.abc import Iterator
@@ -137,6 +147,29 @@ class KernelSingletons:
 def _kernel_loop(kernel: Any) -> Any:
     """The asyncio loop under ipykernel's tornado ``io_loop`` (it runs the cells)."""
     return getattr(getattr(kernel, "io_loop", None), "asyncio_loop", None)
+
+
+#: The process's global random generators: (module, attribute) of each.
+GLOBAL_GENERATORS = (("random", "_inst"), ("numpy.random.mtrand", "_rand"),
+                     ("torch", "default_generator"))
+
+
+class GlobalGenerators:
+    """The global random generators loaded now, by ``id``, for one graph."""
+
+    def __init__(self) -> None:
+        self._places = {id(found): place for place in GLOBAL_GENERATORS
+                        if (found := getattr(sys.modules.get(place[0]), place[1], None))
+                        is not None}
+
+    def reduce(self, obj: object) -> tuple | None:
+        place = self._places.get(id(obj))
+        return None if place is None else (global_generator, place)
+
+
+def global_generator(module: str, attribute: str) -> Any:
+    """The global generator ``attribute`` of ``module`` in this process (``GlobalGenerators``)."""
+    return getattr(importlib.import_module(module), attribute)
 
 
 class TheNamespace:

@@ -379,3 +379,37 @@ def test_a_generator_not_started_or_finished_comes_back(tmp_path):
     result = kernel_hooks.checkpoint(namespace=namespace, store=str(tmp_path / "again"),
                                      workspace="ws")
     assert [skipped.name for skipped in result.skipped] == ["running"]
+
+
+GLOBAL_GENERATORS = r"""
+import json, random
+from random import randint, random as uniform
+import numpy as np
+from numpy.random import rand
+import torch
+gen = torch.default_generator
+own = random.Random(3)
+"""
+DRAWS = r"""
+random.seed(1); np.random.seed(1); torch.manual_seed(1)
+print(json.dumps([randint(0, 100), uniform(), float(rand()), torch.rand(1, generator=gen).item(),
+                  gen is torch.default_generator, own.random()]))
+"""
+
+
+def test_the_global_generators_a_session_holds_stay_the_global_ones(start_kernel):
+    """``from random import randint`` and ``from numpy.random import rand`` take bound methods of
+    the process's global generators (``random._inst``, ``numpy.random.mtrand._rand``), and a
+    notebook may keep ``torch.default_generator``. Pickled, each came back a copy: after a
+    resume ``random.seed(1)`` no longer reached ``randint``, which drew from a stream of its own,
+    under an exact verdict (found by a probe). They come back as the resumed process's own
+    generators, with the session's states; a generator of the session's own stays its own."""
+    a = start_kernel()
+    a.run(GLOBAL_GENERATORS)
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    expected = start_kernel()
+    expected.run(GLOBAL_GENERATORS)
+    draws = expected.run_json(DRAWS)
+    assert draws[4] is True
+    assert b.run_json(DRAWS) == draws
