@@ -259,6 +259,34 @@ def _restore_numpy_options(state: dict[str, Any]) -> str | None:
     return None
 
 
+# -- scikit-learn ----------------------------------------------------------------------------
+
+def _sklearn_config() -> Any:
+    """What ``sklearn.set_config`` (or ``config_context`` left entered) changed: the calling
+    thread's configuration against the defaults a fresh import starts from
+    (``sklearn._config._global_config``, which ``set_config`` leaves as it is):
+    ``transform_output="pandas"`` makes every transformer return a DataFrame."""
+    config = sys.modules.get("sklearn._config")
+    if config is None:
+        return None
+    defaults = getattr(config, "_global_config", {})
+    changed = {key: value for key, value in config.get_config().items()
+               if key in defaults and _differs(value, defaults[key])}
+    return changed or None
+
+
+def _restore_sklearn_config(changed: dict[str, Any]) -> str | None:
+    import sklearn
+
+    refused = []
+    for key, value in changed.items():
+        try:
+            sklearn.set_config(**{key: value})
+        except Exception as exc:  # a setting this scikit-learn does not know
+            refused.append(f"{key} ({exc})")
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
 # -- pandas ----------------------------------------------------------------------------------
 
 def _pandas_options() -> Any:
@@ -1114,6 +1142,7 @@ ENTRIES = (
     ("matplotlib figures", _matplotlib_figures, _restore_matplotlib_figures),
     ("numpy print options and seterr", _numpy_options, _restore_numpy_options),
     ("pandas options", _pandas_options, _restore_pandas_options),
+    ("scikit-learn config", _sklearn_config, _restore_sklearn_config),
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),
