@@ -590,6 +590,36 @@ def _name_torch_library_operators(operators: list[str]) -> str:
             "with torch.library.custom_op, which comes back")
 
 
+# -- torch modes left entered ------------------------------------------------------------------
+
+def _torch_modes() -> Any:
+    """The torch modes a cell entered and left open (``mode.__enter__()`` in one cell, the exit
+    in a later one): the thread's ``TorchFunctionMode`` and ``TorchDispatchMode`` stacks
+    (``FlopCounterMode`` pushes one; the ``DeviceContext`` of ``set_default_device`` aside,
+    which "torch settings" carries) and the saved-tensors hooks
+    (``torch.autograd.graph.saved_tensors_hooks``). None of it is in the namespace: after a
+    resume they were off, under an exact verdict (a flop counter counted nothing, a pack hook
+    no longer ran; found by a probe). Not entered again (a mode's ``__enter__`` may reset what
+    it counted): the resume names them."""
+    if "torch" not in sys.modules:
+        return None
+    device = getattr(sys.modules.get("torch.utils._device"), "DeviceContext", ())
+    stacks = [(sys.modules.get("torch.overrides"), "_get_current_function_mode_stack"),
+              (sys.modules.get("torch.utils._python_dispatch"), "_get_current_dispatch_mode_stack")]
+    names = [type(mode).__name__ for module, reader in stacks if module is not None
+             for mode in getattr(module, reader)() if not isinstance(mode, device)]
+    top = getattr(sys.modules["torch"]._C._autograd, "_top_saved_tensors_default_hooks", None)
+    with contextlib.suppress(Exception):  # another torch's signature
+        if top is not None and top(False) is not None:
+            names.append("saved_tensors_hooks")
+    return names or None
+
+
+def _name_torch_modes(names: list[str]) -> str:
+    return (f"not entered again: {', '.join(names)} (entered in a cell and still open at the "
+            "pause: enter it again after the resume)")
+
+
 # -- torch's global hooks ----------------------------------------------------------------------
 
 def _torch_global_hooks() -> Any:
@@ -1146,6 +1176,7 @@ ENTRIES = (
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),
+    ("torch modes left entered", _torch_modes, _name_torch_modes),
     ("torch.distributed process group", _torch_process_group, _restore_torch_process_group),
     ("torch.library operators", _torch_library_operators, _name_torch_library_operators),
     ("Hugging Face switches", _hf_switches, _restore_hf_switches),

@@ -1214,3 +1214,40 @@ def test_the_scikit_learn_config_travels():
             "not accepted here: no_such_setting (")
     finally:
         sklearn.set_config(transform_output="default", assume_finite=False)
+
+
+def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
+    """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
+    the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``): the modes are the thread's
+    state, none of it in the namespace, and after a resume they were off under an exact verdict
+    (the flop counter counted nothing; found by a probe). They are named; the default device's
+    own mode is "torch settings"' and is not."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import kernel_hooks
+
+    class Counting(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setenv("GKERESUME_SIGNING_KEY", "interpreter-state-key-" + "5" * 32)
+    assert library_state._torch_modes() is None
+    entered = [Counting(), FlopCounterMode(display=False),
+               torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)]
+    for mode in entered:
+        mode.__enter__()
+    try:
+        with torch.device("cpu"):  # a DeviceContext on the stack, as set_default_device leaves
+            assert library_state._torch_modes() == ["Counting", "_FlopCounterMode",
+                                                    "saved_tensors_hooks"]
+            kernel_hooks.checkpoint(namespace={"x": 1}, store=str(tmp_path), workspace="ws")
+    finally:
+        for mode in reversed(entered):
+            mode.__exit__(None, None, None)
+    report = kernel_hooks.resume(namespace={}, store=str(tmp_path), workspace="ws")
+    assert report.verdict["level"] == "partial", report.verdict
+    assert ("torch modes left entered not restored: not entered again: Counting, "
+            "_FlopCounterMode, saved_tensors_hooks (entered in a cell and still open at the "
+            "pause: enter it again after the resume)") in report.warnings, report.warnings
