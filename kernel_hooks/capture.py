@@ -41,12 +41,13 @@ from jupyter_gkeresume.snapshot.fingerprint import cuda_status
 from jupyter_gkeresume.snapshot.writer import SnapshotWriter
 from jupyter_gkeresume.units import human_bytes
 
-from . import interpreter_state, registry, session_state, weak_references
+from . import interpreter_state, library_objects, registry, session_state, weak_references
 from .blobwriter import BlobWriter, plan_blobs
 from .cuda_engine import get_engine
 from .cuda_plan import cuda_index
 from .extra_paths import capture_paths
 from .graph import write_graph
+from .ipython_state import the_shell
 from .left_behind import held_key, left_behind, named_under
 from .live_objects import LiveObjects
 from .packages import capture_packages
@@ -133,6 +134,9 @@ def take_checkpoint(
     skipped: list[Skipped] = []
     items: list[tuple[str, object]] = []
     live = LiveObjects()
+    shell = the_shell()
+    taken = library_objects.held(
+        namespace, shell.history_manager.input_hist_parsed if shell is not None else history or [])
     for var in user_names(namespace, hidden or {}):
         value = namespace[var]
         app = registry.by_name.get(var)
@@ -152,6 +156,8 @@ def take_checkpoint(
             continue
         if value is namespace:  # ``g = globals()``: pickle asks no reducer about a dict
             value = TheNamespace()
+        elif var in taken:  # ``from matplotlib import rcParams``: the library's own
+            value = library_objects.stand_in(taken[var], value)
         items.append((var, value))
     items = pickling_order(items)  # see the docstring
     session, secret_env = session_state.capture(execution_count)

@@ -14,6 +14,7 @@ namespace. Pickle's memo makes each reduced object come back once, so aliases st
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import struct
 import sys
@@ -354,6 +355,23 @@ def tensor_view(base: Any, dtype: Any, size: tuple, stride: tuple, offset: int,
         if view.is_neg() != negative:
             view = view._neg_view()
         return view
+
+
+def library_object(module: str, attribute: str, contents: Any = None) -> Any:
+    """The object ``attribute`` of library ``module`` in this process (``library_objects``,
+    ``singletons.GlobalGenerators``); a container given its session's ``contents`` in place,
+    or the contents themselves where this version of the library has no such container."""
+    found = getattr(importlib.import_module(module), attribute, None)
+    if contents is None:
+        return found
+    if type(found) is not type(contents):
+        return contents
+    if isinstance(found, list):
+        found[:] = contents
+    else:
+        found.clear()
+        found.update(contents)
+    return found
 
 
 def array_subclass_state(array: Any, state: tuple) -> None:

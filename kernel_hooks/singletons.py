@@ -31,7 +31,7 @@ whose bound methods ``from random import randint`` takes), NumPy's legacy one
 (``numpy.random.mtrand._rand``: ``from numpy.random import rand``) and torch's
 (``torch.default_generator``). Pickled as objects, each came back a copy: ``randint`` drew from
 a stream of its own that ``random.seed`` no longer reached, under an ``exact`` verdict (found by a
-probe). Each reduces to ``global_generator(module, attribute)``: the resumed process's, whose
+probe). Each reduces to ``rebuild.library_object(module, attribute)``: the resumed process's, whose
 state the session state gives back (``session_state.restore``).
 
 Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)``, then
@@ -42,7 +42,6 @@ classes and generators come from ``sys.modules``).
 
 from __future__ import annotations
 
-import importlib
 import sys
 import weakref
 from collections.abc import Iterator
@@ -163,13 +162,10 @@ class GlobalGenerators:
                         is not None}
 
     def reduce(self, obj: object) -> tuple | None:
+        from . import rebuild
+
         place = self._places.get(id(obj))
-        return None if place is None else (global_generator, place)
-
-
-def global_generator(module: str, attribute: str) -> Any:
-    """The global generator ``attribute`` of ``module`` in this process (``GlobalGenerators``)."""
-    return getattr(importlib.import_module(module), attribute)
+        return None if place is None else (rebuild.library_object, place)
 
 
 class TheNamespace:

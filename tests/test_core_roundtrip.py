@@ -413,3 +413,41 @@ def test_the_global_generators_a_session_holds_stay_the_global_ones(start_kernel
     draws = expected.run_json(DRAWS)
     assert draws[4] is True
     assert b.run_json(DRAWS) == draws
+
+
+LIBRARY_OBJECTS = r"""
+import json, warnings
+import matplotlib
+import matplotlib as mpl
+from matplotlib import colormaps, rcParams
+from matplotlib.colors import ListedColormap
+from warnings import filters
+rc = mpl.rcParams
+registry = {"kept": 1}  # the notebook's own dict: a copy, as before
+"""
+USE_LIBRARY_OBJECTS = r"""
+colormaps.register(ListedColormap(["r", "b"], name="two_colours"))
+rcParams["lines.linewidth"] = 3.5
+rc["axes.grid"] = True
+filters.insert(0, ("ignore", None, UserWarning, None, 0))
+warnings._filters_mutated()
+with warnings.catch_warnings(record=True) as shown:
+    warnings.warn("ignored")
+print(json.dumps(["two_colours" in matplotlib.colormaps, matplotlib.rcParams["lines.linewidth"],
+                  matplotlib.rcParams["axes.grid"], rc is rcParams, filters is warnings.filters,
+                  len(shown), registry]))
+"""
+
+
+def test_library_objects_taken_by_name_stay_the_librarys(start_kernel):
+    """``from matplotlib import rcParams``, ``colormaps``, ``from warnings import filters``,
+    ``rc = mpl.rcParams``: the names hold the library's own objects, and came back copies of
+    them: ``rcParams[...] = ...`` and ``colormaps.register`` after a resume changed the copies,
+    matplotlib never saw them, and a filter inserted into the copy ignored nothing, under an
+    exact verdict (found by a probe). They come back as the resumed process's objects (a list
+    refilled with the session's filters); the notebook's own dict stays its own."""
+    a = start_kernel()
+    a.run(LIBRARY_OBJECTS)
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run_json(USE_LIBRARY_OBJECTS) == [True, 3.5, True, True, True, 0, {"kept": 1}]

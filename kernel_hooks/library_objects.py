@@ -1,0 +1,113 @@
+"""Objects of library modules that the session holds under names of its own, carried as the
+library's object: ``from warnings import filters``, ``from matplotlib import rcParams``,
+``from matplotlib import colormaps``, ``rc = mpl.rcParams``.
+
+Pickled by value, each came back a copy: ``rcParams["font.size"] = 14`` or
+``colormaps.register(...)`` after a resume changed the copy, and matplotlib never saw it, under
+an ``exact`` verdict (found by a probe). ``held(namespace, sources)`` reads the cells' text
+(``sources``: ``from M import A [as B]``, ``B = m.A`` with ``m`` a module) and keeps each name
+whose value is still that very attribute of that library module; ``capture`` pickles a
+``LibraryObject`` in its place (``stand_in``: pickle asks no reducer about a top-level ``dict``,
+``list`` or ``set``). What the resume makes of it (``rebuild.library_object``):
+
+- a ``dict``, ``list`` or ``set`` is the resumed process's object, refilled in place with the
+  session's contents: in the session they were the library's;
+- a matplotlib ``RcParams`` or ``ColormapRegistry`` (``BY_REFERENCE``) is the resumed
+  process's object: the "matplotlib rcParams" and "matplotlib colormaps" entries give it the
+  session's settings and colormaps;
+- anything else pickles as before (a copy): without an entry that puts its state back, the
+  library's own object would lose what the session changed in it.
+
+Not the notebook's own modules (``local_modules`` carries them) nor ``sys`` (``session_state``
+carries ``sys.path`` and ``sys.argv``), nor this product's.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import types
+from typing import Any
+
+from . import local_modules
+from .library_patches import OWN
+
+#: The kinds of library object carried as the library's own (see the module docstring).
+BY_REFERENCE = frozenset({("matplotlib", "RcParams"), ("matplotlib.cm", "ColormapRegistry")})
+#: The containers refilled in place.
+CONTAINERS = (dict, list, set)
+_parsed: dict[str, list[tuple[str, str, str, bool]]] = {}  # cell source -> its takings
+
+
+def held(namespace: dict[str, Any], sources: list[str]) -> dict[str, tuple[str, str]]:
+    """``{name: (module, attribute)}`` for the names of ``namespace`` that hold the library
+    object the cells ``sources`` took by that name (see the module docstring)."""
+    found = {}
+    for source in sources:
+        for name, module_name, attribute, through_name in _takings(source):
+            if through_name:  # ``B = m.A``: ``m`` names the module in the namespace
+                module = namespace.get(module_name)
+                module_name = getattr(module, "__name__", "") if isinstance(
+                    module, types.ModuleType) else ""
+            module = sys.modules.get(module_name)
+            if module is None or not _library(module_name) or name not in namespace:
+                continue
+            value = vars(module).get(attribute, _ABSENT)
+            if value is namespace[name] and _carried(value):
+                found[name] = (module_name, attribute)
+    return found
+
+
+_ABSENT = object()
+
+
+def _carried(value: Any) -> bool:
+    kind = type(value)
+    return kind in CONTAINERS or (kind.__module__, kind.__qualname__) in BY_REFERENCE
+
+
+def _library(module_name: str) -> bool:
+    top = module_name.partition(".")[0]
+    return (module_name not in ("__main__", "sys", "builtins") and top not in OWN
+            and not local_modules.is_local_module(module_name))
+
+
+def _takings(source: str) -> list[tuple[str, str, str, bool]]:
+    """``(name, module, attribute, through_name)`` for each ``from module import attribute as
+    name`` (``through_name`` False) and ``name = module.attribute`` (``module`` is the name
+    bound to it, True) in ``source``; none when it does not parse."""
+    if source not in _parsed:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            tree = None
+        found = []
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found += [(alias.asname or alias.name, node.module, alias.name, False)
+                          for alias in node.names if alias.name != "*"]
+            elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+                  and isinstance(node.targets[0], ast.Name)
+                  and isinstance(node.value, ast.Attribute)
+                  and isinstance(node.value.value, ast.Name)):
+                found.append((node.targets[0].id, node.value.value.id, node.value.attr, True))
+        _parsed[source] = found
+    return _parsed[source]
+
+
+class LibraryObject:
+    """Stands, in the records, for a library's object held by a name (``held``): the resumed
+    process's object, a container refilled with the session's ``contents``."""
+
+    def __init__(self, module: str, attribute: str, contents: Any = None):
+        self.module, self.attribute, self.contents = module, attribute, contents
+
+    def __reduce__(self) -> tuple:
+        from . import rebuild
+
+        return (rebuild.library_object, (self.module, self.attribute, self.contents))
+
+
+def stand_in(place: tuple[str, str], value: Any) -> LibraryObject:
+    """What ``capture`` pickles in place of ``value``, held at ``place`` (``held``)."""
+    return LibraryObject(*place, value if type(value) in CONTAINERS else None)
