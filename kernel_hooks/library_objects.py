@@ -15,11 +15,13 @@ whose value is still that very attribute of that library module; ``capture`` pic
 - a matplotlib ``RcParams`` or ``ColormapRegistry`` (``BY_REFERENCE``) is the resumed
   process's object: the "matplotlib rcParams" and "matplotlib colormaps" entries give it the
   session's settings and colormaps;
+- ``sys.path`` and ``os.environ`` (``PLACES_BY_REFERENCE``: ``sp = sys.path``, ``from os
+  import environ``) are the resumed process's, which ``session_state`` gives the session's;
 - anything else pickles as before (a copy): without an entry that puts its state back, the
   library's own object would lose what the session changed in it.
 
-Not the notebook's own modules (``local_modules`` carries them) nor ``sys`` (``session_state``
-carries ``sys.path`` and ``sys.argv``), nor this product's.
+Not the notebook's own modules (``local_modules`` carries them), nor the rest of ``sys``, nor
+this product's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from .library_patches import OWN
 
 #: The kinds of library object carried as the library's own (see the module docstring).
 BY_REFERENCE = frozenset({("matplotlib", "RcParams"), ("matplotlib.cm", "ColormapRegistry")})
+#: Objects carried as the process's own, never refilled: ``session_state`` puts the session's
+#: ``sys.path`` and environment back into them.
+PLACES_BY_REFERENCE = frozenset({("sys", "path"), ("os", "environ")})
 #: The containers refilled in place.
 CONTAINERS = (dict, list, set)
 _parsed: dict[str, list[tuple[str, str, str, bool]]] = {}  # cell source -> its takings
@@ -49,12 +54,13 @@ def held(namespace: dict[str, Any], sources: list[str]) -> dict[str, tuple[str, 
                 module = namespace.get(module_name)
                 module_name = getattr(module, "__name__", "") if isinstance(
                     module, types.ModuleType) else ""
-            module = sys.modules.get(module_name)
-            if module is None or not _library(module_name) or name not in namespace:
+            module, place = sys.modules.get(module_name), (module_name, attribute)
+            if module is None or name not in namespace or not (
+                    place in PLACES_BY_REFERENCE or _library(module_name)):
                 continue
             value = vars(module).get(attribute, _ABSENT)
-            if value is namespace[name] and _carried(value):
-                found[name] = (module_name, attribute)
+            if value is namespace[name] and (place in PLACES_BY_REFERENCE or _carried(value)):
+                found[name] = place
     return found
 
 
@@ -110,4 +116,5 @@ class LibraryObject:
 
 def stand_in(place: tuple[str, str], value: Any) -> LibraryObject:
     """What ``capture`` pickles in place of ``value``, held at ``place`` (``held``)."""
-    return LibraryObject(*place, value if type(value) in CONTAINERS else None)
+    refilled = type(value) in CONTAINERS and place not in PLACES_BY_REFERENCE
+    return LibraryObject(*place, value if refilled else None)

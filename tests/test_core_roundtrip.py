@@ -424,6 +424,9 @@ from matplotlib.colors import ListedColormap
 from warnings import filters
 rc = mpl.rcParams
 registry = {"kept": 1}  # the notebook's own dict: a copy, as before
+import os, sys
+from os import environ
+path = sys.path
 """
 USE_LIBRARY_OBJECTS = r"""
 colormaps.register(ListedColormap(["r", "b"], name="two_colours"))
@@ -433,21 +436,27 @@ filters.insert(0, ("ignore", None, UserWarning, None, 0))
 warnings._filters_mutated()
 with warnings.catch_warnings(record=True) as shown:
     warnings.warn("ignored")
+environ["ADDED_THROUGH_A_NAME"] = "yes"
+path.append("/added/through/a/name")
 print(json.dumps(["two_colours" in matplotlib.colormaps, matplotlib.rcParams["lines.linewidth"],
                   matplotlib.rcParams["axes.grid"], rc is rcParams, filters is warnings.filters,
-                  len(shown), registry]))
+                  len(shown), registry, os.environ.get("ADDED_THROUGH_A_NAME"),
+                  sys.path[-1]]))
 """
 
 
 def test_library_objects_taken_by_name_stay_the_librarys(start_kernel):
     """``from matplotlib import rcParams``, ``colormaps``, ``from warnings import filters``,
-    ``rc = mpl.rcParams``: the names hold the library's own objects, and came back copies of
-    them: ``rcParams[...] = ...`` and ``colormaps.register`` after a resume changed the copies,
-    matplotlib never saw them, and a filter inserted into the copy ignored nothing, under an
-    exact verdict (found by a probe). They come back as the resumed process's objects (a list
+    ``rc = mpl.rcParams``, ``from os import environ``, ``path = sys.path``: the names hold the
+    library's own objects, and came back copies of them: ``rcParams[...] = ...`` and
+    ``colormaps.register`` after a resume changed the copies, matplotlib never saw them, a
+    filter inserted into the copy ignored nothing, a variable set or a path added through the
+    name reached neither the environment nor ``sys.path``, under an exact verdict (found by
+    probes). They come back as the resumed process's objects (a list
     refilled with the session's filters); the notebook's own dict stays its own."""
     a = start_kernel()
     a.run(LIBRARY_OBJECTS)
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
-    assert b.run_json(USE_LIBRARY_OBJECTS) == [True, 3.5, True, True, True, 0, {"kept": 1}]
+    assert b.run_json(USE_LIBRARY_OBJECTS) == [True, 3.5, True, True, True, 0, {"kept": 1}, "yes",
+                                               "/added/through/a/name"]
