@@ -11,7 +11,15 @@ own ``__setstate__`` connects them again (a method weakly, as ``connect`` does),
 ids stay in ``_pickled_cids``, a later checkpoint keeps them too. A library's callbacks stay
 matplotlib's choice.
 
-Invariant: nothing is imported; without ``matplotlib.cbook`` loaded ``reduce`` answers None.
+Observers the session registered on a traitlets object at run time (``slider.observe(fn,
+"value")`` on an ipywidgets widget, ``traitlets.link``): ``HasTraits.__getstate__``
+(traitlets/traitlets.py) empties ``_trait_notifiers``, and ``__setstate__`` registers again only
+the class's own ``@observe`` handlers, so the notebook's never fired after a resume, under an
+``exact`` verdict (found by a probe). ``reduce`` carries the others beside the object's state;
+``rebuild.observed_state`` sets the state, then observes with each again.
+
+Invariant: nothing is imported; without ``matplotlib.cbook`` or ``traitlets`` loaded ``reduce``
+answers None for their objects.
 """
 
 from __future__ import annotations
@@ -28,10 +36,13 @@ class CallbackRegistries:
 
     def __init__(self) -> None:
         self._registry = getattr(sys.modules.get("matplotlib.cbook"), "CallbackRegistry", None)
+        self._traitlets = sys.modules.get("traitlets.traitlets")
 
     def reduce(self, obj: object) -> tuple | None:
-        """A registry's reduction with the notebook's callbacks kept, or None (none of its
-        callbacks is the notebook's, or it is no ``CallbackRegistry``)."""
+        """A registry's reduction with the notebook's callbacks kept, a traitlets object's with
+        its run-time observers, or None (no such callbacks, or neither kind of object)."""
+        if self._traitlets is not None and isinstance(obj, self._traitlets.HasTraits):
+            return _observed_reduce(obj, self._traitlets)
         if self._registry is None or type(obj) is not self._registry:
             return None
         registry: Any = obj
@@ -46,6 +57,25 @@ class CallbackRegistries:
         finally:
             registry._pickled_cids = kept
         return rebuild.new_object, (type(registry), ()), state
+
+
+def _observed_reduce(obj: Any, traitlets: Any) -> tuple | None:
+    """``obj``'s reduction with the observers registered on it at run time (not the class's
+    ``@observe`` handlers, which its ``__setstate__`` registers again), each as ``(trait name,
+    change type, handler)``, ``None`` for ``All``; None when it has none, or when its class
+    pickles otherwise than through ``HasTraits``' own state."""
+    kind = type(obj)
+    if kind.__getstate__ is not traitlets.HasTraits.__getstate__ or (
+            kind.__reduce_ex__ is not object.__reduce_ex__):
+        return None
+    observers = [(None if name is traitlets.All else name, change, handler)
+                 for name, changes in obj._trait_notifiers.items()
+                 for change, handlers in changes.items() for handler in handlers
+                 if not isinstance(handler, traitlets.EventHandler)]
+    if not observers:
+        return None
+    make, args, state, *_ = obj.__reduce_ex__(4)
+    return make, args, (state, observers), None, None, rebuild.observed_state
 
 
 def _the_notebooks(callback: Any) -> bool:

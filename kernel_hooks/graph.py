@@ -151,7 +151,7 @@ class _GraphPickler(cloudpickle.Pickler):
         if reason is not None:
             return self.note.placeholder(obj, reason)
         reduced = (self.torch.reduce(obj, self.note) or self.accelerate.reduce(obj)
-                   or self.callbacks.reduce(obj) or self.kernel.reduce(obj)
+                   or self.kernel.reduce(obj) or self.callbacks.reduce(obj)
                    or self.generators.reduce(obj))
         if reduced is not None:
             return reduced

@@ -357,6 +357,17 @@ def tensor_view(base: Any, dtype: Any, size: tuple, stride: tuple, offset: int,
         return view
 
 
+def observed_state(obj: Any, state: tuple[dict, list[tuple[Any, Any, Any]]]) -> None:
+    """State setter of a traitlets object with run-time observers (``callbacks``): its own
+    ``__setstate__``, then each observer registered again (a ``None`` name: every trait)."""
+    import traitlets
+
+    own, observers = state
+    obj.__setstate__(own)
+    for name, change, handler in observers:
+        obj.observe(handler, names=traitlets.All if name is None else name, type=change)
+
+
 def library_object(module: str, attribute: str, contents: Any = None) -> Any:
     """The object ``attribute`` of library ``module`` in this process (``library_objects``,
     ``singletons.GlobalGenerators``); a container given its session's ``contents`` in place,

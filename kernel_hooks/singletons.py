@@ -35,9 +35,10 @@ probe). Each reduces to ``rebuild.library_object(module, attribute)``: the resum
 state the session state gives back (``session_state.restore``).
 
 Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)``, then
-``KernelSingletons.reduce(obj)`` and ``GlobalGenerators.reduce(obj)`` for every object, after
-``torch_reduce``; the restore reads the graph inside ``restoring()``. Nothing is imported (the
-classes and generators come from ``sys.modules``).
+``KernelSingletons.reduce(obj)`` (before ``callbacks``: the shell is a traitlets object) and
+``GlobalGenerators.reduce(obj)`` for every object, after ``torch_reduce``; the restore reads
+the graph inside ``restoring()``. Nothing is imported (the classes and generators come from
+``sys.modules``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Callbacks the notebook connected to matplotlib's objects (``kernel_hooks.callbacks``).
+"""Callbacks the notebook connected to matplotlib's objects and observers it registered on
+traitlets objects (``kernel_hooks.callbacks``).
 
 matplotlib's ``CallbackRegistry.__getstate__`` (lib/matplotlib/cbook.py) drops every callback
 but those it connected itself as picklable ("In general, callbacks may not be pickled, so we
@@ -59,3 +60,45 @@ def test_the_notebooks_callbacks_still_fire_after_a_resume(start_kernel):
     assert "(exact)" in out.splitlines()[0], out
     assert b.run(OBSERVE) == expected
     assert b.run("fig.savefig('plot.png')\nprint('saved')").strip() == "saved"
+
+
+OBSERVED = r"""
+import json
+import ipywidgets as widgets
+import traitlets
+
+seen = []
+slider = widgets.IntSlider(value=3)
+slider.observe(lambda change: seen.append(change["new"]), names="value")
+
+class Params(traitlets.HasTraits):
+    lr = traitlets.Float(0.1)
+
+    @traitlets.observe("lr")
+    def _lr_changed(self, change):
+        seen.append(("class", change["new"]))
+
+params = Params()
+params.observe(lambda change: seen.append(("any", change["name"])))  # every trait: All
+copy = widgets.IntText(1)
+link = traitlets.link((slider, "value"), (copy, "value"))
+"""
+CHANGE = r"""
+slider.value = 5
+params.lr = 0.3
+print(json.dumps([seen, copy.value]))
+"""
+
+
+def test_the_observers_a_session_registered_still_fire_after_a_resume(start_kernel):
+    """``slider.observe(fn, "value")`` on an ipywidgets widget, ``params.observe(fn)`` on a
+    traitlets object and ``traitlets.link``: ``HasTraits.__getstate__`` (traitlets/traitlets.py)
+    empties ``_trait_notifiers`` and its ``__setstate__`` registers again only the class's own
+    ``@observe`` handlers, so none of them fired after a resume, under an exact verdict (found
+    by a probe). They fire again, the class's handler once, as before."""
+    a = start_kernel()
+    a.run(OBSERVED)
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run_json(CHANGE) == [
+        [5, ["class", 0.3], ["any", "lr"]], 5]
