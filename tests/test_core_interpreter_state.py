@@ -1234,14 +1234,14 @@ def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
 
     monkeypatch.setenv("GKERESUME_SIGNING_KEY", "interpreter-state-key-" + "5" * 32)
     assert library_state._torch_modes() is None
-    entered = [Counting(), FlopCounterMode(display=False),
-               torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)]
+    with FlopCounterMode(display=False):  # its module hooks are global: gone before the resume
+        assert library_state._torch_modes() == ["_FlopCounterMode"]
+    entered = [Counting(), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)]
     for mode in entered:
         mode.__enter__()
     try:
         with torch.device("cpu"):  # a DeviceContext on the stack, as set_default_device leaves
-            assert library_state._torch_modes() == ["Counting", "_FlopCounterMode",
-                                                    "saved_tensors_hooks"]
+            assert library_state._torch_modes() == ["Counting", "saved_tensors_hooks"]
             kernel_hooks.checkpoint(namespace={"x": 1}, store=str(tmp_path), workspace="ws")
     finally:
         for mode in reversed(entered):
@@ -1249,5 +1249,5 @@ def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     report = kernel_hooks.resume(namespace={}, store=str(tmp_path), workspace="ws")
     assert report.verdict["level"] == "partial", report.verdict
     assert ("torch modes left entered not restored: not entered again: Counting, "
-            "_FlopCounterMode, saved_tensors_hooks (entered in a cell and still open at the "
-            "pause: enter it again after the resume)") in report.warnings, report.warnings
+            "saved_tensors_hooks (entered in a cell and still open at the pause: enter it "
+            "again after the resume)") in report.warnings, report.warnings
