@@ -322,6 +322,8 @@ def _restore_pandas_options(changed: dict[str, Any]) -> str | None:
 
 #: ``torch.set_printoptions``' fields (torch/_tensor_str.py ``PRINT_OPTS``: the class holds the
 #: defaults, the setter writes the instance).
+#: The device types whose global autocast switches travel, with a fresh torch's dtype for each.
+AUTOCAST = {"cpu": "bfloat16", "cuda": "float16"}
 TORCH_PRINT_FIELDS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
 #: ``torch.backends.cuda.matmul`` flags (torch/backends/cuda/__init__.py), with a fresh value.
 TORCH_MATMUL_FLAGS = {"allow_fp16_reduced_precision_reduction": True,
@@ -371,6 +373,10 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
         # torch has no getter: with it set, a subnormal float32 comes out as zero (x86 only)
         "flush_denormal": torch.tensor([1e-40], dtype=torch.float32, device="cpu").item() == 0.0,
     }
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: set_autocast_enabled("cpu", True)
+        now["autocast"] = ({device: (torch.is_autocast_enabled(device),
+                                     torch.get_autocast_dtype(device)) for device in AUTOCAST},
+                           torch.is_autocast_cache_enabled())
     if hasattr(torch._C, "_is_multithreading_enabled"):  # set_multithreading_enabled(False)
         now["autograd_multithreading"] = torch._C._is_multithreading_enabled()
     if hasattr(torch._C, "_get_deterministic_fill_uninitialized_memory"):
@@ -449,6 +455,8 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
                              else "file_descriptor"),
         "hub_dir": None, "fill_uninitialized_memory": True, "logs": ({}, []),
         "autograd_multithreading": True,
+        "autocast": ({device: (False, getattr(torch, dtype)) for device, dtype in AUTOCAST.items()},
+                     True),
     }
 
 
@@ -473,6 +481,18 @@ def _set_default_device(device: str) -> None:
         raise RuntimeError(f"{device} is not available here: "
                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
     torch.set_default_device(device)
+
+
+def _set_autocast(state: tuple[dict[str, tuple[bool, Any]], bool]) -> None:
+    """The global autocast switches (``torch.set_autocast_enabled("cpu", True)``, its dtype, the
+    cast cache) per device type, as the session left them outside any ``autocast`` block."""
+    import torch
+
+    devices, cache = state
+    for device, (enabled, dtype) in devices.items():
+        torch.set_autocast_dtype(device, dtype)
+        torch.set_autocast_enabled(device, enabled)
+    torch.set_autocast_cache_enabled(cache)
 
 
 def _set_torch_logs(state: tuple[dict[str, int], list[str]]) -> None:
@@ -516,6 +536,7 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "fill_uninitialized_memory": torch._C._set_deterministic_fill_uninitialized_memory,
         "logs": _set_torch_logs,
         "autograd_multithreading": torch._C._set_multithreading_enabled,
+        "autocast": _set_autocast,
         "flush_denormal": torch.set_flush_denormal,
         "future": lambda v: [torch.__future__.set_overwrite_module_params_on_conversion(v[0]),
                              torch.__future__.set_swap_module_params_on_conversion(v[1])],

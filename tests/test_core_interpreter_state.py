@@ -1251,3 +1251,30 @@ def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     assert ("torch modes left entered not restored: not entered again: Counting, "
             "saved_tensors_hooks (entered in a cell and still open at the pause: enter it "
             "again after the resume)") in report.warnings, report.warnings
+
+
+def test_the_global_autocast_switches_travel():
+    """``torch.set_autocast_enabled("cpu", True)``, ``set_autocast_dtype`` and
+    ``set_autocast_cache_enabled(False)`` set the thread's autocast state outside any
+    ``autocast`` block: after a resume matmuls ran in float32 again, under an exact verdict
+    (found by a probe). They are part of "torch settings"; untouched, nothing travels."""
+    import torch
+
+    assert "autocast" not in (library_state._torch_settings() or {})
+    try:
+        torch.set_autocast_dtype("cpu", torch.float16)
+        torch.set_autocast_enabled("cpu", True)
+        torch.set_autocast_cache_enabled(False)
+        state = library_state._torch_settings()
+        assert state["autocast"] == ({"cpu": (True, torch.float16),
+                                      "cuda": (False, torch.float16)}, False)
+        torch.set_autocast_enabled("cpu", False)  # the resumed kernel's
+        torch.set_autocast_dtype("cpu", torch.bfloat16)
+        torch.set_autocast_cache_enabled(True)
+        assert library_state._restore_torch_settings(state) is None
+        a = torch.ones(2, 2)
+        assert (a @ a).dtype == torch.float16 and not torch.is_autocast_cache_enabled()
+    finally:
+        torch.set_autocast_enabled("cpu", False)
+        torch.set_autocast_dtype("cpu", torch.bfloat16)
+        torch.set_autocast_cache_enabled(True)
