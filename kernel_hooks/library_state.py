@@ -618,7 +618,8 @@ def _torch_modes() -> Any:
     in a later one): the thread's ``TorchFunctionMode`` and ``TorchDispatchMode`` stacks
     (``FlopCounterMode`` pushes one; the ``DeviceContext`` of ``set_default_device`` aside,
     which "torch settings" carries) and the saved-tensors hooks
-    (``torch.autograd.graph.saved_tensors_hooks``). None of it is in the namespace: after a
+    (``torch.autograd.graph.saved_tensors_hooks``), and forward-mode AD's ``dual_level``.
+    None of it is in the namespace: after a
     resume they were off, under an exact verdict (a flop counter counted nothing, a pack hook
     no longer ran; found by a probe). Not entered again (a mode's ``__enter__`` may reset what
     it counted): the resume names them."""
@@ -633,6 +634,9 @@ def _torch_modes() -> Any:
     with contextlib.suppress(Exception):  # another torch's signature
         if top is not None and top(False) is not None:
             names.append("saved_tensors_hooks")
+    forward = sys.modules.get("torch.autograd.forward_ad")
+    if getattr(forward, "_current_level", -1) >= 0:  # its dual tensors come back without tangents
+        names.append("forward_ad.dual_level")
     return names or None
 
 

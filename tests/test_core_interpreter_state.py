@@ -1218,7 +1218,8 @@ def test_the_scikit_learn_config_travels():
 
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
-    the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``): the modes are the thread's
+    the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
+    the modes are the thread's
     state, none of it in the namespace, and after a resume they were off under an exact verdict
     (the flop counter counted nothing; found by a probe). They are named; the default device's
     own mode is "torch settings"' and is not."""
@@ -1236,12 +1237,14 @@ def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     assert library_state._torch_modes() is None
     with FlopCounterMode(display=False):  # its module hooks are global: gone before the resume
         assert library_state._torch_modes() == ["_FlopCounterMode"]
-    entered = [Counting(), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)]
+    entered = [Counting(), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t),
+               torch.autograd.forward_ad.dual_level()]
     for mode in entered:
         mode.__enter__()
     try:
         with torch.device("cpu"):  # a DeviceContext on the stack, as set_default_device leaves
-            assert library_state._torch_modes() == ["Counting", "saved_tensors_hooks"]
+            assert library_state._torch_modes() == ["Counting", "saved_tensors_hooks",
+                                                    "forward_ad.dual_level"]
             kernel_hooks.checkpoint(namespace={"x": 1}, store=str(tmp_path), workspace="ws")
     finally:
         for mode in reversed(entered):
@@ -1249,8 +1252,8 @@ def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     report = kernel_hooks.resume(namespace={}, store=str(tmp_path), workspace="ws")
     assert report.verdict["level"] == "partial", report.verdict
     assert ("torch modes left entered not restored: not entered again: Counting, "
-            "saved_tensors_hooks (entered in a cell and still open at the pause: enter it "
-            "again after the resume)") in report.warnings, report.warnings
+            "saved_tensors_hooks, forward_ad.dual_level (entered in a cell and still open at "
+            "the pause: enter it again after the resume)") in report.warnings, report.warnings
 
 
 def test_the_global_autocast_switches_travel():
