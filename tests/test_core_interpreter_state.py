@@ -1219,10 +1219,9 @@ def test_the_scikit_learn_config_travels():
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
     the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
-    the modes are the thread's
-    state, none of it in the namespace, and after a resume they were off under an exact verdict
-    (the flop counter counted nothing; found by a probe). They are named; the default device's
-    own mode is "torch settings"' and is not."""
+    the modes are the thread's state, none of it in the namespace, and after a resume they were
+    off under an exact verdict (the flop counter counted nothing; found by a probe). They are
+    named; the default device's own mode is "torch settings"' and is not."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils.flop_counter import FlopCounterMode
