@@ -8,7 +8,10 @@ value a cell assigned from one the library computed or changed itself (``library
 the functions and classes of the notebook set on libraries, not data). The cells' text does:
 ``assigned(sources)`` reads every assignment whose target is an attribute of a chain of names
 (``a.b = ...``, ``a.b.c += 1``, annotated ones, each part of an unpacking), in every cell of the
-input history, the bodies of the functions it defines included. ``capture()`` looks each chain's
+input history, the bodies of the functions it defines included, and every ``dict``, ``list`` or
+``set`` of a chain that they change in place (``mimetypes.types_map[".x"] = t``,
+``pd.DataFrame._metadata.append("tag")``: its contents travel and go into the fresh library's
+container, which whatever else holds it then sees). ``capture()`` looks each chain's
 owner up in the namespace now, through modules and classes only (attributes read from their
 ``__dict__``: no property runs): an owner that is a library module (``sys.modules`` has it under
 its name) or a class of one (found again by its module and qualified name), the attribute in its
@@ -49,18 +52,37 @@ _SYS_NOT_HERE = frozenset({
 _parsed: dict[str, list[tuple[str, ...]]] = {}  # cell source -> its assigned chains
 
 
-def assigned(source: str) -> list[tuple[str, ...]]:
-    """The attribute chains ``source`` assigns to (``("Image", "MAX_IMAGE_PIXELS")``); none
-    when it does not parse."""
+def assigned(source: str) -> list[tuple[tuple[str, ...], bool]]:
+    """The attribute chains ``source`` assigns to (``("Image", "MAX_IMAGE_PIXELS")``, False),
+    and those whose container it changes in place (``("mimetypes", "types_map")``, True: an
+    item assigned or deleted, ``append``, ``update``, ...); none when it does not parse."""
     if source not in _parsed:
         try:
             tree = ast.parse(source)
         except (SyntaxError, ValueError):
             tree = None
         _parsed[source] = [] if tree is None else [
-            chain for node in ast.walk(tree) for target in _targets(node)
+            (chain, in_place) for node in ast.walk(tree)
+            for target, in_place in [*((t, False) for t in _targets(node)), *_changed_in_place(node)]
             if (chain := _chain(target)) is not None]
     return _parsed[source]
+
+
+#: The methods that change a ``dict``, ``list`` or ``set`` in place.
+_MUTATORS = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "update",
+                       "setdefault", "add", "discard", "popitem", "sort", "reverse"})
+
+
+def _changed_in_place(node: ast.AST) -> list[tuple[ast.expr, bool]]:
+    """The container expressions ``node`` changes in place: ``c[k] = v``, ``c[k] += v``,
+    ``del c[k]``, ``c.append(v)`` (``_MUTATORS``) give ``c``."""
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+        return [(target.value, True) for target in targets if isinstance(target, ast.Subscript)]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _MUTATORS):
+        return [(node.func.value, True)]
+    return []
 
 
 def _targets(node: ast.AST) -> list[ast.expr]:
@@ -141,17 +163,28 @@ def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | N
     values: dict[tuple[str, str | None, str], Any] = {}
     lost: list[str] = []
     seen: set[tuple[str, str | None, str]] = set()
+    assigned_somewhere: set[tuple[str, str | None, str]] = set()
+    refilled: set[tuple[str, str | None, str]] = set()
     for source in sources:
-        for chain in assigned(source):
-            owner = _owner(namespace, chain[:-1])
+        for chain, in_place in assigned(source):
+            owner, attribute = _owner(namespace, chain[:-1]), chain[-1]
+            if in_place and isinstance(owner, type):  # the class that holds the container
+                owner = next((c for c in owner.__mro__ if attribute in vars(c)), owner)
             place = _library_place(owner) if owner is not None else None
-            attribute = chain[-1]
-            if (place is None or attribute not in vars(owner) or (*place, attribute) in seen
+            if (place is None or attribute not in vars(owner)
                     or (owner is sys and attribute in _SYS_NOT_HERE)):
                 continue
             key = (*place, attribute)
-            seen.add(key)
             value = vars(owner)[attribute]
+            if not in_place:
+                assigned_somewhere.add(key)
+            elif type(value) in REFILLED:
+                refilled.add(key)
+            else:  # a container of another kind: not carried, as before
+                continue
+            if key in seen:
+                continue
+            seen.add(key)
             label = ".".join(p for p in key if p)
             if isinstance(value, str) and credentials.env_looks_secret(attribute, value):
                 lost.append(f"{label} (looks like a credential: not saved)")
@@ -159,20 +192,32 @@ def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | N
                 lost.append(f"{label} ({why})")
             else:
                 values[key] = value
-    return {"values": values, "lost": lost} if values or lost else None
+    refilled = {key for key in refilled - assigned_somewhere if key in values}
+    return ({"values": values, "lost": lost, "refilled": refilled}
+            if values or lost else None)
+
+
+#: The containers changed in place whose contents travel, put back into the fresh library's.
+REFILLED = (dict, list, set)
 
 
 def restore(state: dict[str, Any]) -> str | None:
-    """Set each value again on its owner, imported where the resume has not; what cannot be
-    set, and what was not saved, is named."""
+    """Set each value again on its owner, imported where the resume has not (a container the
+    cells changed in place, never assigned: its items put into the fresh one, so whatever else
+    holds it sees them); what cannot be set, and what was not saved, is named."""
+    from .rebuild import refill
+
     refused = list(state["lost"])
-    for (module, qualname, attribute), value in state["values"].items():
-        label = ".".join(p for p in (module, qualname, attribute) if p)
+    for key, value in state["values"].items():
+        module, qualname, attribute = key
+        label = ".".join(p for p in key if p)
         try:
             owner: Any = importlib.import_module(module)
             for part in qualname.split(".") if qualname else ():
                 owner = getattr(owner, part)
-            setattr(owner, attribute, value)
+            if key not in state.get("refilled", ()) or not refill(
+                    vars(owner).get(attribute), value):
+                setattr(owner, attribute, value)
         except Exception as exc:  # gone from this version of the library, or refused
             refused.append(f"{label} ({type(exc).__name__}: {exc})")
     return ", ".join(refused) or None

@@ -375,14 +375,20 @@ def library_object(module: str, attribute: str, contents: Any = None) -> Any:
     found = getattr(importlib.import_module(module), attribute, None)
     if contents is None:
         return found
+    return found if refill(found, contents) else contents
+
+
+def refill(found: Any, contents: Any) -> bool:
+    """Give the ``dict``, ``list`` or ``set`` ``found`` the items of ``contents``, in place;
+    False (nothing done) where the two are not of one type."""
     if type(found) is not type(contents):
-        return contents
+        return False
     if isinstance(found, list):
         found[:] = contents
     else:
         found.clear()
         found.update(contents)
-    return found
+    return True
 
 
 def array_subclass_state(array: Any, state: tuple) -> None:

@@ -999,14 +999,20 @@ configure(1)
 json.service_token = "ghp_" + "x" * 36         # looks like a credential: not saved
 sys.tracebacklimit = 3                         # the interpreter's own value
 sys.stdout = sys.stdout                        # the kernel's stream: stays the resumed kernel's
+import mimetypes, pandas as pd
+mimetypes.types_map[".gkr"] = "text/x-gkr"     # a library's containers changed in place
+pd.DataFrame._metadata.append("source")        # (the list is NDFrame's)
+mimetypes.types_map.pop(".gkr-gone", None)
 """
 OBSERVE_LIBRARY_VALUES = r"""
-import json, logging, sys, tqdm
+import json, logging, mimetypes, sys, tqdm
+import pandas as pd
 from PIL import Image, ImageFile
 print(json.dumps([Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES,
                   tqdm.tqdm.monitor_interval, logging.raiseExceptions, logging.logThreads,
                   ImageFile.SAFEBLOCK, hasattr(json, "service_token"),
-                  getattr(sys, "tracebacklimit", None)]))
+                  getattr(sys, "tracebacklimit", None), mimetypes.guess_type("a.gkr")[0],
+                  pd.DataFrame._metadata, pd.core.generic.NDFrame._metadata]))
 """
 
 
@@ -1017,11 +1023,14 @@ def test_values_the_cells_set_on_libraries_come_back(start_kernel):
     under an exact verdict (found by probes). The cells' own assignments name what the session
     set (``kernel_hooks.library_values``); a credential-looking value stays out, named. So
     were values set on ``sys`` (``sys.tracebacklimit``), which the entry left alone as a whole
-    for the kernel's streams and ``sys.path``: now only those (and what other entries carry)."""
+    for the kernel's streams and ``sys.path``: now only those (and what other entries carry);
+    and a library's containers changed in place (``mimetypes.types_map[k] = v``,
+    ``pd.DataFrame._metadata.append``): their items go into the fresh library's own."""
     a = start_kernel()
     a.run(LIBRARY_VALUES)
     before = a.run_json(OBSERVE_LIBRARY_VALUES)
-    assert before[:5] == [None, True, 0, False, False] and before[6:] == [True, 3]
+    assert before[:5] == [None, True, 0, False, False]
+    assert before[6:] == [True, 3, "text/x-gkr", ["source"], ["source"]]
     out = a.run("%checkpoint")
     a.kill()
 
@@ -1030,7 +1039,7 @@ def test_values_the_cells_set_on_libraries_come_back(start_kernel):
     assert "values set on libraries" in out, out
     assert "json.service_token (looks like a credential: not saved)" in out, out
     assert "stdout" not in out, out
-    assert b.run_json(OBSERVE_LIBRARY_VALUES) == [*before[:6], False, 3]
+    assert b.run_json(OBSERVE_LIBRARY_VALUES) == [*before[:6], False, *before[7:]]
 
 
 def _assert_not_carried(start_kernel, cell: str, entry: str) -> None:
