@@ -144,15 +144,15 @@ class _GraphPickler(cloudpickle.Pickler):
                 return (app.load, (app.save(obj),))
             finally:
                 self._app_saving.discard(id(obj))
-        reduced = self.live.reduce(obj, self.note) or self.remade.reduce(obj, self.note)
+        reduced = (self.kernel.reduce(obj) or self.live.reduce(obj, self.note)
+                   or self.remade.reduce(obj, self.note))
         if reduced is not None:
             return reduced
         reason = uncapturable_reason(obj)
         if reason is not None:
             return self.note.placeholder(obj, reason)
         reduced = (self.torch.reduce(obj, self.note) or self.accelerate.reduce(obj)
-                   or self.kernel.reduce(obj) or self.callbacks.reduce(obj)
-                   or self.generators.reduce(obj))
+                   or self.callbacks.reduce(obj) or self.generators.reduce(obj))
         if reduced is not None:
             return reduced
         if isinstance(obj, _BY_REFERENCE):

@@ -434,6 +434,23 @@ def _restore_outputs(state: dict[str, Any]) -> str | None:
 _ABSENT = object()
 
 
+# -- streams a cell redirected ----------------------------------------------------------------
+
+def _redirected_streams() -> Any:
+    """``sys.stdout`` or ``sys.stderr`` a cell redirected and left so (``redirect_stdout``
+    entered by hand): not done again at resume (the object the redirection keeps comes back as
+    the resumed kernel's stream, so its exit works), but named: until then, output shows."""
+    from .live_objects import redirected_streams
+
+    return redirected_streams() or None
+
+
+def _name_redirected_streams(names: list[str]) -> str:
+    return (f"not redirected again: {', '.join(f'sys.{name}' for name in names)} (a cell "
+            "redirected it and it still was at the pause: output shows until the redirection "
+            "ends)")
+
+
 ENTRIES = (
     ("source of notebook code", _cell_sources, _restore_cell_sources),
     ("IPython extensions", _extensions, _restore_extensions),
@@ -442,4 +459,5 @@ ENTRIES = (
     ("IPython aliases", _aliases, _restore_aliases),
     ("IPython hooks of the notebook", _shell_hooks, _restore_shell_hooks),
     ("IPython output history", _outputs, _restore_outputs),
+    ("redirected streams", _redirected_streams, _name_redirected_streams),
 )

@@ -15,7 +15,8 @@ are named with the other things left behind (``left_behind``).
 - ``sys.stdout``, ``sys.stderr`` and the other standard streams (a ``tqdm`` bar writes to
   stderr through a wrapper; a ``print(file=...)`` helper keeps one) are this process's, and
   the resumed process has its own: they pickle by name and come back as the resumed kernel's
-  (a placeholder there failed the whole progress bar at resume).
+  (a placeholder there failed the whole progress bar at resume); not a ``sys.stdout`` a cell
+  redirected (``redirected_streams``), which is the session's object.
 - A tqdm progress bar (tqdm/std.py) writing to a standard stream: its stream wrapper
   (``DisableOnWriteError``, closures over the stream's ``write`` and a weak proxy of the bar) and
   status printer belong to this process; the bar pickles as its counters and settings and is
@@ -110,6 +111,21 @@ WORKER_POOL = "a worker pool: its workers stay on this pod (create it again afte
 STREAMS = _io._IOBase
 #: What ``open()`` returns: a text file, a buffered one, or an unbuffered ``FileIO``.
 FILES = (io.TextIOWrapper, io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.FileIO)
+
+
+def redirected_streams() -> list[str]:
+    r"""``stdout`` and ``stderr`` where a cell replaced the kernel's own (``contextlib.
+    redirect_stdout(buf)`` left open): in a kernel, whose streams are ipykernel's
+    ``OutStream``\s, that object is the session's (a ``StringIO``, a file), not the process's
+    stream, and travels as itself; the kernel's own, which the redirection keeps, comes back as
+    the resumed kernel's (``singletons.KernelSingletons``)."""
+    from .ipython_state import the_shell
+
+    out_stream = getattr(sys.modules.get("ipykernel.iostream"), "OutStream", None)
+    if out_stream is None or getattr(the_shell(), "kernel", None) is None:
+        return []
+    return [name for name in ("stdout", "stderr")
+            if not isinstance(getattr(sys, name, None), out_stream)]
 
 
 def _standard_stream(name: str) -> Any:
@@ -301,7 +317,8 @@ class LiveObjects:
                                       self._temporary, self._thread_pool) if t
                           ) + self._summary_writers + self._process_pools + LOCKS + (STREAMS,)
         self._streams = {id(stream): name for name in STANDARD_STREAMS
-                         if (stream := getattr(sys, name, None)) is not None}
+                         if (stream := getattr(sys, name, None)) is not None
+                         and name not in redirected_streams()}
 
     def reduce(self, obj: object, note: RecordNote) -> tuple | None:
         """A reduce tuple for a standard stream, a DataLoader, its iterator or a sqlite3

@@ -19,9 +19,12 @@ again; one that was not (the resumed kernel built its own ``Accelerator`` first)
 is: every instance stays the one state of the process.
 
 The kernel's own singletons (``KernelSingletons``): the IPython shell (``ip = get_ipython()``, or a
-helper object that keeps it), ipykernel's kernel (``shell.kernel``) and the asyncio loop the
-kernel runs cells on (``asyncio.get_event_loop()``). None of them pickled: the names holding them
-were not restored. Each reduces to ``kernel_singleton(role)``: the resumed kernel's own. So does
+helper object that keeps it), ipykernel's kernel (``shell.kernel``), the asyncio loop the
+kernel runs cells on (``asyncio.get_event_loop()``) and its output streams (ipykernel's
+``OutStream``: ``contextlib.redirect_stdout`` left open keeps the one it replaced, and its exit
+after a resume put a placeholder in ``sys.stdout``: the kernel answered no request again). None
+of them pickled: the names holding them were not restored. Each reduces to
+``kernel_singleton(role)``: the resumed kernel's own. So does
 the namespace's own dict held in a variable (``g = globals()``: ``capture`` puts ``TheNamespace``
 in its place), which pickled as a copy that no longer saw the namespace; held inside another
 object it still does (pickle asks ``reducer_override`` about no dict).
@@ -34,10 +37,10 @@ a stream of its own that ``random.seed`` no longer reached, under an ``exact`` v
 probe). Each reduces to ``rebuild.library_object(module, attribute)``: the resumed process's, whose
 state the session state gives back (``session_state.restore``).
 
-Call order: the graph pickler (``graph``) asks ``AccelerateStates.reduce(obj)``, then
-``KernelSingletons.reduce(obj)`` (before ``callbacks``: the shell is a traitlets object) and
-``GlobalGenerators.reduce(obj)`` for every object, after ``torch_reduce``; the restore reads
-the graph inside ``restoring()``. Nothing is imported (the classes and generators come from
+Call order: the graph pickler (``graph``) asks ``KernelSingletons.reduce(obj)`` before the live
+objects (a stream is one) and the callbacks (the shell is a traitlets object), and
+``AccelerateStates.reduce(obj)`` and ``GlobalGenerators.reduce(obj)`` after ``torch_reduce``;
+the restore reads the graph inside ``restoring()``. Nothing is imported (the classes and generators come from
 ``sys.modules``).
 """
 
@@ -132,6 +135,7 @@ class KernelSingletons:
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython is not None else None
         self._roles: dict[int, str] = {}
+        self._stream = None
         if shell is None:
             return
         kernel = getattr(shell, "kernel", None)
@@ -139,9 +143,17 @@ class KernelSingletons:
             if obj is not None:
                 self._roles[id(obj)] = role
 
+        self._stream = getattr(sys.modules.get("ipykernel.iostream"), "OutStream", None)
+
     def reduce(self, obj: object) -> tuple | None:
         role = self._roles.get(id(obj))
+        if role is None and self._stream is not None and isinstance(obj, self._stream):
+            role = _STREAMS.get(getattr(obj, "name", None))
         return None if role is None else (kernel_singleton, (role,))
+
+
+#: The kernel's output streams (``ipykernel.iostream.OutStream``) by name, as roles.
+_STREAMS = {"stdout": "stdout", "stderr": "stderr"}
 
 
 def _kernel_loop(kernel: Any) -> Any:
@@ -191,5 +203,13 @@ def kernel_singleton(role: str) -> Any:
         return loading.namespace if loading is not None else shell.user_ns
     if role == "kernel":
         return shell.kernel
+    if role in _STREAMS:  # the kernel's own stream, wherever the session had redirected it
+        return _kernel_stream(role)
     return _kernel_loop(shell.kernel)
+
+
+def _kernel_stream(name: str) -> Any:
+    """The resumed kernel's ``OutStream`` called ``name``: ``sys.stdout`` or ``sys.stderr``
+    as the kernel made them (a resume runs before any cell could redirect them)."""
+    return getattr(sys, name)
 

@@ -34,6 +34,7 @@ import shutil
 
 import numpy as np
 import pytest
+from fixtures_kernels import resumed_elsewhere
 
 LOADERS = r"""
 import json, torch
@@ -702,3 +703,21 @@ def test_a_profiler_recording_at_the_pause_is_named_and_a_finished_one_keeps_its
         multiply()
         again.stop()
         assert "aten::mm" in {event.key for event in again.key_averages()}
+
+
+def test_a_redirection_left_open_ends_on_the_resumed_kernels_stream(start_kernel):
+    """``rd = contextlib.redirect_stdout(buf); rd.__enter__()`` in one cell, its exit in a later
+    one. The redirection keeps the kernel's own stream (ipykernel's ``OutStream``), which came
+    back as a placeholder, and ``buf`` was taken for the process's stdout and came back as the
+    resumed kernel's stream: after ``rd.__exit__`` every request failed ("'Uncaptured' object
+    has no attribute 'flush'") and the kernel never answered again, under an exact verdict
+    (found by a probe). The kept stream is the resumed kernel's, ``buf`` keeps what it caught,
+    and the redirection, not made again, is named."""
+    a = start_kernel()
+    a.run("import contextlib, io, json\nbuf = io.StringIO()\n"
+          "rd = contextlib.redirect_stdout(buf)\nrd.__enter__()\nprint('caught')")
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(partial)" in out.splitlines()[0] and "not redirected again: sys.stdout" in out, out
+    assert b.run("rd.__exit__(None, None, None)\nprint(json.dumps(buf.getvalue()))") == \
+        '"caught\\n"\n'
+    assert b.run("print('answering')") == "answering\n"
