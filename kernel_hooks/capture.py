@@ -60,17 +60,25 @@ from .torch_reduce import dynamo_globals
 
 SESSION_RECORD = "__session__"
 HOOKS_RECORD = "__resume_hooks__"
-_IPYTHON_NAMES = re.compile(r"\A(_|__|___|_i+|_i\d+|_\d+|_oh|_ih|_dh|In|Out|exit|quit|get_ipython)\Z")
+#: IPython's history names, which it rebinds at every cell (the output history entry carries
+#: what they hold); its other names (``In``, ``exit``, ``get_ipython``) are the shell's while
+#: they hold what the shell put there (``hidden``): ``exit = False`` is the user's.
+_IPYTHON_NAMES = re.compile(r"\A(_|__|___|_i+|_i\d+|_\d+)\Z")
+#: The dunders a module's namespace has of its own (the interpreter's, the kernel's); a dunder a
+#: cell set (``__file__ = "train.py"``, ``__version__``) is the user's.
+_NAMESPACE_DUNDERS = frozenset({"__name__", "__doc__", "__package__", "__loader__", "__spec__",
+                                "__builtins__", "__builtin__", "__cached__", "__annotations__",
+                                "__warningregistry__"})
 
 
 def user_names(namespace: Mapping[str, Any], hidden: Mapping[str, Any]) -> list[str]:
-    """Names the user made: not dunders, not IPython's history/output names, not the globals
-    torch.compile installed (``torch_reduce.dynamo_globals``), not hidden ones."""
+    """Names the user made: not the namespace's own dunders (``_NAMESPACE_DUNDERS``), not
+    IPython's history names, not the globals torch.compile installed
+    (``torch_reduce.dynamo_globals``), not hidden ones while they hold what they held."""
     names = []
     compiled = dynamo_globals(namespace)
     for name, value in namespace.items():
-        if ((name.startswith("__") and name.endswith("__")) or _IPYTHON_NAMES.match(name)
-                or name in compiled):
+        if name in _NAMESPACE_DUNDERS or _IPYTHON_NAMES.match(name) or name in compiled:
             continue
         if name in hidden and hidden[name] is value:
             continue

@@ -460,3 +460,17 @@ def test_library_objects_taken_by_name_stay_the_librarys(start_kernel):
     assert "(exact)" in out.splitlines()[0], out
     assert b.run_json(USE_LIBRARY_OBJECTS) == [True, 3.5, True, True, True, 0, {"kept": 1}, "yes",
                                                "/added/through/a/name"]
+
+
+def test_dunders_and_shell_names_a_cell_bound_are_the_users(start_kernel):
+    """``__file__ = ".../train.py"`` (what a script's code reads, set so that it runs in a
+    notebook) and ``__version__`` were dropped as dunders, and ``exit = False`` (a loop's flag)
+    came back as IPython's exit object, which is true, under an exact verdict (found by a
+    probe). A name the shell put there stays the shell's while it holds what the shell put
+    there; bound by a cell, it is the user's. The namespace's own dunders stay the kernel's."""
+    a = start_kernel()
+    a.run("__file__ = '/home/jovyan/project/train.py'\n__version__ = '1.2'\nexit = False")
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run("print(__file__, __version__, exit, __name__, type(quit).__name__)") == \
+        "/home/jovyan/project/train.py 1.2 False __main__ ZMQExitAutocall\n"
