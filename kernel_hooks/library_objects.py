@@ -15,6 +15,9 @@ whose value is still that very attribute of that library module; ``capture`` pic
 - a matplotlib ``RcParams`` or ``ColormapRegistry`` (``BY_REFERENCE``) is the resumed
   process's object: the "matplotlib rcParams" and "matplotlib colormaps" entries give it the
   session's settings and colormaps;
+- a class pickle does not find by its own module and qualified name (``from
+  torch.nn.attention import SDPBackend``, a pybind class named ``_SDPBackend``, was not
+  restored) is the class the cells imported, by the name they used;
 - ``sys.path`` and ``os.environ`` (``PLACES_BY_REFERENCE``: ``sp = sys.path``, ``from os
   import environ``) are the resumed process's, which ``session_state`` gives the session's;
 - anything else pickles as before (a copy): without an entry that puts its state back, the
@@ -69,7 +72,16 @@ _ABSENT = object()
 
 def _carried(value: Any) -> bool:
     kind = type(value)
-    return kind in CONTAINERS or (kind.__module__, kind.__qualname__) in BY_REFERENCE
+    return (kind in CONTAINERS or (kind.__module__, kind.__qualname__) in BY_REFERENCE
+            or (isinstance(value, type) and not _findable(value)))
+
+
+def _findable(cls: type) -> bool:
+    """Whether pickle finds ``cls`` by its own module and qualified name (torch's
+    ``SDPBackend`` is ``torch.nn.attention._SDPBackend``, which is no attribute there)."""
+    import cloudpickle
+
+    return cloudpickle.cloudpickle._lookup_module_and_qualname(cls) is not None
 
 
 def _library(module_name: str) -> bool:

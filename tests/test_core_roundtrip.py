@@ -427,6 +427,7 @@ registry = {"kept": 1}  # the notebook's own dict: a copy, as before
 import os, sys
 from os import environ
 path = sys.path
+from torch.nn.attention import SDPBackend  # a pybind class pickle cannot find by its name
 """
 USE_LIBRARY_OBJECTS = r"""
 colormaps.register(ListedColormap(["r", "b"], name="two_colours"))
@@ -441,7 +442,7 @@ path.append("/added/through/a/name")
 print(json.dumps(["two_colours" in matplotlib.colormaps, matplotlib.rcParams["lines.linewidth"],
                   matplotlib.rcParams["axes.grid"], rc is rcParams, filters is warnings.filters,
                   len(shown), registry, os.environ.get("ADDED_THROUGH_A_NAME"),
-                  sys.path[-1]]))
+                  sys.path[-1], SDPBackend.MATH.name]))
 """
 
 
@@ -452,14 +453,15 @@ def test_library_objects_taken_by_name_stay_the_librarys(start_kernel):
     ``colormaps.register`` after a resume changed the copies, matplotlib never saw them, a
     filter inserted into the copy ignored nothing, a variable set or a path added through the
     name reached neither the environment nor ``sys.path``, under an exact verdict (found by
-    probes). They come back as the resumed process's objects (a list
+    probes); ``from torch.nn.attention import SDPBackend`` (a class pickle cannot find by its
+    name) was not restored. They come back as the resumed process's objects (a list
     refilled with the session's filters); the notebook's own dict stays its own."""
     a = start_kernel()
     a.run(LIBRARY_OBJECTS)
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     assert b.run_json(USE_LIBRARY_OBJECTS) == [True, 3.5, True, True, True, 0, {"kept": 1}, "yes",
-                                               "/added/through/a/name"]
+                                               "/added/through/a/name", "MATH"]
 
 
 def test_dunders_and_shell_names_a_cell_bound_are_the_users(start_kernel):
