@@ -3,7 +3,8 @@ a fresh process has without the session's entries: ``sqlite3`` adapters and conv
 search functions (``codecs.register``), the opener ``urllib.request.urlopen`` uses
 (``install_opener``), ``shutil``'s archive and unpack formats, the MIME types ``mimetypes``
 learnt (``add_type``), ``asyncio``'s event loop policy, ``logging``'s level names
-(``addLevelName``) and the notebook's import finders (``sys.meta_path``, ``sys.path_hooks``).
+(``addLevelName``), ``csv``'s dialects and field size limit and the notebook's import finders
+(``sys.meta_path``, ``sys.path_hooks``).
 
 Only what the session added travels: an adapter or converter the kernel did not have when the
 extension loaded (``remember_baseline``), an adapter, converter or format whose function is not
@@ -185,6 +186,41 @@ def _restore_mime_types(added: list[tuple[str, str, bool]]) -> None:
         mimetypes.add_type(kind, extension, strict)
 
 
+#: The dialects ``csv`` registers itself, and its field size limit in a fresh process.
+_CSV_DIALECTS = frozenset({"excel", "excel-tab", "unix"})
+_CSV_FIELD_LIMIT = 131072
+_CSV_PARAMETERS = ("delimiter", "quotechar", "escapechar", "doublequote", "skipinitialspace",
+                   "lineterminator", "quoting", "strict")
+
+
+def _csv_settings() -> Any:
+    """The dialects the session registered (``csv.register_dialect("semi", delimiter=";")``),
+    each with its parameters, and the field size limit it set (``csv.field_size_limit``: the
+    usual fix for "field larger than field limit"); both live in the ``_csv`` extension."""
+    csv = sys.modules.get("csv")
+    if csv is None:
+        return None
+    dialects = {name: {key: getattr(csv.get_dialect(name), key) for key in _CSV_PARAMETERS}
+                for name in csv.list_dialects() if name not in _CSV_DIALECTS}
+    limit = csv.field_size_limit()
+    if not dialects and limit == _CSV_FIELD_LIMIT:
+        return None
+    return {"dialects": dialects, "field_size_limit": limit}
+
+
+def _restore_csv_settings(settings: dict[str, Any]) -> str | None:
+    import csv
+
+    refused = []
+    for name, parameters in settings["dialects"].items():
+        try:
+            csv.register_dialect(name, **parameters)
+        except (TypeError, csv.Error) as exc:
+            refused.append(f"dialect {name} ({exc})")
+    csv.field_size_limit(settings["field_size_limit"])
+    return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
 def _event_loop_policy() -> Any:
     asyncio = sys.modules.get("asyncio")
     policy = getattr(sys.modules.get("asyncio.events"), "_event_loop_policy", None)
@@ -213,4 +249,5 @@ ENTRIES = (
     ("shutil archive formats", _shutil_formats, _restore_shutil_formats),
     ("MIME types", _mime_types, _restore_mime_types),
     ("asyncio event loop policy", _event_loop_policy, _restore_event_loop_policy),
+    ("csv dialects and field size limit", _csv_settings, _restore_csv_settings),
 )

@@ -8,7 +8,8 @@ Each lived in the old process only, so after a resume it was gone while the verd
 went out without the opener's headers or the default timeout, ``shutil.make_archive`` refused the
 format, ``mimetypes`` no longer knew the extension, ``asyncio`` made loops with its default
 policy, NumPy's error callback was gone and a level ``addLevelName`` named printed as
-"Level 25", and a module a finder of the notebook made could not be imported. Kernel A sets
+"Level 25", a module a finder of the notebook made could not be imported, and a csv dialect
+the notebook registered was unknown and its raised field size limit back to 128 KiB. Kernel A sets
 them over several cells and observes them, checkpoints and dies; kernel B resumes and observes
 the same."""
 
@@ -62,6 +63,9 @@ class GeneratedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.VALUE = 42
 
 sys.meta_path.insert(0, GeneratedModules())
+import csv
+csv.register_dialect("semicolons", delimiter=";", quoting=csv.QUOTE_MINIMAL)
+csv.field_size_limit(10**8)
 """
 OBSERVE = r"""
 import asyncio, codecs, decimal, json, mimetypes, shutil, socket, sqlite3, urllib.request
@@ -82,6 +86,7 @@ print(json.dumps([
     type(asyncio.get_event_loop_policy()).__name__, np.geterrcall() is print,
     mimetypes.guess_type("page.html")[0], __import__("logging").getLevelName(25),
     __import__("generated_config").VALUE,
+    __import__("csv").get_dialect("semicolons").delimiter, __import__("csv").field_size_limit(),
 ]))
 """
 
@@ -92,13 +97,13 @@ def test_the_registries_a_notebook_added_to_come_back(start_kernel):
     expected = a.run_json(OBSERVE)
     assert expected == ["Decimal('1.5')", "x", [["User-agent", "notebook/1"]], 7.0, ["probe"],
                         ["probe"], "application/x-probe", ".probe", "NotebookPolicy", True,
-                        "text/html", "NOTICE", 42]
+                        "text/html", "NOTICE", 42, ";", 10**8]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     for entry in ("python settings", "numpy print options and seterr", "sqlite3 adapters",
                   "codec search functions", "urllib opener", "shutil archive formats",
                   "MIME types", "asyncio event loop policy", "logging level names",
-                  "import finders"):
+                  "import finders", "csv dialects and field size limit"):
         assert entry in out, (entry, out)
     assert b.run_json(OBSERVE) == expected
 
@@ -107,11 +112,11 @@ def test_a_fresh_kernel_carries_none_of_them(start_kernel):
     """What a kernel has by itself (the libraries' own adapters, codecs and formats, the system's
     MIME types) is not carried: nothing is named or restored for it."""
     a = start_kernel()
-    a.run("import asyncio, codecs, mimetypes, shutil, sqlite3, urllib.request\n"
+    a.run("import asyncio, codecs, csv, mimetypes, shutil, sqlite3, urllib.request\n"
           "mimetypes.init()\nprint('x'.encode('latin-1'))")
     _, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     for entry in ("sqlite3 adapters", "codec search functions", "urllib opener",
                   "shutil archive formats", "MIME types", "asyncio event loop policy",
-                  "logging level names", "import finders"):
+                  "logging level names", "import finders", "csv dialects"):
         assert entry not in out, (entry, out)
