@@ -69,7 +69,7 @@ def _observed_reduce(obj: Any, traitlets: Any) -> tuple | None:
             kind.__reduce_ex__ is not object.__reduce_ex__):
         return None
     observers = [(None if name is traitlets.All else name, change, handler)
-                 for name, changes in obj._trait_notifiers.items()
+                 for name, changes in (vars(obj).get("_trait_notifiers") or {}).items()
                  for change, handlers in changes.items() for handler in handlers
                  if not isinstance(handler, traitlets.EventHandler)]
     if not observers:
