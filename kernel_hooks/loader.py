@@ -410,7 +410,7 @@ class StorageLoader:
         init callback must run in same thread as registerClient")."""
         if ref.kind == "torch":
             self._torch_imported.wait()
-        return _allocate(ref, over)
+        return _allocate(ref, over=over)
 
     def _host_bytes(self, key: str) -> memoryview:
         """The verified host bytes of ``key`` (its blob is read): its buffer's, or the span of
