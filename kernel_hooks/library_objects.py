@@ -36,14 +36,13 @@ from typing import Any
 
 from . import local_modules
 from .library_patches import OWN
+from .rebuild import REFILLABLE
 
 #: The kinds of library object carried as the library's own (see the module docstring).
 BY_REFERENCE = frozenset({("matplotlib", "RcParams"), ("matplotlib.cm", "ColormapRegistry")})
 #: Objects carried as the process's own, never refilled: ``session_state`` puts the session's
 #: ``sys.path`` and environment back into them.
 PLACES_BY_REFERENCE = frozenset({("sys", "path"), ("os", "environ")})
-#: The containers refilled in place.
-CONTAINERS = (dict, list, set)
 _parsed: dict[str, list[tuple[str, str, str, bool]]] = {}  # cell source -> its takings
 
 
@@ -72,7 +71,7 @@ _ABSENT = object()
 
 def _carried(value: Any) -> bool:
     kind = type(value)
-    return (kind in CONTAINERS or (kind.__module__, kind.__qualname__) in BY_REFERENCE
+    return (kind in REFILLABLE or (kind.__module__, kind.__qualname__) in BY_REFERENCE
             or (isinstance(value, type) and not _findable(value)))
 
 
@@ -128,5 +127,5 @@ class LibraryObject:
 
 def stand_in(place: tuple[str, str], value: Any) -> LibraryObject:
     """What ``capture`` pickles in place of ``value``, held at ``place`` (``held``)."""
-    refilled = type(value) in CONTAINERS and place not in PLACES_BY_REFERENCE
+    refilled = type(value) in REFILLABLE and place not in PLACES_BY_REFERENCE
     return LibraryObject(*place, value if refilled else None)

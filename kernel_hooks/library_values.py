@@ -39,6 +39,7 @@ from typing import Any
 from . import local_modules
 from .ipython_state import the_shell
 from .library_patches import OWN
+from .rebuild import REFILLABLE, refill
 
 #: Modules whose attributes this entry leaves alone (see the module docstring).
 _NOT_HERE = frozenset({"__main__", "builtins"}) | OWN
@@ -178,7 +179,7 @@ def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | N
             value = vars(owner)[attribute]
             if not in_place:
                 assigned_somewhere.add(key)
-            elif type(value) in REFILLED:
+            elif type(value) in REFILLABLE:
                 refilled.add(key)
             else:  # a container of another kind: not carried, as before
                 continue
@@ -197,16 +198,11 @@ def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | N
             if values or lost else None)
 
 
-#: The containers changed in place whose contents travel, put back into the fresh library's.
-REFILLED = (dict, list, set)
-
 
 def restore(state: dict[str, Any]) -> str | None:
     """Set each value again on its owner, imported where the resume has not (a container the
     cells changed in place, never assigned: its items put into the fresh one, so whatever else
     holds it sees them); what cannot be set, and what was not saved, is named."""
-    from .rebuild import refill
-
     refused = list(state["lost"])
     for key, value in state["values"].items():
         module, qualname, attribute = key

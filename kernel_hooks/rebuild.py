@@ -378,6 +378,10 @@ def library_object(module: str, attribute: str, contents: Any = None) -> Any:
     return found if refill(found, contents) else contents
 
 
+#: The containers ``refill`` gives a session's items in place.
+REFILLABLE = (dict, list, set)
+
+
 def refill(found: Any, contents: Any) -> bool:
     """Give the ``dict``, ``list`` or ``set`` ``found`` the items of ``contents``, in place;
     False (nothing done) where the two are not of one type."""
