@@ -44,7 +44,7 @@ import types
 from typing import Any
 
 from .cpython_versions import dict_version
-from .library_patches import OWN
+from .library_patches import OWN, _function
 
 _baseline: set[str] = set()
 
@@ -195,13 +195,13 @@ def _code_changed(name: str, module: types.ModuleType) -> bool:
         return False
     try:
         stat = os.stat(path)
+        seen = (id(module), path, stat.st_size, stat.st_mtime_ns)
+        if _compared.get(name, (None,))[0] == seen:
+            return _compared[name][1]
         with open(path, "rb") as f:
             source = f.read()
     except OSError:
         return False  # gone: the resume's import names it
-    seen = (id(module), path, stat.st_size, stat.st_mtime_ns)
-    if _compared.get(name, (None,))[0] == seen:
-        return _compared[name][1]
     try:
         fresh = _code_shapes(compile(source, path, "exec", dont_inherit=True))
     except (SyntaxError, ValueError):
@@ -227,9 +227,8 @@ def _held_code(name: str, module: types.ModuleType) -> list[types.CodeType]:
             continue
         members = list(vars(value).values()) if isinstance(value, type) else [value]
         for member in members:
-            function = member.__func__ if isinstance(member, (classmethod, staticmethod)) else \
-                member.fget if isinstance(member, property) else member
-            if isinstance(function, types.FunctionType) and function.__module__ == name:
+            function = _function(member)
+            if function is not None and function.__module__ == name:
                 found.append(function.__code__)
     return found
 
