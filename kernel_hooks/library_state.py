@@ -379,6 +379,8 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
                            torch.is_autocast_cache_enabled())
     if hasattr(torch._C, "_is_multithreading_enabled"):  # set_multithreading_enabled(False)
         now["autograd_multithreading"] = torch._C._is_multithreading_enabled()
+    if hasattr(torch._C, "_check_sparse_tensor_invariants"):  # check_sparse_tensor_invariants.enable()
+        now["sparse_invariants"] = torch._C._check_sparse_tensor_invariants()
     if hasattr(torch._C, "_get_deterministic_fill_uninitialized_memory"):
         now["fill_uninitialized_memory"] = torch._C._get_deterministic_fill_uninitialized_memory()
     logs = sys.modules.get("torch._logging._internal")
@@ -454,7 +456,7 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         "sharing_strategy": ("file_system" if sys.platform in ("darwin", "win32")
                              else "file_descriptor"),
         "hub_dir": None, "fill_uninitialized_memory": True, "logs": ({}, []),
-        "autograd_multithreading": True,
+        "autograd_multithreading": True, "sparse_invariants": False,
         "autocast": ({device: (False, getattr(torch, dtype)) for device, dtype in AUTOCAST.items()},
                      True),
     }
@@ -536,6 +538,7 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "fill_uninitialized_memory": torch._C._set_deterministic_fill_uninitialized_memory,
         "logs": _set_torch_logs,
         "autograd_multithreading": torch._C._set_multithreading_enabled,
+        "sparse_invariants": torch._C._set_check_sparse_tensor_invariants,
         "autocast": _set_autocast,
         "flush_denormal": torch.set_flush_denormal,
         "future": lambda v: [torch.__future__.set_overwrite_module_params_on_conversion(v[0]),

@@ -346,7 +346,8 @@ SESSION = [
     "torch.set_printoptions(precision=2, sci_mode=False); torch.backends.mkldnn.enabled = False\n"
     "torch.set_warn_always(True); torch.set_flush_denormal(True)\n"
     "torch.__future__.set_swap_module_params_on_conversion(True)\n"
-    "torch.multiprocessing.set_sharing_strategy('file_system'); torch.hub.set_dir('/tmp/hub-x')",
+    "torch.multiprocessing.set_sharing_strategy('file_system'); torch.hub.set_dir('/tmp/hub-x')\n"
+    "torch.sparse.check_sparse_tensor_invariants.enable()",
     # the interpreter's own settings
     "import decimal, gc, sys\nsys.setrecursionlimit(4321); decimal.getcontext().prec = 50\n"
     "decimal.getcontext().rounding = decimal.ROUND_DOWN; gc.set_threshold(5000, 20, 30)\n"
@@ -435,7 +436,8 @@ print(json.dumps({
               torch.is_warn_always_enabled(),
               torch.tensor([1e-40], dtype=torch.float32, device='cpu').item(),
               torch.__future__.get_swap_module_params_on_conversion(),
-              torch.multiprocessing.get_sharing_strategy(), torch.hub.get_dir()],
+              torch.multiprocessing.get_sharing_strategy(), torch.hub.get_dir(),
+              torch.sparse.check_sparse_tensor_invariants.is_enabled()],
     "python": [sys.getrecursionlimit(), str(__import__('decimal').Decimal(2).sqrt()),
                __import__('gc').get_threshold(), sys.get_int_max_str_digits(),
                sys.getswitchinterval(), __import__('faulthandler').is_enabled(),
@@ -469,7 +471,8 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     process had them, while the verdict said ``exact`` (found by a probe); so did the thread
     switch interval, ``faulthandler.enable()``, ``tracemalloc.start(7)``, ``torch.set_warn_always``,
     ``torch.set_flush_denormal``, ``torch.__future__``'s conversion switches, torch's sharing
-    strategy and ``torch.hub.set_dir`` (found by later probes)."""
+    strategy, ``torch.hub.set_dir`` (found by later probes) and
+    ``torch.sparse.check_sparse_tensor_invariants.enable()`` (stop 54)."""
     a = start_kernel({"PYTHONHASHSEED": "1234"})  # as the server starts it (HashSeeds)
     a.run(f"LOG_PATH = {str(tmp_path / 'gke.log')!r}")
     counts = {}
@@ -488,7 +491,8 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["process"][:7] == ["0o27", ["JST", "JST"], 9, "on_usr1", True, "on_usr1", "C"]
     assert before["python"][-3:] == [0.001, True, 7]
     # warn always, denormals flushed, swap on conversion, the sharing strategy, the hub's folder
-    assert before["torch"][-5:] == [True, 0.0, True, "file_system", "/tmp/hub-x"]
+    # and sparse tensors' invariants checked
+    assert before["torch"][-6:] == [True, 0.0, True, "file_system", "/tmp/hub-x", True]
     out = a.run("%checkpoint")
     assert "interpreter state" not in out, out
     a.kill()
