@@ -1,12 +1,13 @@
 """Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, rcParams, open
-figures), numpy (print options, ``seterr``), pandas options, torch global settings (default dtype
-and device, grad mode, determinism, cuDNN and matmul precision flags, attention backends, print
-options, ...), what the session set on torch's config modules (``torch._dynamo.config``, ...), the
-hooks it registered for every module or optimizer, torch.distributed's default process group, the
-Hugging Face libraries' switches (progress bars, datasets' caching) and the messages transformers
-showed once (``warning_once``), the interpreter's own settings (recursion limit, ``decimal``
-context, collector thresholds, multiprocessing's start method, umask), the signal handlers the
-session set, ``warnings`` filters and ``logging`` configuration.
+figures), numpy (print options, ``seterr``), pandas options, scikit-learn's and joblib's
+configuration, torch global settings (default dtype and device, grad mode, determinism, cuDNN and
+matmul precision flags, attention backends, print options, ...), what the session set on torch's
+config modules (``torch._dynamo.config``, ...), the hooks it registered for every module or
+optimizer, torch.distributed's default process group, the Hugging Face libraries' switches
+(progress bars, datasets' caching) and the messages transformers showed once (``warning_once``),
+the interpreter's own settings (recursion limit, ``decimal`` context, collector thresholds,
+multiprocessing's start method, umask), the signal handlers the session set, ``warnings`` filters
+and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -285,6 +286,32 @@ def _restore_sklearn_config(changed: dict[str, Any]) -> str | None:
         except Exception as exc:  # a setting this scikit-learn does not know
             refused.append(f"{key} ({exc})")
     return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
+# -- joblib ----------------------------------------------------------------------------------
+
+def _joblib_config() -> Any:
+    """What ``joblib.parallel_config(backend="threading", n_jobs=4)`` called without ``with``
+    (or ``parallel_backend``, or one left entered) set: the calling thread's configuration
+    (``joblib.parallel._backend.config``), the keys that are no longer the default markers; the
+    backend as the object joblib made of its name. scikit-learn's ``n_jobs=-1`` reads it."""
+    parallel = sys.modules.get("joblib.parallel")
+    config = getattr(getattr(parallel, "_backend", None), "config", None)
+    if not config:
+        return None
+    defaults = parallel.default_parallel_config
+    changed = {key: value for key, value in config.items() if value is not defaults.get(key)}
+    return changed or None
+
+
+def _restore_joblib_config(changed: dict[str, Any]) -> str | None:
+    import joblib
+
+    try:
+        joblib.parallel_config(**changed)
+    except (TypeError, ValueError) as exc:  # a key or backend this joblib does not know
+        return f"not accepted here: {exc}"
+    return None
 
 
 # -- pandas ----------------------------------------------------------------------------------
@@ -1201,6 +1228,7 @@ ENTRIES = (
     ("numpy print options and seterr", _numpy_options, _restore_numpy_options),
     ("pandas options", _pandas_options, _restore_pandas_options),
     ("scikit-learn config", _sklearn_config, _restore_sklearn_config),
+    ("joblib parallel config", _joblib_config, _restore_joblib_config),
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),

@@ -1229,6 +1229,36 @@ def test_the_scikit_learn_config_travels():
         sklearn.set_config(transform_output="default", assume_finite=False)
 
 
+JOBLIB_SESSION = r"""
+import json, joblib
+from joblib.parallel import get_active_backend
+joblib.parallel_config(backend="threading", n_jobs=3, verbose=2)  # no with: for the session
+"""
+OBSERVE_JOBLIB = r"""
+backend, n_jobs = get_active_backend()
+print(json.dumps([type(backend).__name__, n_jobs, joblib.parallel._backend.config["verbose"]]))
+"""
+
+
+def test_the_joblib_config_a_session_set_travels(start_kernel):
+    """``joblib.parallel_config(backend="threading", n_jobs=3)`` called without ``with`` sets
+    the thread's configuration (joblib/parallel.py ``parallel_config.__init__``), which
+    scikit-learn's ``n_jobs`` and every ``Parallel()`` read and nothing in the namespace holds:
+    after a resume the backend was loky again and ``n_jobs`` unset, under an exact verdict
+    (noticed in stop 53). A fresh kernel carries nothing for it."""
+    a = start_kernel()
+    a.run("import joblib")
+    _, out = resumed_elsewhere(a, start_kernel)
+    assert "joblib parallel config" not in out, out
+    a = start_kernel()
+    a.run(JOBLIB_SESSION)
+    expected = a.run_json(OBSERVE_JOBLIB)
+    assert expected == ["ThreadingBackend", 3, 2]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "joblib parallel config" in out, out
+    assert b.run_json(OBSERVE_JOBLIB) == expected
+
+
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
     the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
