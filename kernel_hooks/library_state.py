@@ -7,7 +7,7 @@ optimizer, torch.distributed's default process group, the Hugging Face libraries
 (progress bars, datasets' caching) and the messages transformers showed once (``warning_once``),
 the interpreter's own settings (recursion limit, ``decimal`` context, collector thresholds,
 multiprocessing's start method, umask), the signal handlers the session set, ``warnings`` filters
-and ``logging`` configuration.
+and display functions and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -39,9 +39,11 @@ _baseline: dict[str, Any] = {}
 
 
 def remember_baseline() -> None:
-    """Record the warnings filters and the loggers' configuration as they are now (idempotent)."""
+    """Record the warnings filters and display functions and the loggers' configuration as
+    they are now (idempotent)."""
     if not _baseline:
         _baseline["warnings"] = list(warnings.filters)
+        _baseline["warnings_display"] = _warnings_display_now()
         _baseline["logging"] = {name: _logger_facts(logger) for name, logger in _loggers().items()}
 
 
@@ -1064,6 +1066,33 @@ def _restore_warning_filters(filters: list[tuple]) -> str | None:
     return None
 
 
+#: The functions ``warnings`` shows a warning through, which the session may replace:
+#: ``catch_warnings(record=True)`` entered by hand sets ``_showwarnmsg_impl`` to its list's
+#: ``append`` (the warnings go to that list until ``__exit__``), a cell may assign the others.
+WARNINGS_DISPLAY = ("showwarning", "_showwarnmsg_impl", "formatwarning", "_formatwarnmsg_impl")
+
+
+def _warnings_display_now() -> dict[str, Any]:
+    return {name: getattr(warnings, name) for name in WARNINGS_DISPLAY if hasattr(warnings, name)}
+
+
+def _warnings_display() -> Any:
+    """The display functions that are not the kernel's at load, nor ``logging``'s
+    (``captureWarnings`` is the logging switches' entry)."""
+    remember_baseline()
+    before = _baseline["warnings_display"]
+    changed = {name: function for name, function in _warnings_display_now().items()
+               if function is not before.get(name)
+               and getattr(function, "__module__", None) != "logging"}
+    return changed or None
+
+
+def _restore_warnings_display(changed: dict[str, Any]) -> str | None:
+    for name, function in changed.items():
+        setattr(warnings, name, function)
+    return None
+
+
 def _loggers() -> dict[str, logging.Logger]:
     loggers = {"": logging.getLogger()}
     for name, logger in list(logging.Logger.manager.loggerDict.items()):
@@ -1242,6 +1271,7 @@ ENTRIES = (
     ("copyreg reducers", _copyreg_reducers, _restore_copyreg_reducers),
     ("exit handlers", _exit_handlers, _restore_exit_handlers),
     ("warnings filters", _warning_filters, _restore_warning_filters),
+    ("warnings display", _warnings_display, _restore_warnings_display),
     ("logging configuration", _logging_config, _restore_logging_config),
     ("logging switches", _logging_switches, _restore_logging_switches),
 )

@@ -1259,6 +1259,34 @@ def test_the_joblib_config_a_session_set_travels(start_kernel):
     assert b.run_json(OBSERVE_JOBLIB) == expected
 
 
+CATCHING_SESSION = r"""
+import json, warnings
+catching = warnings.catch_warnings(record=True)
+caught = catching.__enter__()  # a cell enters, a later one exits
+warnings.simplefilter("always")
+warnings.warn("before the cut")
+"""
+OBSERVE_CATCHING = r"""
+warnings.warn("after the cut")
+catching.__exit__(None, None, None)
+print(json.dumps([[str(w.message) for w in caught],
+                  getattr(warnings._showwarnmsg_impl, "__module__", None)]))
+"""
+
+
+def test_warnings_recorded_by_a_catch_warnings_entered_by_hand_still_go_to_its_list(start_kernel):
+    """``catch_warnings(record=True).__enter__()`` in one cell sends every warning to the list it
+    returns (warnings.py: ``_showwarnmsg_impl = log.append``) until ``__exit__``. After a resume
+    the warnings were printed instead and the list missed them, under an exact verdict (noticed
+    in stop 53): the display function travels, as the list's own ``append``; ``__exit__`` puts
+    warnings' own back."""
+    a = start_kernel()
+    a.run(CATCHING_SESSION)
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "warnings display" in out, out
+    assert b.run(OBSERVE_CATCHING) == '[["before the cut", "after the cut"], "warnings"]\n'
+
+
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
     the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
