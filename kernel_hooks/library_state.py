@@ -1,13 +1,13 @@
-"""Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, rcParams, open
-figures), numpy (print options, ``seterr``), pandas options, scikit-learn's and joblib's
-configuration, torch global settings (default dtype and device, grad mode, determinism, cuDNN and
-matmul precision flags, attention backends, print options, ...), what the session set on torch's
-config modules (``torch._dynamo.config``, ...), the hooks it registered for every module or
-optimizer, torch.distributed's default process group, the Hugging Face libraries' switches
-(progress bars, datasets' caching) and the messages transformers showed once (``warning_once``),
-the interpreter's own settings (recursion limit, ``decimal`` context, collector thresholds,
-multiprocessing's start method, umask), the signal handlers the session set, ``warnings`` filters
-and display functions and ``logging`` configuration.
+"""Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, colormaps, fonts, unit
+converters, rcParams, open figures), numpy (print options, ``seterr``), pandas options, scikit-
+learn's and joblib's configuration, torch global settings (default dtype and device, grad mode,
+determinism, cuDNN and matmul precision flags, attention backends, print options, ...), what the
+session set on torch's config modules (``torch._dynamo.config``, ...), the hooks it registered for
+every module or optimizer, torch.distributed's default process group, the Hugging Face libraries'
+switches (progress bars, datasets' caching) and the messages transformers showed once
+(``warning_once``), the interpreter's own settings (recursion limit, ``decimal`` context,
+collector thresholds, multiprocessing's start method, umask), the signal handlers the session set,
+``warnings`` filters and display functions and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -161,6 +161,65 @@ def _restore_matplotlib_colormaps(added: dict[str, Any]) -> str | None:
         except ValueError as exc:  # a built-in name in this matplotlib
             refused.append(f"{name} ({exc})")
     return f"not accepted here: {', '.join(refused)}" if refused else None
+
+
+def _matplotlib_fonts() -> Any:
+    """The font files the session added (``font_manager.fontManager.addfont(path)``): those the
+    font list holds and the list matplotlib caches for every fresh process
+    (``fontlist-v<version>.json``, read as ``_load_fontmanager`` reads it) does not. None when
+    that list cannot be read: then nothing tells the session's fonts from the system's."""
+    font_manager = sys.modules.get("matplotlib.font_manager")
+    manager = getattr(font_manager, "fontManager", None)
+    if manager is None:
+        return None
+    import matplotlib
+
+    cached_path = os.path.join(matplotlib.get_cachedir(),
+                               f"fontlist-v{font_manager.FontManager.__version__}.json")
+    try:
+        cached = font_manager.json_load(cached_path)
+    except (OSError, ValueError):
+        return None
+    known = {entry.fname for entry in (*cached.ttflist, *cached.afmlist)}
+    added = [entry.fname for entry in (*manager.ttflist, *manager.afmlist)
+             if entry.fname not in known]
+    return list(dict.fromkeys(added)) or None
+
+
+def _restore_matplotlib_fonts(paths: list[str]) -> str | None:
+    from matplotlib import font_manager
+
+    manager = font_manager.fontManager
+    known = {entry.fname for entry in (*manager.ttflist, *manager.afmlist)}
+    lost = []
+    for path in paths:
+        if path in known:
+            continue
+        try:
+            manager.addfont(path)
+        except (OSError, RuntimeError) as exc:  # the file is gone, or no font
+            lost.append(f"{path} ({exc})")
+    return f"fonts not added: {', '.join(lost)}" if lost else None
+
+
+def _matplotlib_units() -> Any:
+    """The unit converters registered besides matplotlib's own (``matplotlib.units.registry[Kind]
+    = Converter()``, ``pd.plotting.register_matplotlib_converters()``): by the type they
+    convert."""
+    units = sys.modules.get("matplotlib.units")
+    registry = getattr(units, "registry", None)
+    if registry is None:
+        return None
+    added = {kind: converter for kind, converter in list(registry.items())
+             if not type(converter).__module__.startswith("matplotlib.")}
+    return added or None
+
+
+def _restore_matplotlib_units(added: dict[type, Any]) -> str | None:
+    from matplotlib import units
+
+    units.registry.update(added)
+    return None
 
 
 def _matplotlib_rc() -> Any:
@@ -1252,6 +1311,8 @@ ENTRIES = (
     ("matplotlib backend", _matplotlib_backend, _restore_matplotlib_backend),
     ("matplotlib figure formats", _figure_formats, _restore_figure_formats),
     ("matplotlib colormaps", _matplotlib_colormaps, _restore_matplotlib_colormaps),
+    ("matplotlib fonts", _matplotlib_fonts, _restore_matplotlib_fonts),
+    ("matplotlib unit converters", _matplotlib_units, _restore_matplotlib_units),
     ("matplotlib rcParams", _matplotlib_rc, _restore_matplotlib_rc),
     ("matplotlib figures", _matplotlib_figures, _restore_matplotlib_figures),
     ("numpy print options and seterr", _numpy_options, _restore_numpy_options),

@@ -1287,6 +1287,49 @@ def test_warnings_recorded_by_a_catch_warnings_entered_by_hand_still_go_to_its_l
     assert b.run(OBSERVE_CATCHING) == '[["before the cut", "after the cut"], "warnings"]\n'
 
 
+FONTS_AND_UNITS = r"""
+import json, shutil, matplotlib, matplotlib.units as munits, pandas as pd
+from matplotlib import font_manager
+shutil.copy(matplotlib.get_data_path() + "/fonts/ttf/DejaVuSans.ttf", FONT)
+font_manager.fontManager.addfont(FONT)
+
+class Kind:
+    pass
+
+class KindConverter(munits.ConversionInterface):
+    pass
+
+munits.registry[Kind] = KindConverter()
+pd.plotting.register_matplotlib_converters()
+"""
+OBSERVE_FONTS_AND_UNITS = r"""
+print(json.dumps([[entry.name for entry in font_manager.fontManager.ttflist if entry.fname == FONT],
+                  type(munits.registry.get(Kind)).__name__,
+                  type(munits.registry.get(pd.Period)).__name__]))
+"""
+
+
+def test_fonts_and_unit_converters_a_session_added_to_matplotlib_come_back(start_kernel,
+                                                                           tmp_path):
+    """``fontManager.addfont(path)`` (a notebook's own font for its figures) and the unit
+    converters in ``matplotlib.units.registry`` (a class of the notebook's, pandas'
+    ``register_matplotlib_converters``) live in matplotlib's singletons: after a resume the font
+    was unknown and the converters gone, under an exact verdict (noticed in stop 53). A kernel
+    that only imported them carries neither: matplotlib's own converters, the cached font list."""
+    a = start_kernel()
+    a.run("import matplotlib.pyplot, matplotlib.font_manager, pandas")
+    _, out = resumed_elsewhere(a, start_kernel)
+    assert "matplotlib fonts" not in out and "unit converters" not in out, out
+    a = start_kernel()
+    a.run(f"FONT = {str(tmp_path / 'Notebook.ttf')!r}\n{FONTS_AND_UNITS}")
+    expected = a.run_json(OBSERVE_FONTS_AND_UNITS)
+    assert expected == [["DejaVu Sans"], "KindConverter", "PeriodConverter"]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert "matplotlib fonts" in out and "matplotlib unit converters" in out, out
+    assert b.run_json(OBSERVE_FONTS_AND_UNITS) == expected
+
+
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
     the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
