@@ -1174,24 +1174,42 @@ _FRESH_LOGGER = (logging.NOTSET, True, False, [], [])
 def _logging_config() -> Any:
     """Per logger changed in the session (or since a library made it): level, propagate,
     disabled, the handlers it gained (stream and file handlers as recipes, with their filters;
-    the others by type name only), where each of its handlers writes, and the filters it gained
+    the others by type name only), those of them the namespace holds as objects (``held``, by
+    place: they travel with the variables anyway, and the variable and the logger's handler
+    must stay one object), where each of its handlers writes, and the filters it gained
     (``logger.addFilter``: a function or a ``logging.Filter``)."""
     remember_baseline()
-    before = _baseline["logging"]
+    before, held = _baseline["logging"], _held_by_the_namespace()
     changed = {}
     for name, logger in _loggers().items():
         facts, old = _logger_facts(logger), before.get(name, _FRESH_LOGGER)
         if facts == old:
             continue
         recipes = [(_handler_recipe(h), h) for h in logger.handlers]
+        gained = [(recipe, h) for recipe, h in recipes if id(h) in facts[3] and id(h) not in old[3]]
         changed[name] = {
             "level": logger.level, "propagate": logger.propagate, "disabled": logger.disabled,
-            "handlers": [recipe for recipe, h in recipes
-                         if id(h) in facts[3] and id(h) not in old[3]],
+            "handlers": [recipe for recipe, _ in gained],
+            "held": {place: h for place, (_, h) in enumerate(gained) if id(h) in held},
             "writes_to": [_writes_to(recipe) for recipe, _ in recipes],
             "filters": [f for f in logger.filters if id(f) not in old[4]],
         }
     return changed or None
+
+
+def _held_by_the_namespace() -> set[int]:
+    """The ids of the values the notebook's namespace holds (``h = logging.StreamHandler()``)."""
+    shell = the_shell()
+    return {id(value) for value in list(shell.user_ns.values())} if shell is not None else set()
+
+
+def _usable(handler: Any) -> bool:
+    """Whether a handler that came back with the variables can write: a stream handler's stream
+    came back (a file outside the home volume comes back a placeholder; a ``FileHandler`` with
+    no stream opens its file at the next record)."""
+    stream = getattr(handler, "stream", None)
+    return isinstance(handler, logging.Handler) and (
+        stream is None or callable(getattr(stream, "write", None)))
 
 
 def _handler_recipe(handler: logging.Handler) -> dict[str, Any]:
@@ -1255,12 +1273,15 @@ def _remove_handlers_made_again(logger: logging.Logger, writes_to: list | None) 
 
 def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
     """Levels and flags set; handlers made again that the session had removed, removed
-    (``_remove_handlers_made_again``); each handler rebuilt unless the logger has one that writes
-    to the same place already (a library that adds its handler at import did so again here): that one
-    takes the recipe's level and format, which the session may have changed (transformers'
-    ``enable_explicit_format``), rather than a second handler printing every message again."""
+    (``_remove_handlers_made_again``); each handler the namespace held added as it came back
+    with the variables (when it can write: ``_usable``), the others rebuilt; unless the logger
+    has one that writes to the same place already (a library that adds its handler at import
+    did so again here): that one takes the recipe's level and format, which the session may
+    have changed (transformers' ``enable_explicit_format``), rather than a second handler
+    printing every message again."""
     lost = []
     for name, config in changed.items():
+        held = config.get("held", {})  # absent in older snapshots
         logger = logging.getLogger(name or None)
         logger.setLevel(config["level"])
         logger.propagate, logger.disabled = config["propagate"], config["disabled"]
@@ -1268,13 +1289,17 @@ def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
         for kept in config.get("filters", ()):
             logger.addFilter(kept)  # a filter already there is not added twice
         recipes = [(_handler_recipe(h), h) for h in logger.handlers]
-        for recipe in config["handlers"]:
+        for place, recipe in enumerate(config["handlers"]):
             if any(recipe == made for made, _ in recipes):
                 continue
             made_again = next((h for made, h in recipes if _writes_to(made) == _writes_to(recipe)
                                and _writes_to(recipe)[1] is not None), None)
             if made_again is not None:
                 _apply_recipe(made_again, recipe)
+                continue
+            if _usable(held.get(place)):  # the variable's handler: one object, as before
+                logging._addHandlerRef(held[place])  # closed at exit, as Handler() registers it
+                logger.addHandler(held[place])
                 continue
             try:
                 handler = _rebuild_handler(recipe)

@@ -101,6 +101,33 @@ def test_logging_handlers_are_rebuilt_once(tmp_path):
         logger.setLevel(logging.NOTSET)
 
 
+HELD_HANDLER = r"""
+import json, logging, sys
+log = logging.getLogger("notebook.held")
+log.setLevel(logging.INFO)
+console = logging.StreamHandler(sys.stdout)  # held by a variable, changed in later cells
+log.addHandler(console)
+"""
+OBSERVE_HELD_HANDLER = r"""
+console.setFormatter(logging.Formatter("held: %(message)s"))
+log.info("after")
+print(json.dumps([h is console for h in log.handlers]))
+"""
+
+
+def test_a_handler_a_variable_holds_stays_the_loggers_handler(start_kernel):
+    """``console = logging.StreamHandler(sys.stdout); log.addHandler(console)``, then
+    ``console.setFormatter(...)`` in a later cell: after a resume the variable and the logger's
+    handler were two objects (the logger's rebuilt from its recipe), so the formatter reached
+    neither the output nor ``log.handlers`` (noticed in stop 53). The handler the namespace holds
+    is the one the logger gets back."""
+    a = start_kernel()
+    a.run(HELD_HANDLER)
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "logging configuration" in out, out
+    assert b.run(OBSERVE_HELD_HANDLER) == "held: after\n[true]\n"  # as in a kernel not cut
+
+
 def test_a_librarys_own_handler_made_again_takes_the_sessions_format_and_level():
     """A library adds its handler when it is imported (transformers' ``_default_handler``, on
     stderr); the session changed its format (``transformers.utils.logging.
