@@ -29,12 +29,11 @@ this product's.
 
 from __future__ import annotations
 
-import ast
 import sys
 import types
 from typing import Any
 
-from . import local_modules
+from . import cell_text, local_modules
 from .library_patches import OWN
 from .rebuild import REFILLABLE
 
@@ -43,7 +42,6 @@ BY_REFERENCE = frozenset({("matplotlib", "RcParams"), ("matplotlib.cm", "Colorma
 #: Objects carried as the process's own, never refilled: ``session_state`` puts the session's
 #: ``sys.path`` and environment back into them.
 PLACES_BY_REFERENCE = frozenset({("sys", "path"), ("os", "environ")})
-_parsed: dict[str, list[tuple[str, str, str, bool]]] = {}  # cell source -> its takings
 
 
 def held(namespace: dict[str, Any], sources: list[str]) -> dict[str, tuple[str, str]]:
@@ -51,7 +49,7 @@ def held(namespace: dict[str, Any], sources: list[str]) -> dict[str, tuple[str, 
     object the cells ``sources`` took by that name (see the module docstring)."""
     found = {}
     for source in sources:
-        for name, module_name, attribute, through_name in _takings(source):
+        for name, module_name, attribute, through_name in cell_text.facts(source).takings:
             if through_name:  # ``B = m.A``: ``m`` names the module in the namespace
                 module = namespace.get(module_name)
                 module_name = getattr(module, "__name__", "") if isinstance(
@@ -87,29 +85,6 @@ def _library(module_name: str) -> bool:
     top = module_name.partition(".")[0]
     return (module_name not in ("__main__", "sys", "builtins") and top not in OWN
             and not local_modules.is_local_module(module_name))
-
-
-def _takings(source: str) -> list[tuple[str, str, str, bool]]:
-    """``(name, module, attribute, through_name)`` for each ``from module import attribute as
-    name`` (``through_name`` False) and ``name = module.attribute`` (``module`` is the name
-    bound to it, True) in ``source``; none when it does not parse."""
-    if source not in _parsed:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError):
-            tree = None
-        found = []
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                found += [(alias.asname or alias.name, node.module, alias.name, False)
-                          for alias in node.names if alias.name != "*"]
-            elif (isinstance(node, ast.Assign) and len(node.targets) == 1
-                  and isinstance(node.targets[0], ast.Name)
-                  and isinstance(node.value, ast.Attribute)
-                  and isinstance(node.value.value, ast.Name)):
-                found.append((node.targets[0].id, node.value.value.id, node.value.attr, True))
-        _parsed[source] = found
-    return _parsed[source]
 
 
 class LibraryObject:

@@ -5,10 +5,10 @@ set again at resume.
 
 A fresh kernel imports each library with the values it ships, and nothing in the objects tells a
 value a cell assigned from one the library computed or changed itself (``library_patches`` finds
-the functions and classes of the notebook set on libraries, not data). The cells' text does:
-``assigned(sources)`` reads every assignment whose target is an attribute of a chain of names
-(``a.b = ...``, ``a.b.c += 1``, annotated ones, each part of an unpacking), in every cell of the
-input history, the bodies of the functions it defines included, and every ``dict``, ``list`` or
+the functions and classes of the notebook set on libraries, not data). The cells' text does
+(``cell_text``): every assignment whose target is an attribute of a chain of names (``a.b =
+...``, ``a.b.c += 1``, annotated ones, each part of an unpacking), in every cell of the input
+history, the bodies of the functions it defines included, and every ``dict``, ``list`` or
 ``set`` of a chain that they change in place (``mimetypes.types_map[".x"] = t``,
 ``pd.DataFrame._metadata.append("tag")``: its contents travel and go into the fresh library's
 container, which whatever else holds it then sees). ``capture()`` looks each chain's
@@ -30,13 +30,12 @@ again where the resume has not (the session had it) and the attribute set.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import sys
 import types
 from typing import Any
 
-from . import local_modules
+from . import cell_text, local_modules
 from .ipython_state import the_shell
 from .library_patches import OWN
 from .rebuild import REFILLABLE, refill
@@ -50,70 +49,6 @@ _SYS_NOT_HERE = frozenset({
     "stdin", "stdout", "stderr", "displayhook", "excepthook", "breakpointhook",
     "unraisablehook", "last_type", "last_value", "last_traceback", "last_exc", "modules",
     "meta_path", "path_hooks", "path_importer_cache", "path", "argv"})
-_parsed: dict[str, list[tuple[str, ...]]] = {}  # cell source -> its assigned chains
-
-
-def assigned(source: str) -> list[tuple[tuple[str, ...], bool]]:
-    """The attribute chains ``source`` assigns to (``("Image", "MAX_IMAGE_PIXELS")``, False),
-    and those whose container it changes in place (``("mimetypes", "types_map")``, True: an
-    item assigned or deleted, ``append``, ``update``, ...); none when it does not parse."""
-    if source not in _parsed:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError):
-            tree = None
-        _parsed[source] = [] if tree is None else [
-            (chain, in_place) for node in ast.walk(tree)
-            for target, in_place in [*((t, False) for t in _targets(node)), *_changed_in_place(node)]
-            if (chain := _chain(target)) is not None]
-    return _parsed[source]
-
-
-#: The methods that change a ``dict``, ``list`` or ``set`` in place.
-_MUTATORS = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "update",
-                       "setdefault", "add", "discard", "popitem", "sort", "reverse"})
-
-
-def _changed_in_place(node: ast.AST) -> list[tuple[ast.expr, bool]]:
-    """The container expressions ``node`` changes in place: ``c[k] = v``, ``c[k] += v``,
-    ``del c[k]``, ``c.append(v)`` (``_MUTATORS``) give ``c``."""
-    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-        return [(target.value, True) for target in targets if isinstance(target, ast.Subscript)]
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in _MUTATORS):
-        return [(node.func.value, True)]
-    return []
-
-
-def _targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Assign):
-        found = list(node.targets)
-    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-        found = [node.target]
-    else:
-        return []
-    flat = []
-    while found:
-        target = found.pop()
-        if isinstance(target, (ast.Tuple, ast.List)):
-            found.extend(target.elts)
-        elif isinstance(target, ast.Starred):
-            found.append(target.value)
-        else:
-            flat.append(target)
-    return flat
-
-
-def _chain(target: ast.expr) -> tuple[str, ...] | None:
-    """``a.b.c`` as ``("a", "b", "c")``; None for anything else (a subscript, a call)."""
-    names = []
-    while isinstance(target, ast.Attribute):
-        names.append(target.attr)
-        target = target.value
-    if not names or not isinstance(target, ast.Name):
-        return None
-    return (target.id, *reversed(names))
 
 
 def _owner(namespace: dict[str, Any], names: tuple[str, ...]) -> Any:
@@ -167,7 +102,7 @@ def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | N
     assigned_somewhere: set[tuple[str, str | None, str]] = set()
     refilled: set[tuple[str, str | None, str]] = set()
     for source in sources:
-        for chain, in_place in assigned(source):
+        for chain, in_place in cell_text.facts(source).assigned:
             owner, attribute = _owner(namespace, chain[:-1]), chain[-1]
             if in_place and isinstance(owner, type):  # the class that holds the container
                 owner = next((c for c in owner.__mro__ if attribute in vars(c)), owner)
