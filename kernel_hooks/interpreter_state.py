@@ -5,7 +5,8 @@ when there is nothing to carry: the library is not loaded, nothing changed in th
 ``restore(state) -> None | str`` (``None``: restored; a string: what was not, and why).
 ``register_state(name, capture=, restore=)`` adds one (a library's or the user's); the built-in
 entries (``ipython_state``, ``library_state``, ``stdlib_registries``, ``warnings_shown``,
-``library_patches``, ``library_values``, ``library_registries``, ``local_modules``) come first, in
+``library_patches``, ``library_values``, ``object_attributes``, ``library_registries``,
+``local_modules``) come first, in
 that order, and are restored in registration order (IPython's ``%config`` before the matplotlib
 backend, the backend before the figures drawn with it, the warnings filters before the warnings
 shown, library patches before the session's own modules).
@@ -37,6 +38,7 @@ from . import (
     library_state,
     library_values,
     local_modules,
+    object_attributes,
     stdlib_registries,
     warnings_shown,
 )
@@ -76,6 +78,7 @@ def register_state(name: str, *, capture: Callable[[], Any],
 for _name, _capture, _restore in (*ipython_state.ENTRIES, *library_state.ENTRIES,
                                   *stdlib_registries.ENTRIES, *warnings_shown.ENTRIES,
                                   *library_patches.ENTRIES, *library_values.ENTRIES,
+                                  *object_attributes.ENTRIES,
                                   *library_registries.ENTRIES, *local_modules.ENTRIES):
     register_state(_name, capture=_capture, restore=_restore)
 
