@@ -2,13 +2,14 @@
 extensions loaded in the session (``autoreload`` with its mode and ``%aimport`` lists), the
 shell aliases it defined or removed (``%alias``, ``%unalias``), ``%config`` and the other
 setting magics (``%precision``, ``%xmode``, ``%pdb``, ...) and the settings assigned to the
-shell's objects, the magics, event callbacks,
-display printers and code transformers the notebook registered, and the output history
-(``Out``, ``_N``, ``_``, ``__``, ``___``).
+shell's objects, the magics, event callbacks and code transformers the notebook registered,
+the display printers, display formatters and shell functions the session set (the notebook or
+a library's call), and the output history (``Out``, ``_N``, ``_``, ``__``, ``___``).
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it;
 without an IPython shell every capture is ``None``. ``remember_baseline(shell)`` (when the
-extension loads) records the extensions a fresh kernel has loaded and its aliases. Text taken
+extension loads) records the extensions a fresh kernel has loaded, its aliases, settings,
+display printers and formatters and the functions set on the shell. Text taken
 from cells (their source, ``%config`` lines, string outputs) is scrubbed of credentials as the
 input history is (``session_state.without_credentials``).
 
@@ -21,6 +22,7 @@ lines and execution counts, so ``linecache`` finds the lines (tracebacks, warnin
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import linecache
 import re
@@ -52,6 +54,9 @@ def remember_baseline(shell: Any) -> None:
         _baseline["settings"] = {which: _settings(made) for which, made in
                                  _configurables(shell).items()}
         _baseline["settings"][_REPORTS] = _exception_reports(shell)
+        _baseline["printers"] = _printers(shell)
+        _baseline["formatters"] = dict(shell.display_formatter.formatters)
+        _baseline["shell_functions"] = _shell_functions(shell)
 
 
 def the_shell() -> Any:
@@ -281,11 +286,43 @@ def _notebook_made(value: Any) -> bool:
 _TRANSFORMERS = ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")
 
 
+#: Where the kernel's own display printers come from (IPython's, ipykernel's, the inline
+#: backend's, which the "matplotlib figure formats" entry carries) and this product's.
+_KERNEL_MODULES = ("IPython", "ipykernel", "matplotlib_inline", "kernel_hooks", "jupyter_gkeresume")
+
+
+def _printers(shell: Any) -> dict[tuple[str, str, Any], Any]:
+    """Every display printer of the shell: ``(mime, "type_printers" or "deferred_printers",
+    type or (module, name)) -> printer``."""
+    return {(mime, kind, key): printer
+            for mime, formatter in shell.display_formatter.formatters.items()
+            for kind in ("type_printers", "deferred_printers")
+            for key, printer in getattr(formatter, kind, {}).items()}
+
+
+def _kernels(value: Any) -> bool:
+    """Whether ``value`` (a function, a bound method, a ``functools.partial`` of one, a class) is
+    the kernel's own (``_KERNEL_MODULES``)."""
+    value = value.func if isinstance(value, functools.partial) else value
+    function = value.__func__ if hasattr(type(value), "__func__") else value
+    module = getattr(function, "__module__", None) or ""
+    return module.partition(".")[0] in _KERNEL_MODULES
+
+
+def _shell_functions(shell: Any) -> dict[str, Any]:
+    """The callables set on the shell object itself (``ip.showtraceback = ...``)."""
+    return {name: value for name, value in vars(shell).items() if callable(value)}
+
+
 def _shell_hooks() -> Any:
-    """What the notebook registered in the shell: its magics (``@register_line_magic``,
-    ``register_magics`` of a notebook class), event callbacks (``events.register``), display
-    printers (``formatter.for_type``) and code transformers (``_TRANSFORMERS``). A fresh shell
-    has only its own and its libraries'."""
+    """What the session registered in the shell: the notebook's magics (``@register_line_magic``,
+    ``register_magics`` of a notebook class), event callbacks (``events.register``) and code
+    transformers (``_TRANSFORMERS``); and, by any code but the kernel's (``_kernels``), the
+    display printers registered since the extension loaded (``formatter.for_type``: the
+    notebook's, and those a library's call registered, ``sympy.init_printing()``, which a fresh
+    kernel's imports do not), the display formatters replaced (``rich.pretty.install()``) and
+    the functions set on the shell object (``rich.traceback.install()`` sets its
+    ``showtraceback``)."""
     from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
 
     shell = the_shell()
@@ -293,6 +330,9 @@ def _shell_hooks() -> Any:
         return None
     magics = [(kind, name, magic) for kind, table in shell.magics_manager.magics.items()
               for name, magic in table.items() if _notebook_made(magic)]
+    printers_before = _baseline.get("printers", {})
+    formatters_before = _baseline.get("formatters", {})
+    functions_before = _baseline.get("shell_functions", {})
     found = {
         # a Magics class holds the shell: it is registered again, as a class
         "magic_classes": list(dict.fromkeys(type(m.__self__) for _, _, m in magics
@@ -300,11 +340,14 @@ def _shell_hooks() -> Any:
         "magics": [(kind, name, m) for kind, name, m in magics if not hasattr(m, "__self__")],
         "events": [(event, callback) for event, callbacks in shell.events.callbacks.items()
                    for callback in callbacks if _notebook_made(callback)],
-        "printers": [(mime, kind, key, printer)
-                     for mime, formatter in shell.display_formatter.formatters.items()
-                     for kind in ("type_printers", "deferred_printers")
-                     for key, printer in getattr(formatter, kind).items()
-                     if _notebook_made(printer)],
+        "printers": [(*place, printer) for place, printer in _printers(shell).items()
+                     if printers_before.get(place) is not printer and not _kernels(printer)],
+        "formatters": [(mime, formatter) for mime, formatter
+                       in shell.display_formatter.formatters.items()
+                       if formatters_before.get(mime, formatter) is not formatter
+                       and not _kernels(type(formatter))],
+        "shell_functions": [(name, value) for name, value in _shell_functions(shell).items()
+                            if functions_before.get(name) is not value and not _kernels(value)],
         "transformers": [(kind, transformer) for kind in _TRANSFORMERS
                          for transformer in getattr(shell, kind, ()) if _notebook_made(transformer)],
     }
@@ -337,8 +380,12 @@ def _restore_shell_hooks(hooks: dict[str, list[tuple]]) -> str | None:
     for event, callback in hooks["events"]:
         if callback not in shell.events.callbacks[event]:
             shell.events.register(event, callback)
+    for mime, formatter in hooks.get("formatters", ()):  # before the printers set on it
+        shell.display_formatter.formatters[mime] = formatter
     for mime, kind, key, printer in hooks["printers"]:
         getattr(shell.display_formatter.formatters[mime], kind)[key] = printer
+    for name, function in hooks.get("shell_functions", ()):
+        setattr(shell, name, function)
     for kind, transformer in hooks.get("transformers", ()):  # after the fresh shell's own
         getattr(shell, kind).append(transformer)
     return ", ".join(hooks["lost"]) or None

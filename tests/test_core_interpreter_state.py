@@ -676,6 +676,52 @@ def test_shell_hooks_global_hooks_and_the_start_method_come_back(start_kernel):
     assert b.run_json(OBSERVE_HOOKS)[1] == []
 
 
+LIBRARY_DISPLAY = r"""
+import json, sympy
+from IPython.core.formatters import PlainTextFormatter
+ip = get_ipython()
+
+class Shouting(PlainTextFormatter):
+    def __call__(self, obj):
+        return super().__call__(obj).upper()
+
+ip.display_formatter.formatters["text/plain"] = Shouting()
+sympy.init_printing(use_latex="mathjax")  # a library's call registers printers in the shell
+
+def quiet_traceback(*args, **kwargs):
+    print("an error, quietly")
+
+ip.showtraceback = quiet_traceback
+"""
+OBSERVE_LIBRARY_DISPLAY = r"""
+plain = ip.display_formatter.formatters["text/plain"]
+latex = ip.display_formatter.formatters["text/latex"]
+print(json.dumps([type(plain).__name__, plain.lookup_by_type(list).__module__,
+                  latex.lookup_by_type(list).__module__,
+                  ip.display_formatter.format(["x"])[0]["text/plain"],
+                  ip.showtraceback.__name__]))
+"""
+
+
+def test_display_printers_formatters_and_shell_functions_set_in_the_session_come_back(
+        start_kernel):
+    """``sympy.init_printing()`` registers sympy's printers in the shell's display formatters, a
+    call of the session that a fresh kernel's ``import sympy`` does not make; a formatter the
+    session put in place of IPython's (``rich.pretty.install()`` does), and a function it set on
+    the shell (``rich.traceback.install()`` sets ``showtraceback``): after a resume all three
+    were IPython's again, under an exact verdict (found by a probe; only the notebook's own
+    printers travelled). They travel now, and one that does not pickle is named (rich's hold
+    its console, which does not)."""
+    a = start_kernel()
+    a.run(LIBRARY_DISPLAY)
+    expected = a.run_json(OBSERVE_LIBRARY_DISPLAY)
+    assert expected == ["Shouting", "sympy.interactive.printing", "sympy.interactive.printing",
+                        "['X']", "quiet_traceback"]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run_json(OBSERVE_LIBRARY_DISPLAY) == expected
+
+
 def test_hugging_face_progress_bar_switches_travel(monkeypatch):
     """``transformers.logging.disable_progress_bar()`` flips transformers' ``_tqdm_active``
     (transformers/utils/logging.py) and huggingface_hub's ``progress_bar_states``
