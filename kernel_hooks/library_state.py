@@ -1,13 +1,14 @@
 """Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, colormaps, fonts, unit
 converters, rcParams, open figures), numpy (print options, ``seterr``), pandas options, scikit-
-learn's and joblib's configuration, torch global settings (default dtype and device, grad mode,
-determinism, cuDNN and matmul precision flags, attention backends, print options, ...), what the
-session set on torch's config modules (``torch._dynamo.config``, ...), the hooks it registered for
-every module or optimizer, torch.distributed's default process group, the Hugging Face libraries'
-switches (progress bars, datasets' caching) and the messages transformers showed once
-(``warning_once``), the interpreter's own settings (recursion limit, ``decimal`` context,
-collector thresholds, multiprocessing's start method, umask), the signal handlers the session set,
-``warnings`` filters and display functions and ``logging`` configuration.
+learn's and joblib's configuration, asyncio made reentrant by ``nest_asyncio``, torch global
+settings (default dtype and device, grad mode, determinism, cuDNN and matmul precision flags,
+attention backends, print options, ...), what the session set on torch's config modules
+(``torch._dynamo.config``, ...), the hooks it registered for every module or optimizer,
+torch.distributed's default process group, the Hugging Face libraries' switches (progress bars,
+datasets' caching) and the messages transformers showed once (``warning_once``), the interpreter's
+own settings (recursion limit, ``decimal`` context, collector thresholds, multiprocessing's start
+method, umask), the signal handlers the session set, ``warnings`` filters and display functions
+and ``logging`` configuration.
 
 Each entry is ``(name, capture, restore)`` as ``interpreter_state.register_state`` takes it:
 ``capture()`` returns ``None`` when the library is not loaded (``sys.modules``, never an import)
@@ -23,6 +24,7 @@ import contextlib
 import faulthandler
 import functools
 import gc
+import importlib
 import locale
 import logging
 import os
@@ -372,6 +374,29 @@ def _restore_joblib_config(changed: dict[str, Any]) -> str | None:
         joblib.parallel_config(**changed)
     except (TypeError, ValueError) as exc:  # a key or backend this joblib does not know
         return f"not accepted here: {exc}"
+    return None
+
+
+# -- nest_asyncio ----------------------------------------------------------------------------
+
+#: The packages whose ``apply()`` makes asyncio reentrant (``asyncio.run`` inside a cell, whose
+#: kernel runs an event loop), each marking ``asyncio._nest_patched``.
+NEST_ASYNCIO = ("nest_asyncio", "nest_asyncio2")
+
+
+def _nest_asyncio() -> Any:
+    """Which of ``NEST_ASYNCIO`` patched asyncio (``nest_asyncio.apply()``): it patches asyncio's
+    functions and the kernel's running loop, which a fresh kernel has unpatched."""
+    if not hasattr(sys.modules.get("asyncio"), "_nest_patched"):
+        return None
+    return next((name for name in NEST_ASYNCIO if name in sys.modules), None)
+
+
+def _restore_nest_asyncio(name: str) -> str | None:
+    try:
+        importlib.import_module(name).apply()
+    except Exception as exc:  # not installed here, or refused
+        return f"{name}.apply() ({type(exc).__name__}: {exc})"
     return None
 
 
@@ -1344,6 +1369,7 @@ ENTRIES = (
     ("pandas options", _pandas_options, _restore_pandas_options),
     ("scikit-learn config", _sklearn_config, _restore_sklearn_config),
     ("joblib parallel config", _joblib_config, _restore_joblib_config),
+    ("nest_asyncio", _nest_asyncio, _restore_nest_asyncio),
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),
     ("torch global hooks", _torch_global_hooks, _restore_torch_global_hooks),

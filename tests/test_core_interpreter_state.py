@@ -1403,6 +1403,28 @@ def test_fonts_and_unit_converters_a_session_added_to_matplotlib_come_back(start
     assert b.run_json(OBSERVE_FONTS_AND_UNITS) == expected
 
 
+NESTED_RUN = r"""
+import asyncio
+try:
+    print(asyncio.run(asyncio.sleep(0, result="nested run")))
+except RuntimeError as exc:  # the kernel's own loop is running
+    print(exc)
+"""
+
+
+def test_asyncio_made_reentrant_by_nest_asyncio_stays_reentrant(start_kernel):
+    """``nest_asyncio.apply()`` (``nest_asyncio2``, ipykernel's own dependency, is the same) is
+    how notebooks call ``asyncio.run`` inside a cell: it patches asyncio and the kernel's running
+    loop. After a resume the loop was unpatched and ``asyncio.run`` raised again, under an exact
+    verdict (found by a probe); ``apply()`` is called again at resume."""
+    a = start_kernel()
+    a.run("import nest_asyncio2\nnest_asyncio2.apply()")
+    assert a.run(NESTED_RUN) == "nested run\n"
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "nest_asyncio" in out, out
+    assert b.run(NESTED_RUN) == "nested run\n"
+
+
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
     the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
