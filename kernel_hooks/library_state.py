@@ -1,8 +1,8 @@
 """Built-in ``interpreter_state`` entries for libraries: matplotlib (backend, colormaps, fonts, unit
-converters, rcParams, open figures), numpy (print options, ``seterr``), pandas options, scikit-
-learn's and joblib's configuration, asyncio made reentrant by ``nest_asyncio``, torch global
-settings (default dtype and device, grad mode, determinism, cuDNN and matmul precision flags,
-attention backends, print options, ...), what the session set on torch's config modules
+converters, rcParams, open figures), numpy (print options, ``seterr``), pandas options,
+scikit-learn's and joblib's configuration, asyncio made reentrant by ``nest_asyncio``, torch
+global settings (default dtype and device, grad mode, determinism, cuDNN and matmul precision
+flags, attention backends, print options, ...), what the session set on torch's config modules
 (``torch._dynamo.config``, ...), the hooks it registered for every module or optimizer,
 torch.distributed's default process group, the Hugging Face libraries' switches (progress bars,
 datasets' caching) and the messages transformers showed once (``warning_once``), the interpreter's
