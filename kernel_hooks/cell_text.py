@@ -12,12 +12,19 @@ readers of the text need, by the cell's source.
   the name bound to it, True) (``library_objects``).
 
 A cell that does not parse (IPython syntax the input transformer left, a typo) says nothing.
+``from_the_shell(capture)`` makes an entry's capture of a ``capture(namespace, sources)`` over the
+shell's namespace and input history; ``why_left_out(attribute, value)`` is why a value the text
+names does not travel.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from .ipython_state import the_shell
 
 Chain = tuple[str, ...]
 Taking = tuple[str, str, str, bool]
@@ -104,3 +111,28 @@ def _chain(target: ast.expr) -> Chain | None:
     if not names or not isinstance(target, ast.Name):
         return None
     return (target.id, *reversed(names))
+
+
+def from_the_shell(capture: Callable[[dict[str, Any], list[str]], Any]) -> Callable[[], Any]:
+    """An ``interpreter_state`` capture: ``capture`` of the shell's namespace and the cells of
+    its input history; None without a shell."""
+    def capture_from_the_shell() -> Any:
+        shell = the_shell()
+        if shell is None:
+            return None
+        return capture(shell.user_ns, shell.history_manager.input_hist_parsed)
+
+    return capture_from_the_shell
+
+
+def why_left_out(attribute: str, value: Any) -> str | None:
+    """Why the ``value`` the cells set on ``attribute`` is named, not saved: a string that looks
+    like a credential (as environment variables, ``jupyter_gkeresume.credentials``), or a value
+    that would not come back whole; None when it travels."""
+    from jupyter_gkeresume import credentials
+
+    from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
+
+    if isinstance(value, str) and credentials.env_looks_secret(attribute, value):
+        return "looks like a credential: not saved"
+    return why_not_whole(value)

@@ -36,7 +36,6 @@ import types
 from typing import Any
 
 from . import cell_text, local_modules
-from .ipython_state import the_shell
 from .library_patches import OWN
 from .rebuild import REFILLABLE, refill
 
@@ -81,21 +80,10 @@ def _library_place(owner: Any) -> tuple[str, str | None] | None:
     return module, qualname
 
 
-def _capture() -> dict[str, Any] | None:
-    shell = the_shell()
-    if shell is None:
-        return None
-    return capture(shell.user_ns, shell.history_manager.input_hist_parsed)
-
-
 def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | None:
     """``{"values": {(module, class or None, attribute): value}, "lost": [label (why)]}`` for
     what the cells ``sources`` assigned on libraries (see the module docstring); None when
     nothing."""
-    from jupyter_gkeresume import credentials
-
-    from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
-
     values: dict[tuple[str, str | None, str], Any] = {}
     lost: list[str] = []
     seen: set[tuple[str, str | None, str]] = set()
@@ -122,9 +110,7 @@ def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | N
                 continue
             seen.add(key)
             label = ".".join(p for p in key if p)
-            if isinstance(value, str) and credentials.env_looks_secret(attribute, value):
-                lost.append(f"{label} (looks like a credential: not saved)")
-            elif (why := why_not_whole(value)) is not None:
+            if (why := cell_text.why_left_out(attribute, value)) is not None:
                 lost.append(f"{label} ({why})")
             else:
                 values[key] = value
@@ -154,4 +140,4 @@ def restore(state: dict[str, Any]) -> str | None:
     return ", ".join(refused) or None
 
 
-ENTRIES = (("values set on libraries", _capture, restore),)
+ENTRIES = (("values set on libraries", cell_text.from_the_shell(capture), restore),)

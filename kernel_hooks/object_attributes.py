@@ -30,7 +30,6 @@ import types
 from typing import Any
 
 from . import cell_text
-from .ipython_state import the_shell
 from .library_patches import OWN
 from .library_state import the_sessions
 from .placeholders import Uncaptured
@@ -41,20 +40,9 @@ _NOT_HERE = frozenset({"IPython", "ipykernel", "traitlets", "comm", "jupyter_cli
 _REDUCTIONS = ("__reduce_ex__", "__reduce__", "__getstate__")
 
 
-def _capture() -> dict[str, Any] | None:
-    shell = the_shell()
-    if shell is None:
-        return None
-    return capture(shell.user_ns, shell.history_manager.input_hist_parsed)
-
-
 def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | None:
     """``{"set": [(owner, attribute, value, label)], "lost": [label (why)]}`` for the attributes
     the cells ``sources`` set on objects (see the module docstring); None when none."""
-    from jupyter_gkeresume import credentials
-
-    from .graph import why_not_whole  # at the first checkpoint, not at the extension's load
-
     carried: list[tuple[Any, str, Any, str]] = []
     lost: list[str] = []
     seen: set[tuple[int, str]] = set()
@@ -69,9 +57,7 @@ def capture(namespace: dict[str, Any], sources: list[str]) -> dict[str, Any] | N
                 continue
             seen.add((id(owner), attribute))
             value, label = held[attribute], ".".join(chain)
-            if isinstance(value, str) and credentials.env_looks_secret(attribute, value):
-                lost.append(f"{label} (looks like a credential: not saved)")
-            elif (why := why_not_whole(value)) is not None:
+            if (why := cell_text.why_left_out(attribute, value)) is not None:
                 lost.append(f"{label} ({why})")
             else:
                 carried.append((owner, attribute, value, label))
@@ -123,4 +109,4 @@ def restore(state: dict[str, Any]) -> str | None:
     return ", ".join(refused) or None
 
 
-ENTRIES = (("attributes set on objects", _capture, restore),)
+ENTRIES = (("attributes set on objects", cell_text.from_the_shell(capture), restore),)
