@@ -494,6 +494,20 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
         now["autograd_multithreading"] = torch._C._is_multithreading_enabled()
     if hasattr(torch._C, "_check_sparse_tensor_invariants"):  # check_sparse_tensor_invariants.enable()
         now["sparse_invariants"] = torch._C._check_sparse_tensor_invariants()
+    now["interop_threads"] = torch.get_num_interop_threads()
+    now["mkldnn_deterministic"] = getattr(torch.backends.mkldnn, "deterministic", False)
+    now["nnpack"] = torch._C._get_nnpack_enabled()
+    now["backcompat_warnings"] = (torch.utils.backcompat.broadcast_warning.enabled,
+                                  torch.utils.backcompat.keepdim_warning.enabled)
+    now["jit"] = _torch_jit_switches(torch)
+    if hasattr(torch.backends, "mha"):  # torch.backends.mha.set_fastpath_enabled(False)
+        now["mha_fastpath"] = torch.backends.mha.get_fastpath_enabled()
+    stance = getattr(sys.modules.get("torch._dynamo.eval_frame"), "_stance", None)
+    if stance is not None:  # torch.compiler.set_stance("force_eager") outside a with
+        now["compiler_stance"] = (stance.stance, stance.skip_guard_eval_unsafe, stance.backend)
+    distribution = sys.modules.get("torch.distributions.distribution")
+    if distribution is not None:  # Distribution.set_default_validate_args(False)
+        now["validate_args"] = distribution.Distribution._validate_args
     if hasattr(torch._C, "_get_deterministic_fill_uninitialized_memory"):
         now["fill_uninitialized_memory"] = torch._C._get_deterministic_fill_uninitialized_memory()
     logs = sys.modules.get("torch._logging._internal")
@@ -518,6 +532,41 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
                                  for path in TORCH_FP32_PRECISION
                                  if hasattr(_backend(torch, path), "fp32_precision")}
     return now
+
+
+#: TorchScript's process-wide switches, each ``(getter, setter, fresh value)``; a getter of
+#: None reads the value by setting it (``torch._C`` has no getter for the executor and the
+#: fusion strategy: each setter returns the value it replaces, set back at once).
+TORCH_JIT_SWITCHES = {
+    "onednn_fusion": ("_jit_llga_enabled", "_jit_set_llga_enabled", False),
+    "texpr_fuser": ("_jit_texpr_fuser_enabled", "_jit_set_texpr_fuser_enabled", True),
+    "graph_executor_optimize": ("_get_graph_executor_optimize", "_set_graph_executor_optimize",
+                                True),
+    "can_fuse_on_cpu": ("_jit_can_fuse_on_cpu", "_jit_override_can_fuse_on_cpu", False),
+    "profiling_executor": (None, "_jit_set_profiling_executor", True),
+    "fusion_strategy": (None, "_jit_set_fusion_strategy", [("STATIC", 2), ("DYNAMIC", 10)]),
+}
+
+
+def _torch_jit_switches(torch: Any) -> dict[str, Any]:
+    switches = {}
+    for name, (getter, setter, fresh) in TORCH_JIT_SWITCHES.items():
+        if not hasattr(torch._C, setter) or (getter and not hasattr(torch._C, getter)):
+            continue
+        if getter:
+            switches[name] = getattr(torch._C, getter)()
+        else:
+            value = getattr(torch._C, setter)(fresh)
+            getattr(torch._C, setter)(value)
+            switches[name] = [tuple(pair) for pair in value] if isinstance(value, list) else value
+    return switches
+
+
+def _set_torch_jit_switches(switches: dict[str, Any]) -> None:
+    import torch
+
+    for name, value in switches.items():
+        getattr(torch._C, TORCH_JIT_SWITCHES[name][1])(value)
 
 
 def _default_thread_counts() -> frozenset[int]:
@@ -570,6 +619,10 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
                              else "file_descriptor"),
         "hub_dir": None, "fill_uninitialized_memory": True, "logs": ({}, []),
         "autograd_multithreading": True, "sparse_invariants": False,
+        "interop_threads": now["interop_threads"] if now["interop_threads"] in _cpu_counts() else None,
+        "mkldnn_deterministic": False, "nnpack": True, "backcompat_warnings": (False, False),
+        "jit": {name: TORCH_JIT_SWITCHES[name][2] for name in now["jit"]},
+        "mha_fastpath": True, "compiler_stance": ("default", False, None), "validate_args": __debug__,
         "autocast": ({device: (False, getattr(torch, dtype)) for device, dtype in AUTOCAST.items()},
                      True),
     }
@@ -652,6 +705,17 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "logs": _set_torch_logs,
         "autograd_multithreading": torch._C._set_multithreading_enabled,
         "sparse_invariants": torch._C._set_check_sparse_tensor_invariants,
+        "interop_threads": torch.set_num_interop_threads,
+        "mkldnn_deterministic": lambda v: setattr(torch.backends.mkldnn, "deterministic", v),
+        "nnpack": torch._C._set_nnpack_enabled,
+        "backcompat_warnings": lambda v: [
+            setattr(torch.utils.backcompat.broadcast_warning, "enabled", v[0]),
+            setattr(torch.utils.backcompat.keepdim_warning, "enabled", v[1])],
+        "jit": _set_torch_jit_switches,
+        "mha_fastpath": lambda v: torch.backends.mha.set_fastpath_enabled(v),
+        "compiler_stance": lambda v: torch.compiler.set_stance(
+            v[0], skip_guard_eval_unsafe=v[1], force_backend=v[2]),
+        "validate_args": torch.distributions.Distribution.set_default_validate_args,
         "autocast": _set_autocast,
         "flush_denormal": torch.set_flush_denormal,
         "future": lambda v: [torch.__future__.set_overwrite_module_params_on_conversion(v[0]),

@@ -537,6 +537,51 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert (tmp_path / "gke.log").read_text().strip().endswith("after resume")
 
 
+TORCH_PROCESS_SWITCHES = r"""
+import json, torch
+torch.set_num_interop_threads(1)  # before any parallel work, as torch requires
+torch.distributions.Distribution.set_default_validate_args(False)
+torch.backends.mha.set_fastpath_enabled(False)
+torch.jit.enable_onednn_fusion(True)
+torch._C._jit_set_texpr_fuser_enabled(False)
+torch.jit.set_fusion_strategy([("DYNAMIC", 3)])
+torch.backends.mkldnn.deterministic = True
+torch.backends.nnpack.set_flags(False)
+torch._C._set_graph_executor_optimize(False)
+torch._C._jit_set_profiling_executor(False)
+torch._C._jit_override_can_fuse_on_cpu(True)
+torch.utils.backcompat.broadcast_warning.enabled = True
+torch.compiler.set_stance("force_eager")
+"""
+OBSERVE_TORCH_PROCESS_SWITCHES = r"""
+strategy = torch.jit.set_fusion_strategy([("STATIC", 2)]); torch.jit.set_fusion_strategy(strategy)
+executor = torch._C._jit_set_profiling_executor(True); torch._C._jit_set_profiling_executor(executor)
+print(json.dumps([torch.get_num_interop_threads(), torch.distributions.Distribution._validate_args,
+                  torch.backends.mha.get_fastpath_enabled(), torch.jit.onednn_fusion_enabled(),
+                  torch._C._jit_texpr_fuser_enabled(), strategy, torch.backends.mkldnn.deterministic,
+                  torch._C._get_nnpack_enabled(), torch._C._get_graph_executor_optimize(), executor,
+                  torch._C._jit_can_fuse_on_cpu(), torch.utils.backcompat.broadcast_warning.enabled,
+                  torch._dynamo.eval_frame._stance.stance]))
+"""
+
+
+def test_torchs_process_wide_switches_come_back(start_kernel):
+    """Switches torch keeps in C++ or sets through functions: the interop thread count,
+    distributions' default argument validation, the attention fast path, TorchScript's fusers
+    and executor, mkldnn's determinism, NNPACK, the backward-compatibility warnings and
+    ``torch.compiler.set_stance("force_eager")`` (pytorch/tutorials
+    recipes_source/torch_compiler_set_stance_tutorial.py and recipes/tuning_guide.py): after a
+    resume each was a fresh process's, under an exact verdict (found by a helper's probes)."""
+    a = start_kernel()
+    a.run(TORCH_PROCESS_SWITCHES)
+    expected = a.run_json(OBSERVE_TORCH_PROCESS_SWITCHES)
+    assert expected == [1, False, False, True, False, [["DYNAMIC", 3]], True, False, False, False,
+                        True, True, "force_eager"]
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "torch settings" in out, out
+    assert b.run_json(OBSERVE_TORCH_PROCESS_SWITCHES) == expected
+
+
 TORCH_CONFIGS = r"""
 import json, torch, torch._dynamo, torch._inductor.config
 torch._dynamo.config.cache_size_limit = 64          # an alias: recompile_limit is set
