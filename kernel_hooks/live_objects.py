@@ -211,10 +211,11 @@ def _memmap_view(root: Any, start: int, shape: tuple, strides: tuple, dtype: Any
 
 
 def _progress_bar(cls: type, stream: str | None, state: dict[str, Any],
-                  widget: dict[str, Any] | None = None) -> Any:
+                  widget: dict[str, Any] | None = None, printed: int = 0) -> Any:
     """A tqdm bar again (``LiveObjects._bar_reduce``), writing to this process's ``stream`` as
     tqdm/std.py ``tqdm.__init__`` sets it up; ``tqdm.__new__`` counts it among the live bars.
-    ``widget``: a notebook bar's (``_notebook_widget``)."""
+    ``widget``: a notebook bar's (``_notebook_widget``); ``printed``: the length of the line
+    its status printer wrote last, which the next one pads over (``bar.clear()``)."""
     bar = cls.__new__(cls)
     bar.__dict__.update(state)
     if stream is not None:
@@ -223,9 +224,20 @@ def _progress_bar(cls: type, stream: str | None, state: dict[str, Any],
         bar.fp = DisableOnWriteError(getattr(sys, stream), tqdm_instance=bar)
         if widget is None:
             bar.sp = bar.status_printer(bar.fp)
+            _printed_length(bar.sp)[0] = printed
     if widget is not None:
         _notebook_widget(bar, **widget)
     return bar
+
+
+def _printed_length(status_printer: Any) -> list[int]:
+    """The length of the line tqdm's status printer wrote last (tqdm/std.py
+    ``tqdm.status_printer``: a one-item list its closure keeps, ``last_len``); a throwaway list
+    for a printer without one."""
+    code = getattr(status_printer, "__code__", None)
+    if code is None or "last_len" not in code.co_freevars:
+        return [0]
+    return status_printer.__closure__[code.co_freevars.index("last_len")].cell_contents
 
 
 def _notebook_widget(bar: Any, drawn: bool, colour: str | None, bar_style: str) -> None:
@@ -352,7 +364,7 @@ class LiveObjects:
         kernel's) travels as what it shows: whether there is one, its colour and bar style."""
         state = dict(vars(bar))
         out = state.pop("fp", None)
-        state.pop("sp", None)
+        printed = _printed_length(state.pop("sp", None))[0]
         stream = None if out is None else self._streams.get(id(vars(out).get("_wrapped", out)))
         if out is not None and stream is None:
             return None
@@ -364,7 +376,7 @@ class LiveObjects:
             progress = container.children[-2] if container is not None else None
             widget = {"drawn": container is not None, "colour": bar.colour,
                       "bar_style": getattr(progress, "bar_style", "")}
-        return _progress_bar, (type(bar), stream, state, widget)
+        return _progress_bar, (type(bar), stream, state, widget, printed)
 
     def reason(self, obj: object) -> str | None:
         """Why ``obj`` does not travel (a DataLoader iterator, a sqlite3 connection or a file

@@ -45,9 +45,9 @@ quiet = tqdm(total=5, disable=True)
 
 
 def test_a_progress_bar_comes_back_and_goes_on(start_kernel):
-    """A bar cut at 3 of 10 is at 3 of 10 after the resume and writes to the resumed kernel's
-    stderr; one over a range writing to stdout, and a disabled one, come back too; nothing is
-    named."""
+    """A bar cut at 3 of 10 is at 3 of 10 after the resume, clears the line it printed and
+    writes to the resumed kernel's stderr; one over a range writing to stdout, and a disabled
+    one, come back too; nothing is named."""
     a = start_kernel()
     a.run(PROGRESS)
     a.run("%checkpoint")
@@ -56,6 +56,10 @@ def test_a_progress_bar_comes_back_and_goes_on(start_kernel):
     b = start_kernel()
     out = b.run("%resume")
     assert "(exact)" in out.splitlines()[0] and "not restored" not in out, out
+    # clearing pads over the line the bar printed last, as an uncut bar does (tqdm's status
+    # printer keeps its length in a closure: after a resume it was 0, found by a helper's probe)
+    cleared = b.run("bar.clear()")
+    assert cleared.startswith("\r ") and not cleared.strip(" \r"), repr(cleared)
     assert b.run_json("print(json.dumps([bar.n, bar.total, bar.desc]))") == [3, 10, "epochs"]
     assert "4/10" in b.run("bar.update(1); bar.refresh()")
     assert "3/8" in b.run("steps.update(1); steps.refresh()")
