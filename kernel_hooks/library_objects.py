@@ -70,10 +70,10 @@ _ABSENT = object()
 def _carried(value: Any) -> bool:
     kind = type(value)
     return (kind in REFILLABLE or (kind.__module__, kind.__qualname__) in BY_REFERENCE
-            or (isinstance(value, type) and not _findable(value)))
+            or (isinstance(value, type) and not findable(value)))
 
 
-def _findable(cls: type) -> bool:
+def findable(cls: Any) -> bool:
     """Whether pickle finds ``cls`` by its own module and qualified name (torch's
     ``SDPBackend`` is ``torch.nn.attention._SDPBackend``, which is no attribute there)."""
     import cloudpickle

@@ -31,6 +31,7 @@ import os
 import signal
 import socket
 import sys
+import types
 import warnings
 from typing import Any
 
@@ -937,15 +938,28 @@ def _restore_hf_switches(state: dict[str, Any]) -> str | None:
 #: keyed by their arguments (the logger first): transformers/utils/logging.py ``warning_once``
 #: and ``info_once``, set on ``logging.Logger``. Python's warning registry is carried apart
 #: (``warnings_shown``).
-ONCE_FUNCTIONS = ((TRANSFORMERS_LOGGING, "warning_once"), (TRANSFORMERS_LOGGING, "info_once"))
+ONCE_FUNCTIONS = ((TRANSFORMERS_LOGGING, "warning_once"), (TRANSFORMERS_LOGGING, "info_once"),
+                  ("torch._logging._internal", "warning_once"))
 _PLAIN = (str, int, float, bool, type(None))
+
+
+def _carried_argument(value: Any) -> bool:
+    """A plain value, or a library's class or function (dynamo's "Profiler record function
+    <class ...> will be ignored"), which comes back as the same object: the call's cache key
+    is the same again."""
+    if type(value) in _PLAIN:
+        return True
+    from .library_objects import findable
+
+    return (isinstance(value, (type, types.FunctionType))
+            and getattr(value, "__module__", "__main__") != "__main__" and findable(value))
 
 
 def _shown_once() -> Any:
     """Per function of ``ONCE_FUNCTIONS``, the (logger name, arguments) it was called with. The
     C cache has no API to list its keys: its dict is among what the wrapper holds
-    (``gc.get_referents``). Calls with keyword arguments or other than plain arguments are not
-    carried (the message may show once more)."""
+    (``gc.get_referents``). Calls with keyword arguments or other arguments than plain values
+    and library classes and functions are not carried (the message may show once more)."""
     shown: dict[str, list[tuple[str, tuple]]] = {}
     for module, name in ONCE_FUNCTIONS:
         cached = getattr(sys.modules.get(module), name, None)
@@ -956,7 +970,7 @@ def _shown_once() -> Any:
                 continue
             for key in held:
                 if (type(key) is tuple and key and isinstance(key[0], logging.Logger)
-                        and all(type(value) in _PLAIN for value in key[1:])):
+                        and all(_carried_argument(value) for value in key[1:])):
                     shown.setdefault(f"{module}:{name}", []).append((key[0].name, key[1:]))
     return shown or None
 

@@ -985,10 +985,14 @@ def test_a_checkpoint_leaves_the_kernel_as_it_found_it(start_kernel):
 
 
 ONCE = r"""
+import logging
+from torch._logging._internal import warning_once
+from torch.autograd.profiler import record_function
 from transformers.utils import logging as hf_logging
 logger = hf_logging.get_logger("transformers.probe")
 logger.warning_once("`use_cache=True` is incompatible with gradient checkpointing")
 logger.info_once("an info the level hides")
+warning_once(logging.getLogger("torch._dynamo.probe"), "Profiler %s will be ignored", record_function)
 logger.warning_once("with %s", "arguments")
 """
 
@@ -999,19 +1003,22 @@ def test_messages_transformers_shows_once_are_not_shown_again(start_kernel):
     After a resume, a training notebook showed its "``use_cache=True`` is incompatible with
     gradient checkpointing" and "``loss_type=None``" lines again (found by a probe). The cache's
     keys (a logger and plain arguments) travel; the resume calls the function again for each
-    with its logger disabled, so it remembers them and shows nothing."""
+    with its logger disabled, so it remembers them and shows nothing. So does dynamo's
+    ``warning_once`` (torch/_logging/_internal.py), whose arguments may be a library's class
+    ("Profiler record function <class ...> will be ignored" came again after a resume of a
+    compiled training loop: a helper's probe)."""
     a = start_kernel()
     shown = a.run(ONCE)
     assert "incompatible with gradient checkpointing" in shown and "with arguments" in shown
+    assert "Profiler <class 'torch.autograd.profiler.record_function'> will be ignored" in shown
     a.run("%checkpoint")
     a.kill()
     b = start_kernel()
     resumed = b.run("%resume")
     assert "incompatible" not in resumed and "(exact)" in resumed.splitlines()[0], resumed
-    again = b.run(ONCE.splitlines()[-3] + "\n" + ONCE.splitlines()[-1]
-                  + "\nlogger.warning_once('a new message')")
+    again = b.run("\n".join(ONCE.splitlines()[-4:]) + "\nlogger.warning_once('a new message')")
     assert "a new message" in again and "incompatible" not in again, again
-    assert "with arguments" not in again, again
+    assert "with arguments" not in again and "will be ignored" not in again, again
 
 
 def test_sys_path_comes_back_in_its_order(start_kernel, tmp_path):
