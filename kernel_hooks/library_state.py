@@ -1381,7 +1381,9 @@ def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
     has one that writes to the same place already (a library that adds its handler at import
     did so again here): that one takes the recipe's level and format, which the session may
     have changed (transformers' ``enable_explicit_format``), rather than a second handler
-    printing every message again."""
+    printing every message again. Each handler here stands for one of the session's: a second
+    one the session added to the same stream (``transformers.logging.add_handler``) is
+    rebuilt beside it."""
     lost = []
     for name, config in changed.items():
         held = config.get("held", {})  # absent in older snapshots
@@ -1391,14 +1393,14 @@ def _restore_logging_config(changed: dict[str, dict[str, Any]]) -> str | None:
         _remove_handlers_made_again(logger, config.get("writes_to"))
         for kept in config.get("filters", ()):
             logger.addFilter(kept)  # a filter already there is not added twice
-        recipes = [(_handler_recipe(h), h) for h in logger.handlers]
+        unmatched = [(_handler_recipe(h), h) for h in logger.handlers]
         for place, recipe in enumerate(config["handlers"]):
-            if any(recipe == made for made, _ in recipes):
-                continue
-            made_again = next((h for made, h in recipes if _writes_to(made) == _writes_to(recipe)
-                               and _writes_to(recipe)[1] is not None), None)
-            if made_again is not None:
-                _apply_recipe(made_again, recipe)
+            made_again = (next((pair for pair in unmatched if pair[0] == recipe), None) or next(
+                (pair for pair in unmatched if _writes_to(pair[0]) == _writes_to(recipe)
+                 and _writes_to(recipe)[1] is not None), None))
+            if made_again is not None:  # each handler here stands for one of the session's
+                unmatched = [pair for pair in unmatched if pair is not made_again]
+                _apply_recipe(made_again[1], recipe)
                 continue
             if _usable(held.get(place)):  # the variable's handler: one object, as before
                 logging._addHandlerRef(held[place])  # closed at exit, as Handler() registers it

@@ -157,6 +157,31 @@ def test_a_librarys_own_handler_made_again_takes_the_sessions_format_and_level()
             logger.removeHandler(handler)
 
 
+def test_a_second_handler_on_the_librarys_stream_is_rebuilt_beside_the_one_made_again():
+    """``transformers.logging.add_handler(logging.StreamHandler())`` gives transformers' logger
+    a second stderr handler beside the one its import makes: after a resume the import's handler
+    stood for both, and each message came out once instead of twice, under an exact verdict (a
+    helper's probe). Each handler made again stands for one of the session's only."""
+    logger = logging.getLogger("gkeresume.test.second")
+    library_state.remember_baseline()
+    imported, added = logging.StreamHandler(), logging.StreamHandler()
+    logger.addHandler(imported)
+    logger.addHandler(added)
+    try:
+        changed = library_state._logging_config()["gkeresume.test.second"]
+        logger.removeHandler(imported)
+        logger.removeHandler(added)
+        again = logging.StreamHandler()  # the resumed kernel's import
+        logger.addHandler(again)
+        assert library_state._restore_logging_config({"gkeresume.test.second": changed}) is None
+        assert len(logger.handlers) == 2 and logger.handlers[0] is again
+        assert all(type(h) is logging.StreamHandler and h.stream is sys.stderr
+                   for h in logger.handlers)
+    finally:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+
+
 def test_a_handler_the_session_removed_stays_removed():
     """``transformers.utils.logging.disable_default_handler()`` removes the handler transformers
     adds at import; the resumed kernel's import added it again and nothing removed it: every
