@@ -291,6 +291,7 @@ def _differs(value: Any, other: Any) -> bool:
 # -- numpy -----------------------------------------------------------------------------------
 
 _NUMPY_ERR_DEFAULT = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+_NUMPY_BUFSIZE = 8192  # numpy's ufunc buffer size, as a fresh numpy has it (``np.setbufsize``)
 
 
 def _numpy_options() -> Any:
@@ -298,10 +299,10 @@ def _numpy_options() -> Any:
     if numpy is None:
         return None
     state = {"print": numpy.get_printoptions(), "err": numpy.geterr(),
-             "errcall": numpy.geterrcall()}
+             "errcall": numpy.geterrcall(), "bufsize": numpy.getbufsize()}
     default = _numpy_print_defaults(numpy)
     if (not _differs(state["print"], default) and state["err"] == _NUMPY_ERR_DEFAULT
-            and state["errcall"] is None):
+            and state["errcall"] is None and state["bufsize"] == _NUMPY_BUFSIZE):
         return None
     return state
 
@@ -321,6 +322,7 @@ def _restore_numpy_options(state: dict[str, Any]) -> str | None:
     numpy.set_printoptions(**state["print"])
     numpy.seterr(**state["err"])
     numpy.seterrcall(state.get("errcall"))  # older snapshots have none
+    numpy.setbufsize(state.get("bufsize", _NUMPY_BUFSIZE))
     return None
 
 

@@ -1,17 +1,16 @@
 """Registries of the standard library a notebook adds to, carried across a cut
 (``kernel_hooks.stdlib_registries``, the ``python settings`` and numpy entries of
-``kernel_hooks.library_state``, ``kernel_hooks.registrations``).
-
-Each lived in the old process only, so after a resume it was gone while the verdict said
-``exact`` (found by probes): the next ``INSERT`` of a ``Decimal`` failed ("type
-'decimal.Decimal' is not supported"), ``'x'.encode('myalias')`` raised ``LookupError``, requests
-went out without the opener's headers or the default timeout, ``shutil.make_archive`` refused the
-format, ``mimetypes`` no longer knew the extension, ``asyncio`` made loops with its default
-policy, NumPy's error callback was gone and a level ``addLevelName`` named printed as
-"Level 25", a module a finder of the notebook made could not be imported, and a csv dialect
-the notebook registered was unknown and its raised field size limit back to 128 KiB. Kernel A sets
-them over several cells and observes them, checkpoints and dies; kernel B resumes and observes
-the same."""
+``kernel_hooks.library_state``, ``kernel_hooks.registrations``). Each lived in the old process
+only, so after a resume it was gone while the verdict said ``exact`` (found by probes): the next
+``INSERT`` of a ``Decimal`` failed ("type 'decimal.Decimal' is not supported"),
+``'x'.encode('myalias')`` raised ``LookupError``, requests went out without the opener's headers
+or the default timeout, ``shutil.make_archive`` refused the format, ``mimetypes`` no longer knew
+the extension, ``asyncio`` made loops with its default policy, NumPy's error callback and ufunc
+buffer size (``np.setbufsize``, stop 54) were gone and a level ``addLevelName`` named printed as
+"Level 25", a module a finder of the notebook made could not be imported, and a csv dialect the
+notebook registered was unknown and its raised field size limit back to 128 KiB. Kernel A sets
+them over several cells and observes them, checkpoints and dies; kernel B resumes and observes the
+same."""
 
 from __future__ import annotations
 
@@ -48,6 +47,7 @@ class NotebookPolicy(asyncio.DefaultEventLoopPolicy):
 
 asyncio.set_event_loop_policy(NotebookPolicy())
 np.seterrcall(print)
+np.setbufsize(16384)
 import logging
 logging.addLevelName(25, "NOTICE")
 
@@ -83,7 +83,7 @@ print(json.dumps([
     [name for name, _ in shutil.get_archive_formats() if name == "probe"],
     [name for name, *_ in shutil.get_unpack_formats() if name == "probe"],
     mimetypes.guess_type("model.probe")[0], mimetypes.guess_extension("application/x-probe"),
-    type(asyncio.get_event_loop_policy()).__name__, np.geterrcall() is print,
+    type(asyncio.get_event_loop_policy()).__name__, np.geterrcall() is print, np.getbufsize(),
     mimetypes.guess_type("page.html")[0], __import__("logging").getLevelName(25),
     __import__("generated_config").VALUE,
     __import__("csv").get_dialect("semicolons").delimiter, __import__("csv").field_size_limit(),
@@ -96,7 +96,7 @@ def test_the_registries_a_notebook_added_to_come_back(start_kernel):
     a.run(SESSION)
     expected = a.run_json(OBSERVE)
     assert expected == ["Decimal('1.5')", "x", [["User-agent", "notebook/1"]], 7.0, ["probe"],
-                        ["probe"], "application/x-probe", ".probe", "NotebookPolicy", True,
+                        ["probe"], "application/x-probe", ".probe", "NotebookPolicy", True, 16384,
                         "text/html", "NOTICE", 42, ";", 10**8]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
