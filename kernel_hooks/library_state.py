@@ -380,6 +380,38 @@ def _restore_joblib_config(changed: dict[str, Any]) -> str | None:
     return None
 
 
+# -- BLAS and OpenMP thread pools -------------------------------------------------------------
+
+#: The environment variables the BLAS and OpenMP libraries read their thread count from.
+THREAD_COUNT_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                          "BLIS_NUM_THREADS")
+
+
+def _thread_pools() -> Any:
+    """The thread counts of the BLAS and OpenMP libraries loaded, by library (threadpoolctl's
+    ``prefix``), that are not a fresh process's: neither the CPUs or cores this process may run
+    on nor what the environment asks (``threadpool_limits(limits=1)`` called without ``with``,
+    as scikit-learn's docs show; a count can change a BLAS result's last bits). Only when
+    threadpoolctl is loaded (scikit-learn imports it): it reads the libraries through ctypes."""
+    threadpoolctl = sys.modules.get("threadpoolctl")
+    if threadpoolctl is None:
+        return None
+    fresh = _cpu_counts() | {int(os.environ[name]) for name in THREAD_COUNT_VARIABLES
+                             if os.environ.get(name, "").isdigit()}
+    chosen = {pool["prefix"]: pool["num_threads"] for pool in threadpoolctl.threadpool_info()
+              if pool["num_threads"] not in fresh}
+    return chosen or None
+
+
+def _restore_thread_pools(chosen: dict[str, int]) -> str | None:
+    import threadpoolctl
+
+    threadpoolctl.threadpool_limits(limits=chosen)
+    here = {pool["prefix"] for pool in threadpoolctl.threadpool_info()}
+    missing = sorted(set(chosen) - here)
+    return f"not loaded here: {', '.join(missing)}" if missing else None
+
+
 # -- nest_asyncio ----------------------------------------------------------------------------
 
 #: The packages whose ``apply()`` makes asyncio reentrant (``asyncio.run`` inside a cell, whose
@@ -1451,6 +1483,7 @@ ENTRIES = (
     ("pandas options", _pandas_options, _restore_pandas_options),
     ("scikit-learn config", _sklearn_config, _restore_sklearn_config),
     ("joblib parallel config", _joblib_config, _restore_joblib_config),
+    ("BLAS and OpenMP threads", _thread_pools, _restore_thread_pools),
     ("nest_asyncio", _nest_asyncio, _restore_nest_asyncio),
     ("torch settings", _torch_settings, _restore_torch_settings),
     ("torch config modules", _torch_configs, _restore_torch_configs),

@@ -1502,6 +1502,32 @@ def test_asyncio_made_reentrant_by_nest_asyncio_stays_reentrant(start_kernel):
     assert b.run(NESTED_RUN) == "nested run\n"
 
 
+BLAS_LIMIT = r"""
+import json, numpy
+from threadpoolctl import threadpool_info, threadpool_limits
+_ = threadpool_limits(limits=LIMIT, user_api="blas")  # no with: for the session
+"""
+OBSERVE_BLAS_LIMIT = r"""
+print(json.dumps([pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]))
+"""
+
+
+def test_a_blas_thread_limit_the_session_set_travels(start_kernel):
+    """``threadpool_limits(limits=1)`` without ``with`` sets the BLAS library's thread count (in C:
+    nothing in the namespace holds it); after a resume NumPy's BLAS ran on every core again, under
+    an exact verdict (a helper's probe); a count can change a product's last bits. A count that
+    is a fresh process's (the CPUs or cores, what ``OMP_NUM_THREADS`` asks: 1 in these kernels)
+    does not travel, so the session here picks one more than the CPUs."""
+    limit = len(os.sched_getaffinity(0)) + 1
+    a = start_kernel()
+    a.run(BLAS_LIMIT.replace("LIMIT", str(limit)))
+    expected = a.run_json(OBSERVE_BLAS_LIMIT)
+    assert expected and set(expected) == {limit}
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "BLAS and OpenMP threads" in out, out
+    assert b.run_json(OBSERVE_BLAS_LIMIT) == expected
+
+
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
     the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
