@@ -280,10 +280,14 @@ def test_a_default_thread_count_stays_behind_and_a_chosen_one_travels(monkeypatc
         torch.set_num_threads(before)
 
 
-def test_nothing_changed_captures_nothing():
-    """A session that changed nothing carries no library entry (cheap checkpoints)."""
-    import torch  # noqa: F401  (its settings are read only where the session imported it)
+def test_nothing_changed_captures_nothing(monkeypatch):
+    """A session that changed nothing carries no library entry (cheap checkpoints). This test
+    process is no fresh one: a test before may have compiled with dynamo, whose first use turns
+    distributions' argument validation off (torch/_dynamo/eval_frame.py ``TorchPatcher``): it is
+    set back to a fresh process's for the test."""
+    import torch
 
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args", __debug__)
     library_state.remember_baseline()
     with warnings.catch_warnings():
         warnings.filters[:] = library_state._baseline["warnings"]
