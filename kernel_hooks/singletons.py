@@ -65,9 +65,17 @@ class AccelerateStates:
         state = sys.modules.get("accelerate.state")
         self._classes = tuple(getattr(state, name) for name in CLASSES
                               if state is not None and hasattr(state, name))
+        self._to_fp32 = getattr(sys.modules.get("accelerate.utils.operations"),
+                                "ConvertOutputsToFp32", None)
 
     def reduce(self, obj: object) -> tuple | None:
-        """``shared(cls)`` with every class's shared state, for an instance of one of them."""
+        """``shared(cls)`` with every class's shared state, for an instance of one of them; the
+        forward of a model prepared for mixed precision made again around the forward it wraps
+        (accelerate/utils/operations.py: ``ConvertOutputsToFp32.__getstate__`` refuses, so a
+        model ``Accelerator(mixed_precision="bf16").prepare`` made, and a ``Trainer`` with
+        ``bf16=True``, were not restored)."""
+        if self._to_fp32 is not None and type(obj) is self._to_fp32:
+            return self._to_fp32, (obj.model_forward,)
         if not self._classes or type(obj) not in self._classes:
             return None
         states = {cls.__name__: _strong(dict(cls._shared_state)) for cls in self._classes}

@@ -94,6 +94,42 @@ print(json.dumps(trainer.evaluate()["eval_loss"]))
 """
 
 
+MIXED_PRECISION = r"""
+import json, torch
+from accelerate import Accelerator
+torch.manual_seed(0)
+accelerator = Accelerator(cpu=True, mixed_precision="bf16")  # as Trainer(bf16=True) prepares
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = accelerator.prepare(model, opt)
+x = torch.randn(3, 4)
+
+def step():
+    out = model(x)  # computed in bfloat16 under autocast, given back as float32
+    accelerator.backward(out.square().mean())
+    opt.step(); opt.zero_grad()
+    return [str(out.dtype), out.tolist()]
+
+print(json.dumps(step()))
+"""
+
+MIXED_PRECISION_AFTER = r"""
+print(json.dumps([step(), step(), accelerator.mixed_precision]))
+"""
+
+
+def test_a_model_prepared_for_mixed_precision_comes_back(start_kernel):
+    """``Accelerator(mixed_precision="bf16").prepare(model)`` (and a ``Trainer`` with ``bf16=True``
+    or ``fp16=True``, which prepares so) wraps the model's forward in accelerate's
+    ``ConvertOutputsToFp32``, whose ``__getstate__`` raises: the model and the accelerator were
+    not restored (named; a helper's probe). The wrapper is made again around the autocast
+    forward it holds: the steps after the cut compute in bfloat16 as before, bit for bit."""
+    expected, got = cut_and_compare(start_kernel, MIXED_PRECISION, MIXED_PRECISION_AFTER)
+    assert got == expected
+    first, _second, precision = json.loads(got)
+    assert first[0] == "torch.float32" and precision == "bf16"
+
+
 def cut_and_compare(start_kernel, before: str, after: str) -> tuple[str, str]:
     """Run ``before`` then ``after`` in one kernel, and again with a checkpoint between them and
     ``after`` in a fresh kernel; return what ``after`` printed in each (after checking that the
