@@ -44,8 +44,8 @@ def rng_states() -> dict[str, Any]:
     for nothing costs a checkpoint 6 ms."""
     states: dict[str, Any] = {"random": random.getstate()}
     numpy_random = sys.modules.get("numpy.random")
-    if numpy_random is not None:
-        states["numpy"] = numpy_random.get_state()
+    if numpy_random is not None:  # as a dict that names its bit generator (set_bit_generator)
+        states["numpy"] = numpy_random.get_state(legacy=False)
     torch = sys.modules.get("torch")
     if torch is not None:
         states["torch"] = torch.get_rng_state()
@@ -130,15 +130,26 @@ def _sys_path(state: dict[str, Any], here: list[str]) -> list[str]:
     return path
 
 
+def _set_numpy_state(saved: dict[str, Any] | tuple) -> None:
+    """numpy's global generator to ``saved``, over the bit generator it names: a session may
+    have put another under it (``np.random.set_bit_generator(PCG64(1))``), whose state
+    ``set_state`` refuses on a fresh kernel's MT19937 (the resume failed). Older snapshots hold
+    the legacy tuple, an MT19937's."""
+    import numpy
+
+    name = saved.get("bit_generator") if isinstance(saved, dict) else "MT19937"
+    if type(numpy.random.get_bit_generator()).__name__ != name:
+        numpy.random.set_bit_generator(getattr(numpy.random, name)())
+    numpy.random.set_state(saved)
+
+
 def restore(state: dict[str, Any], warnings: list[str]) -> None:
     """Apply a captured session state here; what cannot be applied becomes a warning."""
     rng = state.get("rng", {})
     if "random" in rng:
         random.setstate(rng["random"])
     if "numpy" in rng:
-        import numpy
-
-        numpy.random.set_state(rng["numpy"])
+        _set_numpy_state(rng["numpy"])
     if "torch" in rng:
         import torch
 

@@ -415,6 +415,32 @@ def test_the_global_generators_a_session_holds_stay_the_global_ones(start_kernel
     assert b.run_json(DRAWS) == draws
 
 
+OTHER_BIT_GENERATOR = r"""
+import json
+import numpy as np
+np.random.set_bit_generator(np.random.PCG64(123))  # numpy's docs: the legacy functions over PCG64
+np.random.rand()
+"""
+
+
+def test_numpys_global_generator_over_another_bit_generator_comes_back(start_kernel):
+    """``np.random.set_bit_generator(PCG64(123))`` puts another bit generator under numpy's
+    global functions; the resume then failed as a whole ("state must be for a MT19937 PRNG"),
+    and every checkpoint printed numpy's RuntimeWarning about ``get_state`` (a helper's probe).
+    The state travels with its bit generator's name and is set over that generator."""
+    a = start_kernel()
+    shown = a.run(OTHER_BIT_GENERATOR)
+    report = a.run("%checkpoint")
+    assert "RuntimeWarning" not in report and "RuntimeWarning" not in shown, report
+    draw = "print(json.dumps([type(np.random.get_bit_generator()).__name__, np.random.rand()]))"
+    expected = a.run_json(draw)
+    a.kill()
+    b = start_kernel()
+    out = b.run("%resume")
+    assert "(exact)" in out.splitlines()[0], out
+    assert b.run_json(draw) == expected and expected[0] == "PCG64"
+
+
 LIBRARY_OBJECTS = r"""
 import json, warnings
 import matplotlib
