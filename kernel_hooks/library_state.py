@@ -530,6 +530,7 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
     if hasattr(torch._C, "_check_sparse_tensor_invariants"):  # check_sparse_tensor_invariants.enable()
         now["sparse_invariants"] = torch._C._check_sparse_tensor_invariants()
     now["interop_threads"] = torch.get_num_interop_threads()
+    now["quantized_engine"] = torch.backends.quantized.engine  # "qnnpack" for mobile recipes
     now["mkldnn_deterministic"] = getattr(torch.backends.mkldnn, "deterministic", False)
     now["nnpack"] = torch._C._get_nnpack_enabled()
     now["backcompat_warnings"] = (torch.utils.backcompat.broadcast_warning.enabled,
@@ -631,6 +632,13 @@ def _cpu_counts() -> frozenset[int]:
     return frozenset({len(cpus), len(cores)})
 
 
+def _fresh_quantized_engine(torch: Any) -> str:
+    """The quantized engine a fresh torch starts with (aten/src/ATen/Context.cpp ``qEngine``:
+    x86 where FBGEMM runs, else oneDNN where built with it, else none)."""
+    supported = torch.backends.quantized.supported_engines
+    return next((engine for engine in ("x86", "onednn") if engine in supported), "none")
+
+
 def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
     """What a fresh process has, for the settings this torch has (``now``)."""
     printer = type(torch._tensor_str.PRINT_OPTS)
@@ -658,6 +666,7 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         "mkldnn_deterministic": False, "nnpack": True, "backcompat_warnings": (False, False),
         "jit": {name: TORCH_JIT_SWITCHES[name][2] for name in now["jit"]},
         "mha_fastpath": True, "compiler_stance": ("default", False, None), "validate_args": __debug__,
+        "quantized_engine": _fresh_quantized_engine(torch),
         "autocast": ({device: (False, getattr(torch, dtype)) for device, dtype in AUTOCAST.items()},
                      True),
     }
@@ -741,6 +750,7 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "autograd_multithreading": torch._C._set_multithreading_enabled,
         "sparse_invariants": torch._C._set_check_sparse_tensor_invariants,
         "interop_threads": torch.set_num_interop_threads,
+        "quantized_engine": lambda v: setattr(torch.backends.quantized, "engine", v),
         "mkldnn_deterministic": lambda v: setattr(torch.backends.mkldnn, "deterministic", v),
         "nnpack": torch._C._set_nnpack_enabled,
         "backcompat_warnings": lambda v: [

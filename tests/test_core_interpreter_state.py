@@ -581,6 +581,7 @@ torch._C._jit_set_profiling_executor(False)
 torch._C._jit_override_can_fuse_on_cpu(True)
 torch.utils.backcompat.broadcast_warning.enabled = True
 torch.compiler.set_stance("force_eager")
+torch.backends.quantized.engine = "qnnpack"  # pytorch/tutorials' mobile quantization recipes
 """
 OBSERVE_TORCH_PROCESS_SWITCHES = r"""
 strategy = torch.jit.set_fusion_strategy([("STATIC", 2)]); torch.jit.set_fusion_strategy(strategy)
@@ -590,7 +591,7 @@ print(json.dumps([torch.get_num_interop_threads(), torch.distributions.Distribut
                   torch._C._jit_texpr_fuser_enabled(), strategy, torch.backends.mkldnn.deterministic,
                   torch._C._get_nnpack_enabled(), torch._C._get_graph_executor_optimize(), executor,
                   torch._C._jit_can_fuse_on_cpu(), torch.utils.backcompat.broadcast_warning.enabled,
-                  torch._dynamo.eval_frame._stance.stance]))
+                  torch._dynamo.eval_frame._stance.stance, torch.backends.quantized.engine]))
 """
 
 
@@ -598,14 +599,14 @@ def test_torchs_process_wide_switches_come_back(start_kernel):
     """Switches torch keeps in C++ or sets through functions: the interop thread count,
     distributions' default argument validation, the attention fast path, TorchScript's fusers
     and executor, mkldnn's determinism, NNPACK, the backward-compatibility warnings and
-    ``torch.compiler.set_stance("force_eager")`` (pytorch/tutorials
+    ``torch.compiler.set_stance("force_eager")``, the quantized engine (pytorch/tutorials
     recipes_source/torch_compiler_set_stance_tutorial.py and recipes/tuning_guide.py): after a
     resume each was a fresh process's, under an exact verdict (found by a helper's probes)."""
     a = start_kernel()
     a.run(TORCH_PROCESS_SWITCHES)
     expected = a.run_json(OBSERVE_TORCH_PROCESS_SWITCHES)
     assert expected == [1, False, False, True, False, [["DYNAMIC", 3]], True, False, False, False,
-                        True, True, "force_eager"]
+                        True, True, "force_eager", "qnnpack"]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0] and "torch settings" in out, out
     assert b.run_json(OBSERVE_TORCH_PROCESS_SWITCHES) == expected
