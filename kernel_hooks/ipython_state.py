@@ -25,6 +25,7 @@ import contextlib
 import functools
 import io
 import linecache
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -128,6 +129,48 @@ def _restore_extensions(state: dict[str, Any]) -> str | None:
         for module in skipped:
             shell.run_line_magic("aimport", f"-{module}")
     return f"not loaded: {', '.join(failed)}" if failed else None
+
+
+# -- %logstart, %pushd -----------------------------------------------------------------------
+
+def _log_and_directories() -> Any:
+    """The input log ``%logstart`` keeps (its file by absolute path: the process's descriptor
+    says where it is, whatever the working directory is now; its mode and switches) and the
+    directory stack of ``%pushd``. A fresh shell logs nothing and has an empty stack."""
+    shell = the_shell()
+    if shell is None:
+        return None
+    state: dict[str, Any] = {}
+    logger = shell.logger
+    if logger.log_active and logger.logfile is not None:
+        try:
+            path = os.readlink(f"/proc/self/fd/{logger.logfile.fileno()}")
+        except OSError:  # no /proc here
+            path = os.path.abspath(logger.logfname)
+        state["log"] = {"logfname": path, "logmode": logger.logmode,
+                        "log_output": logger.log_output, "timestamp": logger.timestamp,
+                        "log_raw_input": logger.log_raw_input}
+    if shell.dir_stack:
+        state["dir_stack"] = list(shell.dir_stack)
+    return state or None
+
+
+def _restore_log_and_directories(state: dict[str, Any]) -> str | None:
+    """The log started again on its file, appended to (never rotated or overwritten: it holds
+    the session's input so far), then given its mode back; the stack put back."""
+    shell = the_shell()
+    if shell is None:
+        return "no IPython shell here"
+    shell.dir_stack[:] = state.get("dir_stack", [])
+    log = state.get("log")
+    if log is None or shell.logger.log_active:
+        return None
+    try:
+        shell.logger.logstart(**{**log, "logmode": "append"})
+    except OSError as exc:
+        return f"input log {log['logfname']} ({exc.strerror})"
+    shell.logger.logmode = log["logmode"]
+    return None
 
 
 # -- %alias ----------------------------------------------------------------------------------
@@ -504,6 +547,7 @@ ENTRIES = (
     ("IPython %config", _config_changes, _restore_config_changes),
     ("IPython settings", _shell_settings, _restore_shell_settings),
     ("IPython aliases", _aliases, _restore_aliases),
+    ("IPython input log and directory stack", _log_and_directories, _restore_log_and_directories),
     ("IPython hooks of the notebook", _shell_hooks, _restore_shell_hooks),
     ("IPython output history", _outputs, _restore_outputs),
     ("redirected streams", _redirected_streams, _name_redirected_streams),

@@ -1533,6 +1533,29 @@ def test_a_blas_thread_limit_the_session_set_travels(start_kernel):
     assert b.run_json(OBSERVE_BLAS_LIMIT) == expected
 
 
+def test_the_input_log_and_the_directory_stack_come_back(start_kernel, tmp_path):
+    """``%logstart`` logs every cell's input to a file until ``%logstop``; ``%pushd`` keeps a
+    directory stack for ``%popd``. After a resume the log had stopped (``%logstop``: "Logging
+    hadn't been started", the later cells missing from the file) and ``%popd`` found an empty
+    stack, under an exact verdict (a helper's probe). The log goes on in its file, found by its
+    absolute path although the working directory moved; the stack comes back."""
+    (tmp_path / "sub").mkdir()
+    home = {"GKERESUME_ROOT_DIR": str(tmp_path)}  # the log is on the home volume
+    a = start_kernel(env=home)
+    a.run(f"import os, json\nos.chdir({str(tmp_path)!r})\n"
+          "get_ipython().run_line_magic('logstart', '-o inputs.py')")
+    a.run("get_ipython().run_line_magic('pushd', 'sub')\nbefore_cut = 1")
+    b, out = resumed_elsewhere(a, lambda: start_kernel(env=home))
+    assert "(exact)" in out.splitlines()[0] and "input log and directory stack" in out, out
+    b.run("after_cut = 2")
+    assert b.run_json("get_ipython().run_line_magic('logstop', '')\n"
+                      "print(json.dumps(os.path.basename(os.getcwd())))") == "sub"
+    log = (tmp_path / "inputs.py").read_text()
+    assert log.count("before_cut = 1") == 1 and log.count("after_cut = 2") == 1, log
+    b.run("get_ipython().run_line_magic('popd', '')")
+    assert b.run_json("print(json.dumps(os.getcwd()))") == str(tmp_path)
+
+
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
     the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
