@@ -326,6 +326,29 @@ def _restore_numpy_options(state: dict[str, Any]) -> str | None:
     return None
 
 
+def _scipy_special_errors() -> Any:
+    """What ``scipy.special.seterr`` changed (``seterr(all="raise")``: a singular ``gammaln``
+    raises): a switch in scipy's C code, against a fresh import's (every kind ignored but
+    ``memory``, scipy/special/sf_error.c)."""
+    special = sys.modules.get("scipy.special")
+    geterr = getattr(special, "geterr", None)
+    if geterr is None:
+        return None
+    now = geterr()
+    fresh = {kind: "raise" if kind == "memory" else "ignore" for kind in now}
+    return now if now != fresh else None
+
+
+def _restore_scipy_special_errors(errors: dict[str, str]) -> str | None:
+    import scipy.special
+
+    try:
+        scipy.special.seterr(**errors)
+    except (TypeError, ValueError) as exc:  # a kind this scipy does not know
+        return f"not accepted here: {exc}"
+    return None
+
+
 # -- scikit-learn ----------------------------------------------------------------------------
 
 def _sklearn_config() -> Any:
@@ -1490,6 +1513,7 @@ ENTRIES = (
     ("matplotlib rcParams", _matplotlib_rc, _restore_matplotlib_rc),
     ("matplotlib figures", _matplotlib_figures, _restore_matplotlib_figures),
     ("numpy print options and seterr", _numpy_options, _restore_numpy_options),
+    ("scipy.special errors", _scipy_special_errors, _restore_scipy_special_errors),
     ("pandas options", _pandas_options, _restore_pandas_options),
     ("scikit-learn config", _sklearn_config, _restore_sklearn_config),
     ("joblib parallel config", _joblib_config, _restore_joblib_config),

@@ -1,5 +1,7 @@
 """Registrations CPython keeps where Python cannot list them: exit handlers
-(``atexit.register``) and codec search functions (``codecs.register``).
+(``atexit.register``), codec search functions (``codecs.register``) and codec error handlers
+(``codecs.register_error``: noted as ``registered(ERROR_HANDLERS)``, ``(handler, (name,), {})``,
+the latest per name).
 
 ``track()`` (from ``load_ipython_extension``, before any cell ran) wraps each module's
 ``register`` and ``unregister`` so that each registration is also noted here, in order, and
@@ -21,6 +23,8 @@ from typing import Any
 
 #: The modules whose ``register(func, *args, **kwargs)`` and ``unregister(func)`` are tracked.
 TRACKED = (atexit, codecs)
+#: The key of ``codecs.register_error``'s registrations.
+ERROR_HANDLERS = "codecs.register_error"
 #: (function, args, kwargs) of every registration since ``track()``, oldest first, by module.
 _registered: dict[str, list[tuple[Callable, tuple, dict[str, Any]]]] = {}
 
@@ -31,6 +35,9 @@ def track() -> None:
         if module.__name__ not in _registered:
             _registered[module.__name__] = []
             _wrap(module, _registered[module.__name__])
+    if ERROR_HANDLERS not in _registered:
+        _registered[ERROR_HANDLERS] = []
+        _wrap_error_handlers(_registered[ERROR_HANDLERS])
 
 
 def _wrap(module: types.ModuleType, noted: list[tuple[Callable, tuple, dict[str, Any]]]) -> None:
@@ -50,7 +57,19 @@ def _wrap(module: types.ModuleType, noted: list[tuple[Callable, tuple, dict[str,
     module.register, module.unregister = register, unregister
 
 
+def _wrap_error_handlers(noted: list[tuple[Callable, tuple, dict[str, Any]]]) -> None:
+    original_register_error = codecs.register_error
+
+    @functools.wraps(original_register_error)
+    def register_error(name: str, handler: Callable, /) -> None:
+        original_register_error(name, handler)
+        noted[:] = [entry for entry in noted if entry[1] != (name,)]
+        noted.append((handler, (name,), {}))
+
+    codecs.register_error = register_error
+
+
 def registered(module: str) -> list[tuple[Callable, tuple, dict[str, Any]]]:
-    """The registrations with ``module`` (``"atexit"``, ``"codecs"``) still in place, oldest
-    first (atexit runs them newest first)."""
+    """The registrations with ``module`` (``"atexit"``, ``"codecs"``, ``ERROR_HANDLERS``) still
+    in place, oldest first (atexit runs them newest first)."""
     return list(_registered.get(module, ()))

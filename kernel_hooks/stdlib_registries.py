@@ -1,10 +1,10 @@
-"""``interpreter_state`` entries for registries of the standard library a session adds to, which
-a fresh process has without the session's entries: ``sqlite3`` adapters and converters, codec
-search functions (``codecs.register``), the opener ``urllib.request.urlopen`` uses
-(``install_opener``), ``shutil``'s archive and unpack formats, the MIME types ``mimetypes``
-learnt (``add_type``), ``asyncio``'s event loop policy, ``logging``'s level names
-(``addLevelName``), ``csv``'s dialects and field size limit and the notebook's import finders
-(``sys.meta_path``, ``sys.path_hooks``).
+"""``interpreter_state`` entries for registries of the standard library a session adds to, which a
+fresh process has without the session's entries: ``sqlite3`` adapters and converters, codec search
+functions (``codecs.register``) and error handlers (``codecs.register_error``), the opener
+``urllib.request.urlopen`` uses (``install_opener``), ``shutil``'s archive and unpack formats, the
+MIME types ``mimetypes`` learnt (``add_type``), ``asyncio``'s event loop policy, ``logging``'s
+level names (``addLevelName``), ``csv``'s dialects and field size limit and the notebook's import
+finders (``sys.meta_path``, ``sys.path_hooks``).
 
 Only what the session added travels: an adapter or converter the kernel did not have when the
 extension loaded (``remember_baseline``), an adapter, converter or format whose function is not
@@ -101,6 +101,24 @@ def _restore_codec_search_functions(functions: list[Callable]) -> None:
 
     for function in functions:
         codecs.register(function)
+
+
+def _codec_error_handlers() -> Any:
+    """The notebook's handlers registered with ``codecs.register_error`` (noted as registered:
+    CPython cannot list them) that are still the ones under their names."""
+    import codecs
+
+    noted = registrations.registered(registrations.ERROR_HANDLERS)
+    mine = [(name, handler) for handler, (name,), _ in noted
+            if the_sessions(handler) and codecs.lookup_error(name) is handler]
+    return mine or None
+
+
+def _restore_codec_error_handlers(handlers: list[tuple[str, Callable]]) -> None:
+    import codecs
+
+    for name, handler in handlers:
+        codecs.register_error(name, handler)
 
 
 def _import_finders() -> Any:
@@ -244,6 +262,7 @@ ENTRIES = (
     ("logging level names", _level_names, _restore_level_names),
     ("sqlite3 adapters and converters", _sqlite_adapters, _restore_sqlite_adapters),
     ("codec search functions", _codec_search_functions, _restore_codec_search_functions),
+    ("codec error handlers", _codec_error_handlers, _restore_codec_error_handlers),
     ("import finders", _import_finders, _restore_import_finders),
     ("urllib opener", _urllib_opener, _restore_urllib_opener),
     ("shutil archive formats", _shutil_formats, _restore_shutil_formats),

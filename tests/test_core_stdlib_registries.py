@@ -8,7 +8,8 @@ or the default timeout, ``shutil.make_archive`` refused the format, ``mimetypes`
 the extension, ``asyncio`` made loops with its default policy, NumPy's error callback and ufunc
 buffer size (``np.setbufsize``, stop 54) were gone and a level ``addLevelName`` named printed as
 "Level 25", a module a finder of the notebook made could not be imported, and a csv dialect the
-notebook registered was unknown and its raised field size limit back to 128 KiB. Kernel A sets
+notebook registered was unknown and its raised field size limit back to 128 KiB; an error handler
+``codecs.register_error`` named was unknown and ``scipy.special.seterr`` was off (stop 54). Kernel A sets
 them over several cells and observes them, checkpoints and dies; kernel B resumes and observes the
 same."""
 
@@ -27,6 +28,9 @@ def find_alias(name):
     return codecs.lookup("utf-8") if name == "myalias" else None
 
 codecs.register(find_alias)
+codecs.register_error("qmark", lambda error: ("?", error.end))
+import scipy.special
+scipy.special.seterr(singular="raise")
 codecs.register(lambda name: None)
 codecs.unregister(codecs.lookup)  # never registered: changes nothing
 
@@ -87,6 +91,7 @@ print(json.dumps([
     mimetypes.guess_type("page.html")[0], __import__("logging").getLevelName(25),
     __import__("generated_config").VALUE,
     __import__("csv").get_dialect("semicolons").delimiter, __import__("csv").field_size_limit(),
+    b"a\xffb".decode("ascii", "qmark"), __import__("scipy.special").special.geterr()["singular"],
 ]))
 """
 
@@ -97,13 +102,14 @@ def test_the_registries_a_notebook_added_to_come_back(start_kernel):
     expected = a.run_json(OBSERVE)
     assert expected == ["Decimal('1.5')", "x", [["User-agent", "notebook/1"]], 7.0, ["probe"],
                         ["probe"], "application/x-probe", ".probe", "NotebookPolicy", True, 16384,
-                        "text/html", "NOTICE", 42, ";", 10**8]
+                        "text/html", "NOTICE", 42, ";", 10**8, "a?b", "raise"]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     for entry in ("python settings", "numpy print options and seterr", "sqlite3 adapters",
                   "codec search functions", "urllib opener", "shutil archive formats",
                   "MIME types", "asyncio event loop policy", "logging level names",
-                  "import finders", "csv dialects and field size limit"):
+                  "import finders", "csv dialects and field size limit", "codec error handlers",
+                  "scipy.special errors"):
         assert entry in out, (entry, out)
     assert b.run_json(OBSERVE) == expected
 
@@ -112,11 +118,12 @@ def test_a_fresh_kernel_carries_none_of_them(start_kernel):
     """What a kernel has by itself (the libraries' own adapters, codecs and formats, the system's
     MIME types) is not carried: nothing is named or restored for it."""
     a = start_kernel()
-    a.run("import asyncio, codecs, csv, mimetypes, shutil, sqlite3, urllib.request\n"
+    a.run("import asyncio, codecs, csv, mimetypes, shutil, sqlite3, urllib.request, scipy.special\n"
           "mimetypes.init()\nprint('x'.encode('latin-1'))")
     _, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0], out
     for entry in ("sqlite3 adapters", "codec search functions", "urllib opener",
                   "shutil archive formats", "MIME types", "asyncio event loop policy",
-                  "logging level names", "import finders", "csv dialects"):
+                  "logging level names", "import finders", "csv dialects", "codec error handlers",
+                  "scipy.special errors"):
         assert entry not in out, (entry, out)
