@@ -20,16 +20,27 @@ same graph, so the owner is the variable's object; a value that would not come b
 string that looks like a credential, is named instead. ``restore()`` (after the variables) puts
 each value into the owner's ``__dict__``, as it was; an owner that came back a placeholder is
 left alone (the variable is named already).
+
+The ``process ids remembered`` entry: objects that remember the id of the process that made them
+to tell a forked child from it (transformers' ``DataCollatorForLanguageModeling(seed=...)`` keeps
+``_generator_pid`` and makes its generator again from the seed where ``os.getpid()`` differs:
+after a resume its masking started over from the seed, under an exact verdict). A resumed kernel
+is the session's process, not a child. ``_remembered_pids()`` finds each attribute whose name
+holds ``pid`` and whose value is this kernel's id, in the own ``__dict__`` of a namespace value
+or of an object one holds there (``trainer.data_collator``); ``_restore_pids`` gives each the
+resumed kernel's id.
 """
 
 from __future__ import annotations
 
 import copyreg
 import functools
+import os
 import types
 from typing import Any
 
 from . import cell_text
+from .ipython_state import the_shell
 from .library_patches import OWN
 from .library_state import the_sessions
 from .placeholders import Uncaptured
@@ -109,4 +120,29 @@ def restore(state: dict[str, Any]) -> str | None:
     return ", ".join(refused) or None
 
 
-ENTRIES = (("attributes set on objects", cell_text.from_the_shell(capture), restore),)
+def _remembered_pids() -> list[tuple[Any, str]] | None:
+    shell = the_shell()
+    if shell is None:
+        return None
+    pid, found, seen = os.getpid(), [], set()
+    values = list(shell.user_ns.values())
+    held = [inner for value in values if (own := _own_dict(value)) is not None
+            for inner in list(own.values())]
+    for owner in (*values, *held):
+        own = _own_dict(owner)
+        if own is None or id(owner) in seen or issubclass(type(owner), Uncaptured):
+            continue
+        seen.add(id(owner))
+        found += [(owner, name) for name, value in list(own.items())
+                  if type(value) is int and value == pid and "pid" in name.lower()]
+    return found or None
+
+
+def _restore_pids(remembered: list[tuple[Any, str]]) -> None:
+    for owner, name in remembered:
+        if not isinstance(owner, Uncaptured):
+            object.__getattribute__(owner, "__dict__")[name] = os.getpid()
+
+
+ENTRIES = (("attributes set on objects", cell_text.from_the_shell(capture), restore),
+           ("process ids remembered", _remembered_pids, _restore_pids))

@@ -60,3 +60,39 @@ def test_attributes_the_cells_set_on_library_objects_come_back(start_kernel):
     assert "attributes set on objects" in out, out
     assert "client.api_key (looks like a credential: not saved)" in out, out
     assert b.run_json(OBSERVE) == ["train", {"split": "valid"}, 3, None, None, [1, 2], None, None]
+
+
+COLLATOR = r"""
+import json
+from types import SimpleNamespace
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
+words = "[PAD] [UNK] [MASK] a b c d e f g h".split()
+tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+tk.pre_tokenizer = pre_tokenizers.Whitespace()
+tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]",
+                              mask_token="[MASK]")
+batch = [{"input_ids": list(range(3, 11))} for _ in range(3)]
+coll = DataCollatorForLanguageModeling(tok, mlm_probability=0.4, seed=42)
+held = SimpleNamespace(data_collator=DataCollatorForLanguageModeling(tok, seed=7))  # a Trainer
+masked = lambda: [coll(batch)["input_ids"].tolist(), held.data_collator(batch)["input_ids"].tolist()]
+first = masked()
+"""
+MASKED = "print(json.dumps(masked()))"
+
+
+def test_a_collator_seeded_once_goes_on_with_its_generator(start_kernel):
+    """transformers' ``DataCollatorForLanguageModeling(seed=42)`` remembers the process that
+    made its generator (``_generator_pid``) and makes it again from the seed in another one (a
+    DataLoader worker). After a resume every process id differs: the masking started over from
+    the seed, under an exact verdict (a helper's probe). A resumed kernel is the session's
+    process: the ids such objects remember, on a variable or an object a variable holds (a
+    Trainer's collator), are the resumed kernel's."""
+    whole = start_kernel()
+    whole.run(COLLATOR)
+    expected = whole.run_json(MASKED)
+    a = start_kernel()
+    a.run(COLLATOR)
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0] and "process ids remembered" in out, out
+    assert b.run_json(MASKED) == expected
