@@ -559,6 +559,10 @@ def _torch_settings_now(torch: Any) -> dict[str, Any]:
     now["backcompat_warnings"] = (torch.utils.backcompat.broadcast_warning.enabled,
                                   torch.utils.backcompat.keepdim_warning.enabled)
     now["jit"] = _torch_jit_switches(torch)
+    if hasattr(torch._C, "_get_math_sdp_allow_fp16_bf16_reduction"):  # math attention's fp16
+        now["math_sdp_reduction"] = torch._C._get_math_sdp_allow_fp16_bf16_reduction()
+    if hasattr(torch._C, "_warn_on_accumulate_grad_stream_mismatch"):
+        now["grad_stream_warning"] = torch._C._warn_on_accumulate_grad_stream_mismatch()
     if hasattr(torch.backends, "mha"):  # torch.backends.mha.set_fastpath_enabled(False)
         now["mha_fastpath"] = torch.backends.mha.get_fastpath_enabled()
     stance = getattr(sys.modules.get("torch._dynamo.eval_frame"), "_stance", None)
@@ -689,7 +693,8 @@ def _torch_defaults(torch: Any, now: dict[str, Any]) -> dict[str, Any]:
         "mkldnn_deterministic": False, "nnpack": True, "backcompat_warnings": (False, False),
         "jit": {name: TORCH_JIT_SWITCHES[name][2] for name in now["jit"]},
         "mha_fastpath": True, "compiler_stance": ("default", False, None), "validate_args": __debug__,
-        "quantized_engine": _fresh_quantized_engine(torch),
+        "quantized_engine": _fresh_quantized_engine(torch), "math_sdp_reduction": False,
+        "grad_stream_warning": True,
         "autocast": ({device: (False, getattr(torch, dtype)) for device, dtype in AUTOCAST.items()},
                      True),
     }
@@ -774,6 +779,8 @@ def _restore_torch_settings(changed: dict[str, Any]) -> str | None:
         "sparse_invariants": torch._C._set_check_sparse_tensor_invariants,
         "interop_threads": torch.set_num_interop_threads,
         "quantized_engine": lambda v: setattr(torch.backends.quantized, "engine", v),
+        "math_sdp_reduction": torch._C._set_math_sdp_allow_fp16_bf16_reduction,
+        "grad_stream_warning": torch._C._set_warn_on_accumulate_grad_stream_mismatch,
         "mkldnn_deterministic": lambda v: setattr(torch.backends.mkldnn, "deterministic", v),
         "nnpack": torch._C._set_nnpack_enabled,
         "backcompat_warnings": lambda v: [
@@ -1070,7 +1077,9 @@ def _python_settings_now() -> dict[str, Any]:
     to the kernel's stderr: its file and ``all_threads`` cannot be read back), the sockets'
     default timeout (``socket.setdefaulttimeout``: every HTTP client without its own) and
     whether ``tracemalloc`` traces, with how many frames (0: it does not; the traces it took
-    are this process's: the resumed kernel traces from its resume on)."""
+    are this process's: the resumed kernel traces from its resume on), the collector's debug
+    flags (``gc.set_debug(gc.DEBUG_SAVEALL)``) and the signals the kernel's thread blocks
+    (``signal.pthread_sigmask``)."""
     now: dict[str, Any] = {"recursion_limit": sys.getrecursionlimit(),
                            "gc": (collector.session_enabled(), gc.get_threshold()), "umask": _umask(),
                            "rlimits": _rlimits(), "locale": locale.setlocale(locale.LC_ALL),
@@ -1078,7 +1087,9 @@ def _python_settings_now() -> dict[str, Any]:
                            "faulthandler": faulthandler.is_enabled(),
                            "socket_timeout": socket.getdefaulttimeout(),
                            "tracemalloc": _tracemalloc.is_tracing()
-                           and _tracemalloc.get_traceback_limit()}
+                           and _tracemalloc.get_traceback_limit(),
+                           "gc_debug": gc.get_debug(),
+                           "blocked_signals": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))}
     if hasattr(sys, "get_int_max_str_digits"):
         now["int_max_str_digits"] = sys.get_int_max_str_digits()
     return now
@@ -1171,7 +1182,9 @@ def _restore_python_settings(changed: dict[str, Any]) -> str | None:
                "switch_interval": sys.setswitchinterval, "faulthandler": crash_tracebacks,
                "socket_timeout": socket.setdefaulttimeout, "tracemalloc": memory_tracing,
                "int_max_str_digits": getattr(sys, "set_int_max_str_digits", None),
-               "decimal_context": decimal_context, "start_method": start_method}
+               "decimal_context": decimal_context, "start_method": start_method,
+               "gc_debug": gc.set_debug,
+               "blocked_signals": lambda v: signal.pthread_sigmask(signal.SIG_SETMASK, v)}
     refused = []
     for key, value in changed.items():
         try:

@@ -408,7 +408,9 @@ SESSION = [
     "import decimal, gc, sys\nsys.setrecursionlimit(4321); decimal.getcontext().prec = 50\n"
     "decimal.getcontext().rounding = decimal.ROUND_DOWN; gc.set_threshold(5000, 20, 30)\n"
     "sys.set_int_max_str_digits(9000); sys.setswitchinterval(0.001)\n"
-    "import faulthandler; faulthandler.enable()\nimport tracemalloc; tracemalloc.start(7)",
+    "import faulthandler; faulthandler.enable()\nimport tracemalloc; tracemalloc.start(7)\n"
+    "gc.set_debug(gc.DEBUG_SAVEALL)\n"
+    "import signal; signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])",
     # the process's own: umask, time zone, signal handlers (a notebook's, an ignored signal)
     "import os, signal, time\nos.umask(0o027); os.environ['TZ'] = 'Asia/Tokyo'; time.tzset()\n"
     "def on_usr1(number, frame):\n    print('usr1', number)\n"
@@ -498,7 +500,8 @@ print(json.dumps({
                __import__('gc').get_threshold(), sys.get_int_max_str_digits(),
                sys.getswitchinterval(), __import__('faulthandler').is_enabled(),
                __import__('tracemalloc').is_tracing()
-               and __import__('tracemalloc').get_traceback_limit()],
+               and __import__('tracemalloc').get_traceback_limit(), __import__('gc').get_debug(),
+               sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))],
     "process": [oct((lambda m: (os.umask(m), m)[1])(os.umask(0))), time.tzname,
                 time.localtime(0).tm_hour, signal.getsignal(signal.SIGUSR1).__name__,
                 signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN,
@@ -545,7 +548,7 @@ def test_interpreter_and_library_state_come_back(start_kernel, tmp_path):
     assert before["pandas"][:2] == [7, 2] and "0.33" in before["pandas"][2]
     assert before["aliases"] == ["echo hello %s", False]
     assert before["process"][:7] == ["0o27", ["JST", "JST"], 9, "on_usr1", True, "on_usr1", "C"]
-    assert before["python"][-3:] == [0.001, True, 7]
+    assert before["python"][-5:] == [0.001, True, 7, 32, [12]]  # DEBUG_SAVEALL, SIGUSR2 blocked
     # warn always, denormals flushed, swap on conversion, the sharing strategy, the hub's folder
     # and sparse tensors' invariants checked
     assert before["torch"][-6:] == [True, 0.0, True, "file_system", "/tmp/hub-x", True]
@@ -582,6 +585,8 @@ torch._C._jit_override_can_fuse_on_cpu(True)
 torch.utils.backcompat.broadcast_warning.enabled = True
 torch.compiler.set_stance("force_eager")
 torch.backends.quantized.engine = "qnnpack"  # pytorch/tutorials' mobile quantization recipes
+torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+torch.autograd.graph.set_warn_on_accumulate_grad_stream_mismatch(False)
 """
 OBSERVE_TORCH_PROCESS_SWITCHES = r"""
 strategy = torch.jit.set_fusion_strategy([("STATIC", 2)]); torch.jit.set_fusion_strategy(strategy)
@@ -591,7 +596,9 @@ print(json.dumps([torch.get_num_interop_threads(), torch.distributions.Distribut
                   torch._C._jit_texpr_fuser_enabled(), strategy, torch.backends.mkldnn.deterministic,
                   torch._C._get_nnpack_enabled(), torch._C._get_graph_executor_optimize(), executor,
                   torch._C._jit_can_fuse_on_cpu(), torch.utils.backcompat.broadcast_warning.enabled,
-                  torch._dynamo.eval_frame._stance.stance, torch.backends.quantized.engine]))
+                  torch._dynamo.eval_frame._stance.stance, torch.backends.quantized.engine,
+                  torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed(),
+                  torch._C._warn_on_accumulate_grad_stream_mismatch()]))
 """
 
 
@@ -606,7 +613,7 @@ def test_torchs_process_wide_switches_come_back(start_kernel):
     a.run(TORCH_PROCESS_SWITCHES)
     expected = a.run_json(OBSERVE_TORCH_PROCESS_SWITCHES)
     assert expected == [1, False, False, True, False, [["DYNAMIC", 3]], True, False, False, False,
-                        True, True, "force_eager", "qnnpack"]
+                        True, True, "force_eager", "qnnpack", True, False]
     b, out = resumed_elsewhere(a, start_kernel)
     assert "(exact)" in out.splitlines()[0] and "torch settings" in out, out
     assert b.run_json(OBSERVE_TORCH_PROCESS_SWITCHES) == expected
