@@ -37,11 +37,13 @@ from fixtures_server import ServerProcess  # the tests' server subprocess
 SIGNING_KEY = "cut-check-key-" + "4" * 32
 #: Masked before comparing: object addresses, ipykernel's cell directory, and the elapsed time and
 #: rate of a tqdm bar (``[00:01<00:00, 94.2it/s]``), which differ between any two runs.
-#: So are the timings a ``transformers.Trainer`` logs (``'train_runtime': '2.885'``) and the
-#: time and process id that open a line of torch's logging (``W1206 13:00:03.795000 6390 ``)
+#: So are the timings a ``transformers.Trainer`` logs (``'train_runtime': '2.885'``, or as a
+#: number in its ``TrainOutput``) and the time and process id that open a line of torch's logging
+#: (``W1206 13:00:03.795000 6390 ``), of its C++ warnings (``[W1208 00:20:00.004 file.cpp:251] ``)
 #: or of its profiler's (``USDT:2026-12-07 19:58:34 15031:15031 ``).
 VOLATILE = re.compile(r"0x[0-9a-f]{6,}|ipykernel_\d+|\[\d+:\d+<[^\]]*\]"
-                      r"|'\w*(?:runtime|per_second)': '[^']*'"
+                      r"|'\w*(?:runtime|per_second|preparation_time)': '?[\d.e+-]+'?"
+                      r"|^\[[IWEF]\d{4} [\d:.]+ [\w.]+:\d+\] "
                       r"|^[IWEF]\d{4} [\d:.]+ +\d+ |^USDT:[\d-]+ [\d:]+ \d+:\d+ ", re.M)
 
 
@@ -74,15 +76,17 @@ def empty(home: Path) -> Path:
 
 
 def run_cells(server: ServerProcess, kernel_id: str, cells: list[str]) -> list[str]:
-    """Each cell's output; a cell that raised gives its error's name and value, and the next
-    cells still run (what a resume broke shows in every cell it breaks)."""
+    """Each cell's output; a cell that raised gives what it showed before, then its error's
+    name and value, and the next cells still run (what a resume broke shows in every cell it
+    breaks)."""
     outputs = []
     for cell in cells:
         try:
             outputs.append(VOLATILE.sub("?", server.run_cell(kernel_id, cell, by_stream=True)))
         except AssertionError as failed:  # run_cell_in's check: the reply's content, a dict
             content = failed.args[0] if failed.args else None
-            outputs.append(f"ERROR {content['ename']}: {content['evalue']}"
+            outputs.append(VOLATILE.sub("?", f"{content.get('shown', '')}ERROR {content['ename']}: "
+                                             f"{content['evalue']}")
                            if isinstance(content, dict) else str(failed))
     return outputs
 
@@ -121,8 +125,9 @@ def check(script: Path, work: Path, cuts: list[int] | None = None) -> int:
         print(f"{script.name} cut {cut}/{len(cells)}: {'identical' if same else 'DIFFERENT'}; "
               f"{resumed['state']}; verdict {(result.get('verdict') or {}).get('level')}; "
               f"not restored {left}; warnings {result.get('warnings') or []}", flush=True)
-        if (result.get("verdict") or {}).get("level") != "exact":
-            print(f"  verdict reasons: {result['verdict'].get('reasons')}", flush=True)
+        if (result.get("verdict") or {}).get("level") != "exact":  # none: the resume failed
+            why = (result.get("verdict") or {}).get("reasons") or resumed.get("reason")
+            print(f"  verdict reasons: {why}", flush=True)
         for index, (want, have) in enumerate(zip(expected[cut:], got, strict=True)):
             if want != have:
                 print(f"  cell {cut + index}\n  whole run: {want[:800]!r}\n  resumed:   {have[:800]!r}")

@@ -330,7 +330,9 @@ def run_cell_in(connection_file: Path, code: str, by_stream: bool = False) -> st
         reply = client.execute_interactive(code, timeout=120, output_hook=shown)
     finally:
         client.stop_channels()
-    assert reply["content"]["status"] == "ok", reply["content"]
+    # on an error, what the cell showed before it, too (scripts/cut_check.py compares both)
+    assert reply["content"]["status"] == "ok", {**reply["content"],
+                                                "shown": "".join(text for _, text in out)}
     if by_stream:
         order = {"stdout": 0, "stderr": 1, "result": 2}
         out.sort(key=lambda part: order[part[0]])  # stable: each stream in its order
