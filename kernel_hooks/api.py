@@ -23,7 +23,7 @@ from jupyter_gkeresume.snapshot.format import SNAPSHOT_ID_RE, validate_snapshot_
 from jupyter_gkeresume.snapshot.signing import key_of_workspace
 from jupyter_gkeresume.workspace import resolve_store_url, resolve_workspace_id
 
-from . import collector, warnings_shown
+from . import collector, library_state, warnings_shown
 from .capture import take_checkpoint
 from .notebooks import newest_snapshot, this_notebook
 from .replay import ReplayPlan, plan_replay
@@ -73,11 +73,13 @@ def checkpoint(
     ``reason`` goes into the manifest: ``checkpoint`` (a magic or a call), or the server's
     ``user`` / ``idle`` / ``shutdown``. The snapshot records the number the next cell gets
     (``next_cell_number``). Warnings the session has shown stay shown (``warnings_shown.kept``);
-    the cyclic garbage collector waits until it is done (``collector``)."""
+    the cyclic garbage collector waits until it is done (``collector``), and so do the
+    session's trace and profile functions (``library_state.trace_functions_paused``: a
+    profiler the notebook set recorded every call the checkpoint made)."""
     if name is not None:
         validate_snapshot_name(name)
     namespace, shell = _target(namespace)
-    with collector.paused():
+    with collector.paused(), library_state.trace_functions_paused():
         snapshots = open_store(store, workspace)
         with warnings_shown.kept():
             return take_checkpoint(

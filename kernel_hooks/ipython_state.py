@@ -173,6 +173,30 @@ def _restore_log_and_directories(state: dict[str, Any]) -> str | None:
     return None
 
 
+# -- from __future__ import ... ---------------------------------------------------------------
+
+def _future_imports() -> Any:
+    """The ``__future__`` features a cell imported (``from __future__ import annotations``): the
+    shell's compiler keeps them for every later cell (``CachingCompiler.flags``), so after a
+    resume a cell annotating with a name defined later raised ``NameError``."""
+    import __future__
+
+    shell = the_shell()
+    if shell is None:
+        return None
+    features = [name for name in __future__.all_feature_names
+                if shell.compile.flags & getattr(__future__, name).compiler_flag]
+    return features or None
+
+
+def _restore_future_imports(features: list[str]) -> None:
+    import __future__
+
+    shell = the_shell()
+    for name in features:
+        shell.compile.flags |= getattr(__future__, name).compiler_flag
+
+
 # -- %alias ----------------------------------------------------------------------------------
 
 def _aliases() -> Any:
@@ -547,6 +571,7 @@ ENTRIES = (
     ("IPython %config", _config_changes, _restore_config_changes),
     ("IPython settings", _shell_settings, _restore_shell_settings),
     ("IPython aliases", _aliases, _restore_aliases),
+    ("future imports", _future_imports, _restore_future_imports),
     ("IPython input log and directory stack", _log_and_directories, _restore_log_and_directories),
     ("IPython hooks of the notebook", _shell_hooks, _restore_shell_hooks),
     ("IPython output history", _outputs, _restore_outputs),

@@ -33,6 +33,7 @@ import socket
 import sys
 import types
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from . import collector, local_modules, registrations
@@ -1269,6 +1270,41 @@ def _restore_copyreg_reducers(reducers: dict[type, Any]) -> str | None:
     return f"not accepted here: {', '.join(refused)}" if refused else None
 
 
+_paused_hooks: dict[str, Any] | None = None  # inside ``trace_functions_paused``: the session's
+
+
+@contextlib.contextmanager
+def trace_functions_paused() -> Iterator[None]:
+    """The thread's trace and profile functions off while a checkpoint runs (a profiler the
+    notebook set recorded every call the checkpoint made), set again after; ``_trace_functions``
+    reads them from here meanwhile."""
+    global _paused_hooks
+    _paused_hooks = {"trace": sys.gettrace(), "profile": sys.getprofile()}
+    sys.settrace(None)
+    sys.setprofile(None)
+    try:
+        yield
+    finally:
+        sys.setprofile(_paused_hooks["profile"])
+        sys.settrace(_paused_hooks["trace"])
+        _paused_hooks = None
+
+
+def _trace_functions() -> Any:
+    """The notebook's trace and profile functions (``sys.settrace``, ``sys.setprofile``) on the
+    kernel's thread: a debugger's or profiler's of the kernel itself is not the session's."""
+    hooks = _paused_hooks or {"trace": sys.gettrace(), "profile": sys.getprofile()}
+    mine = {kind: hook for kind, hook in hooks.items() if hook is not None and the_sessions(hook)}
+    return mine or None
+
+
+def _restore_trace_functions(hooks: dict[str, Any]) -> None:
+    if "profile" in hooks:
+        sys.setprofile(hooks["profile"])
+    if "trace" in hooks:
+        sys.settrace(hooks["trace"])
+
+
 def _exit_handlers() -> Any:
     """The exit handlers the session registered (``atexit.register`` of a function of the
     notebook or of its own modules, with its arguments), oldest first: a library registers its
@@ -1544,6 +1580,7 @@ ENTRIES = (
     ("signal handlers", _signal_handlers, _restore_signal_handlers),
     ("copyreg reducers", _copyreg_reducers, _restore_copyreg_reducers),
     ("exit handlers", _exit_handlers, _restore_exit_handlers),
+    ("trace and profile functions", _trace_functions, _restore_trace_functions),
     ("warnings filters", _warning_filters, _restore_warning_filters),
     ("warnings display", _warnings_display, _restore_warnings_display),
     ("logging configuration", _logging_config, _restore_logging_config),

@@ -1563,6 +1563,24 @@ def test_the_input_log_and_the_directory_stack_come_back(start_kernel, tmp_path)
     assert b.run_json("print(json.dumps(os.getcwd()))") == str(tmp_path)
 
 
+def test_future_imports_and_the_notebooks_profile_function_come_back(start_kernel):
+    """``from __future__ import annotations`` in a cell holds for every later cell (IPython's
+    compiler keeps the flag), and ``sys.setprofile(fn)`` for every later call: after a resume a
+    cell annotating with a name defined later raised ``NameError`` and the profile function was
+    gone, under an exact verdict (found by a probe)."""
+    a = start_kernel()
+    a.run("from __future__ import annotations\nimport json, sys\ncalls = []\n"
+          "def count(frame, event, arg):\n    calls.append(event)\n")
+    a.run("sys.setprofile(count)")
+    b, out = resumed_elsewhere(a, start_kernel)
+    assert "(exact)" in out.splitlines()[0], out
+    assert "future imports" in out and "trace and profile functions" in out, out
+    later = "def f(x: DefinedLater) -> None:\n    pass\nprint(json.dumps(f.__annotations__))"
+    assert b.run_json(later) == {"x": "DefinedLater", "return": "None"}
+    assert b.run_json("sys.setprofile(None)\nprint(json.dumps(sys.getprofile() is None and "
+                      "'call' in calls))") is True
+
+
 def test_torch_modes_left_entered_are_named(tmp_path, monkeypatch):
     """``mode.__enter__()`` in one cell and the exit in a later one (a ``TorchFunctionMode`` of
     the notebook's, ``FlopCounterMode``, ``saved_tensors_hooks``, forward AD's ``dual_level``):
