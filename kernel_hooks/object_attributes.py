@@ -37,6 +37,7 @@ import copyreg
 import functools
 import os
 import types
+import weakref
 from typing import Any
 
 from . import cell_text
@@ -90,12 +91,12 @@ def _instance_at(namespace: dict[str, Any], names: tuple[str, ...]) -> Any:
 
 def _own_dict(owner: Any) -> dict[str, Any] | None:
     """The instance's own ``__dict__`` (read as ``object`` reads it); None for a module, a
-    class, or an object without one."""
-    if isinstance(owner, (types.ModuleType, type)):
-        return None
+    class, a weak proxy (a dead one raises on any attribute), or an object without one."""
+    if issubclass(type(owner), (types.ModuleType, type, *weakref.ProxyTypes)):
+        return None  # type(), not isinstance: that reads __class__
     try:
         held = object.__getattribute__(owner, "__dict__")
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, ReferenceError):
         return None
     return held if type(held) is dict else None
 
