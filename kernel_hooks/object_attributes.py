@@ -37,12 +37,11 @@ import copyreg
 import functools
 import os
 import types
-import weakref
 from typing import Any
 
 from . import cell_text
 from .ipython_state import the_shell
-from .library_patches import OWN
+from .library_patches import OWN, own_attributes
 from .library_state import the_sessions
 from .placeholders import Uncaptured
 
@@ -90,14 +89,12 @@ def _instance_at(namespace: dict[str, Any], names: tuple[str, ...]) -> Any:
 
 
 def _own_dict(owner: Any) -> dict[str, Any] | None:
-    """The instance's own ``__dict__`` (read as ``object`` reads it); None for a module, a
-    class, a weak proxy (a dead one raises on any attribute), or an object without one."""
-    if issubclass(type(owner), (types.ModuleType, type, *weakref.ProxyTypes)):
+    """An instance's own ``__dict__`` (``library_patches.own_attributes``: no code of its class
+    runs, a dead weak proxy gives none); None for a module or a class, whose attributes are
+    ``library_values``'."""
+    if issubclass(type(owner), (types.ModuleType, type)):
         return None  # type(), not isinstance: that reads __class__
-    try:
-        held = object.__getattribute__(owner, "__dict__")
-    except (AttributeError, TypeError, ReferenceError):
-        return None
+    held = own_attributes(owner)
     return held if type(held) is dict else None
 
 
