@@ -338,13 +338,18 @@ def _restore_shell_settings(changed: dict[str, dict[str, Any]]) -> str | None:
 
 # -- the notebook's own hooks in the shell --------------------------------------------------
 
-def _notebook_made(value: Any) -> bool:
-    """A function of the notebook, or a method of a notebook object (``__main__``). Only what
+def _module_of(value: Any) -> str:
+    """The module that defined a function or class, or a bound method's function. Only what
     the object's type defines is read: IPython 9 keeps its own magics as ``LazyMagic``
     stand-ins, and any attribute read through one's ``__getattr__`` imports and registers the
     real magic (a checkpoint would load all of them and change the shell it saves)."""
     function = value.__func__ if hasattr(type(value), "__func__") else value
-    return getattr(function, "__module__", None) == "__main__"
+    return getattr(function, "__module__", None) or ""
+
+
+def _notebook_made(value: Any) -> bool:
+    """A function of the notebook, or a method of a notebook object (``__main__``)."""
+    return _module_of(value) == "__main__"
 
 
 #: The shell's lists of code transformers: of cell text (``input_transformers_cleanup``,
@@ -371,9 +376,7 @@ def _kernels(value: Any) -> bool:
     """Whether ``value`` (a function, a bound method, a ``functools.partial`` of one, a class) is
     the kernel's own (``_KERNEL_MODULES``)."""
     value = value.func if isinstance(value, functools.partial) else value
-    function = value.__func__ if hasattr(type(value), "__func__") else value
-    module = getattr(function, "__module__", None) or ""
-    return module.partition(".")[0] in _KERNEL_MODULES
+    return _module_of(value).partition(".")[0] in _KERNEL_MODULES
 
 
 def _shell_functions(shell: Any) -> dict[str, Any]:
